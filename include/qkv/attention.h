@@ -1,0 +1,83 @@
+// qkv/attention.h: exact scaled dot-product attention.
+//
+//   out = softmax(q·kᵀ · scale + mask) · v
+//
+// Shapes (glossary in qkv/tensor.h):
+//   q    [..., Hq,  N, D]
+//   k    [..., Hkv, S, D]      Hq % Hkv == 0 (GQA; Hkv == 1 is MQA)
+//   v    [..., Hkv, S, Dv]
+//   out  [..., Hq,  N, Dv]     same dtype as q (float32 or float64)
+//   mask broadcastable to [..., Hq, N, S] (NumPy rules)
+// The leading "..." dims (zero or more) must be identical in q, k and v.
+//
+// Semantics (the contract every kernel in qkv must match):
+// - scale defaults to 1/sqrt(D); any finite positive or negative value may be
+//   given, 1.0 meaning "no scaling".
+// - mask: bool, true = may attend (PyTorch SDPA polarity); or float32/float64,
+//   added to the scaled scores (-inf blocks; +inf and NaN are rejected).
+// - causal top-left: query i sees keys j <= i (PyTorch is_causal=True).
+//   causal bottom-right: query i sees keys j <= i + S - N (KV-cache decode:
+//   the last query sees every key). Causal and mask combine by AND.
+// - query head h reads key/value head h / (Hq / Hkv); K and V are never copied.
+// - sliding window (left, right): query i sees keys j with
+//   a(i) - left <= j <= a(i) + right, where a(i) is query i's diagonal: i, or
+//   i + S - N when causal is bottom-right (the window is aligned like the
+//   causal option). -1 leaves a side unbounded.
+// - key_lengths (one per flattened batch element): keys j >= key_lengths[b]
+//   are padding and never visible; no dense mask needed.
+// - alibi_slopes (one per query head): adds -slope_h * |a(i) - j| to the score.
+// - softcap c > 0: score = c * tanh(score / c), after scaling and before any
+//   mask or bias is added (Gemma 2 / Grok logit soft-capping).
+// - Every "not visible" rule (bool mask, causal, window, key_lengths, an
+//   additive -inf) combines by AND.
+// - a row with no visible key gives out = 0, weights = 0 and lse = -inf,
+//   never NaN.
+// - q, k and v must be finite: NaN or Inf in them is rejected with qkv::Error
+//   naming the tensor and index, since it would otherwise surface as a NaN
+//   result that looks like an answer.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+enum class Causal { none, top_left, bottom_right };
+
+// "none", "top-left", "bottom-right".
+const char* causal_name(Causal c);
+// Inverse of causal_name; std::nullopt for anything else.
+std::optional<Causal> parse_causal(const std::string& s);
+
+struct SlidingWindow {
+  int64_t left = -1;   // keys before the diagonal a query may see; -1 = all
+  int64_t right = -1;  // keys after the diagonal; -1 = all
+};
+
+struct AttentionOptions {
+  std::optional<double> scale;   // default 1/sqrt(D)
+  const Tensor* mask = nullptr;  // not owned; must outlive the call
+  Causal causal = Causal::none;
+  std::optional<SlidingWindow> window;
+  std::vector<int64_t> key_lengths;   // [B] (flattened leading dims), empty = no padding
+  std::vector<double> alibi_slopes;   // [Hq], empty = no ALiBi
+  double softcap = 0.0;               // 0 = off
+  bool return_weights = false;   // fill AttentionResult::weights [..., Hq, N, S]
+  bool return_lse = false;       // fill AttentionResult::lse     [..., Hq, N]
+};
+
+struct AttentionResult {
+  Tensor out;      // [..., Hq, N, Dv]
+  Tensor weights;  // [..., Hq, N, S] if requested, else empty
+  Tensor lse;      // [..., Hq, N] log-sum-exp of each row's scaled, masked scores
+};
+
+// The reference path: plain loops, double accumulation. Throws qkv::Error on
+// any shape, dtype or value problem.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& opts = {});
+
+}  // namespace qkv

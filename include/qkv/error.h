@@ -1,0 +1,20 @@
+// qkv/error.h: the one exception type the library throws.
+//
+// Every check in qkv throws qkv::Error with a message that names the argument,
+// what was expected and what was found, e.g.
+//   "k: expected head dim D = 8 (from q), found 7 in shape [2, 5, 7]".
+// The CLI prints it as one line and exits 1 (bad data); usage errors on the
+// command line are the CLI's own business and exit 2.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace qkv {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+}  // namespace qkv

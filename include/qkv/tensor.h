@@ -1,0 +1,106 @@
+// qkv/tensor.h: a dense, C-ordered, owning n-d array.
+//
+// Deliberately small: a dtype, a shape and a contiguous buffer. Every op in
+// qkv takes and returns Tensors in row-major (C) order, so strides are always
+// derived from the shape and never stored.
+//
+// Dimension glossary, used in every shape comment in qkv:
+//   B    batch (any number of leading dims, written "...")
+//   Hq   query heads          Hkv  key/value heads (Hq % Hkv == 0)
+//   N    query length         S    key/value length
+//   D    query/key head dim   Dv   value head dim
+//   C    model width (d_model)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "qkv/error.h"
+
+namespace qkv {
+
+enum class DType { f32, f64, boolean };
+
+using Shape = std::vector<int64_t>;
+
+// "float32", "float64", "bool" (NumPy's names).
+const char* dtype_name(DType dt);
+size_t dtype_size(DType dt);
+// "[2, 3, 4]"; "[]" for a scalar.
+std::string shape_str(const Shape& shape);
+// Product of the dims; throws qkv::Error if a dim is negative or it overflows.
+int64_t shape_numel(const Shape& shape);
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-filled (false for bool).
+  Tensor(DType dtype, Shape shape);
+
+  // Copies `values` (row-major) into a new tensor of the given shape.
+  template <class T>
+  static Tensor from(Shape shape, const std::vector<T>& values);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end, like NumPy
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return storage_.size(); }
+  bool empty() const { return numel_ == 0; }
+
+  // Typed access; throws qkv::Error if T does not match dtype().
+  template <class T> T* data();
+  template <class T> const T* data() const;
+  std::byte* raw() { return storage_.data(); }
+  const std::byte* raw() const { return storage_.data(); }
+
+  // Element i of a float tensor as double (f32 or f64 only).
+  double get(int64_t i) const;
+
+  // Converts between float32 and float64 (a copy even when the type matches).
+  Tensor to(DType dtype) const;
+  // Same data, new shape with the same number of elements.
+  Tensor reshaped(Shape shape) const;
+
+ private:
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  int64_t numel_ = 0;
+  // Bool is stored as one byte per element, matching NumPy's |b1.
+  std::vector<std::byte> storage_;
+};
+
+template <class T>
+Tensor Tensor::from(Shape shape, const std::vector<T>& values) {
+  Tensor t(dtype_of<T>(), std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw Error("Tensor::from: " + std::to_string(values.size()) +
+                " values for shape " + shape_str(t.shape()));
+  T* p = t.data<T>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+template <class T>
+T* Tensor::data() {
+  if (dtype_ != dtype_of<T>())
+    throw Error(std::string("tensor is ") + dtype_name(dtype_) + ", accessed as " +
+                dtype_name(dtype_of<T>()));
+  return reinterpret_cast<T*>(storage_.data());
+}
+
+template <class T>
+const T* Tensor::data() const {
+  return const_cast<Tensor*>(this)->data<T>();
+}
+
+}  // namespace qkv

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs qkv's Debian build dependencies (only what is missing, so a warm
+# machine skips apt entirely). Sourced by setup.sh and test.sh.
+set -euo pipefail
+QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
+                  libcli11-dev libstb-dev libgtest-dev libgmock-dev
+                  python3 python3-venv)
+missing=()
+for p in "${QKV_APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi

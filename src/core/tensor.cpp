@@ -1,0 +1,95 @@
+#include "qkv/tensor.h"
+
+#include <cstring>
+#include <limits>
+
+namespace qkv {
+
+const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::boolean: return "bool";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dt) {
+  switch (dt) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw Error("negative dimension in shape " + shape_str(shape));
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throw Error("shape " + shape_str(shape) + " has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+Tensor::Tensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)) {
+  if (static_cast<uint64_t>(numel_) > std::numeric_limits<size_t>::max() / 8)
+    throw Error("shape " + shape_str(shape_) + " is too large to allocate");
+  storage_.assign(static_cast<size_t>(numel_) * dtype_size(dtype_), std::byte{0});
+}
+
+int64_t Tensor::dim(int i) const {
+  const int r = rank();
+  const int j = i < 0 ? i + r : i;
+  if (j < 0 || j >= r)
+    throw Error("dim " + std::to_string(i) + " out of range for shape " + shape_str(shape_));
+  return shape_[j];
+}
+
+double Tensor::get(int64_t i) const {
+  switch (dtype_) {
+    case DType::f32: return data<float>()[i];
+    case DType::f64: return data<double>()[i];
+    case DType::boolean: return data<bool>()[i] ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out(dtype, shape_);
+  if (dtype_ == DType::boolean || dtype == DType::boolean)
+    throw Error(std::string("cannot convert ") + dtype_name(dtype_) + " to " + dtype_name(dtype));
+  if (dtype == DType::f32) {
+    const double* src = data<double>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < numel_; ++i) dst[i] = static_cast<float>(src[i]);
+  } else {
+    const float* src = data<float>();
+    double* dst = out.data<double>();
+    for (int64_t i = 0; i < numel_; ++i) dst[i] = src[i];
+  }
+  return out;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel_)
+    throw Error("cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
+  Tensor out = *this;
+  out.shape_ = std::move(shape);
+  return out;
+}
+
+}  // namespace qkv

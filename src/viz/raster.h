@@ -1,0 +1,51 @@
+// A small RGB canvas: filled rectangles, stb_easy_font text, a colour map.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qkv {
+
+struct Rgb {
+  uint8_t r, g, b;
+  bool operator==(const Rgb&) const = default;
+};
+
+class Canvas {
+ public:
+  Canvas(int width, int height);  // white
+  int width() const { return width_; }
+  int height() const { return height_; }
+  const uint8_t* data() const { return px_.data(); }
+  // Fills [x0, x1) x [y0, y1), clipped to the canvas.
+  void fill(int x0, int y0, int x1, int y1, Rgb c);
+
+ private:
+  int width_, height_;
+  std::vector<uint8_t> px_;  // row-major RGB
+};
+
+// stb_easy_font's glyphs, in font units: capitals and digits span 7 units
+// from the top, descenders 2 more; most characters advance 6.
+constexpr int kCapHeight = 7;
+constexpr int kLineHeight = 9;
+
+// `text` as the font can draw it: printable ASCII, anything else '?' (one
+// per UTF-8 character), cut to `max_chars` with a final '~'.
+std::string font_text(const std::string& text, size_t max_chars);
+
+// Length of font_text(text) in pixels at `scale` pixels per font unit.
+int text_width(const std::string& text, int scale);
+
+// Draws font_text(text). Horizontal text has its top-left at (x, y).
+// Vertical text is turned a quarter turn anticlockwise and reads upwards
+// from (x, y), its bottom-left corner, as rotated axis labels do.
+void draw_text(Canvas& canvas, int x, int y, const std::string& text, int scale, Rgb color,
+               bool vertical = false);
+
+// A viridis-like sequential map, perceptually ordered: dark purple at 0,
+// through blue and green, to yellow at 1.
+Rgb colormap(double t);
+
+}  // namespace qkv

@@ -1,0 +1,168 @@
+"""Bad input to the CLI: one clear line naming the argument, what was
+expected and what was found; exit 2 for usage errors, 1 for bad data; never a
+crash, a hang, or a NaN passed off as a result."""
+import numpy as np
+import pytest
+
+USAGE, DATA = 2, 1
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Writes arrays (or raw bytes) into tmp_path and returns their paths."""
+    def _files(**arrays):
+        paths = {}
+        for name, value in arrays.items():
+            path = tmp_path / f"{name}.npy"
+            if isinstance(value, bytes):
+                path.write_bytes(value)
+            else:
+                np.save(path, value)
+            paths[name] = str(path)
+        return paths
+    return _files
+
+
+def good(n=3, s=5, d=4, dv=4, hq=2, hkv=1, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return dict(q=rng.normal(size=(hq, n, d)).astype(dtype),
+                k=rng.normal(size=(hkv, s, d)).astype(dtype),
+                v=rng.normal(size=(hkv, s, dv)).astype(dtype))
+
+
+def npy_header(descr="<f4", fortran=False, shape="(2, 3)"):
+    header = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+
+
+def attention_args(p, tmp_path, *extra):
+    return ["attention", "--q", p["q"], "--k", p["k"], "--v", p["v"],
+            "-o", str(tmp_path / "out.npy"), *extra]
+
+
+# name -> (override of q/k/v/mask contents, extra args, exit code, message part)
+CASES = {
+    "k head dim differs": (dict(k=np.zeros((1, 5, 3), np.float32)), [], DATA,
+                           "k: expected head dim D = 4 (from q), found 3"),
+    "v length differs": (dict(v=np.zeros((1, 6, 4), np.float32)), [], DATA,
+                         "v: expected [..., Hkv=1, S=5, Dv] (from k)"),
+    "Hq not a multiple of Hkv": (dict(q=np.zeros((3, 3, 4), np.float32),
+                                      k=np.zeros((2, 5, 4), np.float32),
+                                      v=np.zeros((2, 5, 4), np.float32)), [], DATA,
+                                 "query heads Hq = 3 must be a multiple of key/value heads Hkv = 2"),
+    "D = 0": (dict(q=np.zeros((2, 3, 0), np.float32), k=np.zeros((1, 5, 0), np.float32)), [],
+              DATA, "head dim D must be at least 1"),
+    "empty query sequence": (dict(q=np.zeros((2, 0, 4), np.float32)), [], DATA,
+                             "query length N must be at least 1"),
+    "empty key sequence": (dict(k=np.zeros((1, 0, 4), np.float32),
+                                v=np.zeros((1, 0, 4), np.float32)), [], DATA,
+                           "key length S must be at least 1"),
+    "q has two dims": (dict(q=np.zeros((3, 4), np.float32)), [], DATA,
+                       "q: expected at least 3 dims [..., Hq, N, D], found [3, 4]"),
+    "batch dims differ": (dict(q=np.zeros((2, 2, 3, 4), np.float32)), [], DATA,
+                          "k, v: expected the leading batch dims of q [2]"),
+    "dtypes differ": (dict(k=np.zeros((1, 5, 4), np.float64)), [], DATA,
+                      "expected the dtype of q (float32)"),
+    "bool q": (dict(q=np.zeros((2, 3, 4), bool)), [], DATA,
+               "q: expected float32 or float64, found bool"),
+    "NaN in q": (dict(q=np.full((2, 3, 4), np.nan, np.float32)), [], DATA,
+                 "q: values must be finite, found NaN at [0, 0, 0]"),
+    "Inf in v": (dict(v=np.where(np.arange(20).reshape(1, 5, 4) == 7, np.inf, 0).astype(np.float32)),
+                 [], DATA, "v: values must be finite, found inf at [0, 1, 3]"),
+    "mask not broadcastable": (dict(mask=np.ones((3, 4), bool)), [], DATA,
+                               "mask: expected a shape broadcastable to [2, 3, 5]"),
+    "mask with NaN": (dict(mask=np.full((3, 5), np.nan, np.float32)), [], DATA,
+                      "mask: additive mask values must be finite or -inf, found NaN"),
+    "mask with +inf": (dict(mask=np.full((5,), np.inf, np.float32)), [], DATA,
+                       "found +inf"),
+    "fortran-order file": (dict(k=np.asfortranarray(np.zeros((1, 5, 4), np.float32))), [], DATA,
+                           "--k: "),
+    "big-endian file": (dict(q=np.zeros((2, 3, 4), ">f4")), [], DATA, "big-endian dtype '>f4'"),
+    "int64 file": (dict(q=np.zeros((2, 3, 4), np.int64)), [], DATA, "--q: "),
+    "float16 file": (dict(v=np.zeros((1, 5, 4), np.float16)), [], DATA, "--v: "),
+    "not a npy file": (dict(q=b"hello world, this is not numpy"), [], DATA, "not a .npy file"),
+    "empty file": (dict(k=b""), [], DATA, "--k: "),
+    "truncated data": (dict(q=npy_header(shape="(2, 3, 4)") + b"\0" * 10), [], DATA,
+                       "expects 96 bytes"),
+    "shape product overflows": (dict(q=npy_header(shape="(4294967296, 4294967296, 4294967296)")),
+                                [], DATA, "--q: "),
+    "shape far larger than file": (dict(q=npy_header(shape="(100000, 100000, 100)")), [], DATA,
+                                   "--q: "),
+    "malformed header": (dict(q=b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'\n"), [], DATA, "--q: "),
+    "bad causal value": ({}, ["--causal", "sideways"], USAGE, "--causal"),
+    "scale not a number": ({}, ["--scale", "abc"], USAGE, "--scale"),
+    "unknown flag": ({}, ["--frobnicate"], USAGE, "--frobnicate"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_attention_input(name, run, files, tmp_path):
+    override, extra, code, message = CASES[name]
+    arrays = {**good(), **override}
+    p = files(**arrays)
+    if "mask" in p:
+        extra = ["--mask", p["mask"], *extra]
+    r = run(*attention_args(p, tmp_path, *extra))
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert message in r.stderr, r.stderr
+    assert r.stderr.startswith("qkv attention: error: "), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_missing_file(run, files, tmp_path):
+    p = files(**good())
+    p["v"] = str(tmp_path / "nope.npy")
+    r = run(*attention_args(p, tmp_path))
+    assert r.returncode == DATA
+    assert "--v: cannot open" in r.stderr and "No such file or directory" in r.stderr
+
+
+def test_directory_instead_of_file(run, files, tmp_path):
+    p = files(**good())
+    p["k"] = str(tmp_path)
+    r = run(*attention_args(p, tmp_path))
+    assert r.returncode == DATA
+    assert "--k: cannot read" in r.stderr and "directory" in r.stderr
+
+
+def test_missing_required_option(run):
+    r = run("attention", "--q", "q.npy")
+    assert r.returncode == USAGE
+    assert "--k is required" in r.stderr
+
+
+def test_unwritable_output(run, files, tmp_path):
+    p = files(**good())
+    r = run("attention", "--q", p["q"], "--k", p["k"], "--v", p["v"],
+            "-o", str(tmp_path / "no" / "such" / "dir" / "out.npy"))
+    assert r.returncode == DATA
+    assert "--out: cannot write" in r.stderr
+
+
+def test_no_subcommand_and_unknown_subcommand(run):
+    assert run().returncode == USAGE
+    r = run("attend")
+    assert r.returncode == USAGE and "attend" in r.stderr
+
+
+def test_every_command_has_help(run):
+    for cmd in ([], ["demo"], ["attention"], ["explain"]):
+        r = run(*cmd, "--help")
+        assert r.returncode == 0 and "Usage" in r.stdout, cmd
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--heads", "3"], "--heads: expected a divisor of --d-model 8, found 3"),
+    (["--heads", "0"], "--heads: expected a positive integer, found 0"),
+    (["--kv-heads", "3", "--heads", "4"], "--kv-heads: expected a divisor of --heads 4, found 3"),
+    (["--tokens", "   "], "--tokens: expected at least one word"),
+    (["--positions", "spiral"], "--positions"),
+    (["--d-model", "6", "--heads", "2", "--positions", "rope"], "expected an even head dim"),
+    (["--q", "q.npy"], "--q, --k, --v: expected all three"),
+])
+def test_bad_explain_usage(args, message, run):
+    r = run("explain", *args)
+    assert r.returncode == USAGE, r.stderr
+    assert message in r.stderr

@@ -1,0 +1,17 @@
+// commands.h: each command adds its subcommand to the app and returns the
+// function that runs it once parsing succeeded.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace qkv::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_demo(CLI::App& app);
+Runner add_attention(CLI::App& app);
+Runner add_explain(CLI::App& app);
+
+}  // namespace qkv::cli
