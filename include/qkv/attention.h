@@ -34,7 +34,9 @@
 //   never NaN.
 // - q, k and v must be finite: NaN or Inf in them is rejected with qkv::Error
 //   naming the tensor and index, since it would otherwise surface as a NaN
-//   result that looks like an answer.
+//   result that looks like an answer. The check reads q, k and v once; a
+//   decode loop whose inputs are known to be finite may turn it off
+//   (check_finite = false), and NaN then propagates as in IEEE arithmetic.
 #pragma once
 
 #include <optional>
@@ -52,6 +54,14 @@ const char* causal_name(Causal c);
 // Inverse of causal_name; std::nullopt for anything else.
 std::optional<Causal> parse_causal(const std::string& s);
 
+// Which implementation runs. Both give the same results within float32
+// rounding; automatic picks fast.
+enum class Kernel { reference, fast, automatic };
+
+// "reference", "fast", "auto".
+const char* kernel_name(Kernel k);
+std::optional<Kernel> parse_kernel(const std::string& s);
+
 struct SlidingWindow {
   int64_t left = -1;   // keys before the diagonal a query may see; -1 = all
   int64_t right = -1;  // keys after the diagonal; -1 = all
@@ -67,6 +77,9 @@ struct AttentionOptions {
   double softcap = 0.0;               // 0 = off
   bool return_weights = false;   // fill AttentionResult::weights [..., Hq, N, S]
   bool return_lse = false;       // fill AttentionResult::lse     [..., Hq, N]
+  bool check_finite = true;      // reject NaN/Inf in q, k, v (one extra read)
+  Kernel kernel = Kernel::automatic;
+  int threads = 0;               // fast kernel threads; 0 = all cores
 };
 
 struct AttentionResult {
@@ -75,9 +88,19 @@ struct AttentionResult {
   Tensor lse;      // [..., Hq, N] log-sum-exp of each row's scaled, masked scores
 };
 
-// The reference path: plain loops, double accumulation. Throws qkv::Error on
-// any shape, dtype or value problem.
+// Runs the kernel chosen by opts.kernel. The reference kernel is plain loops
+// with double accumulation; the fast one is tiled, SIMD and threaded. Throws
+// qkv::Error on any shape, dtype or value problem.
+//
+// Kernel::fast takes float32 only (float64 with fast is an error; automatic
+// sends float64 to the reference kernel).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& opts = {});
+
+// The same, writing into `res`: tensors already of the right dtype and shape
+// are reused, so a loop of same-shaped calls (decoding, benchmarking)
+// allocates nothing.
+void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const AttentionOptions& opts = {});
 
 }  // namespace qkv

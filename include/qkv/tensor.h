@@ -34,6 +34,27 @@ std::string shape_str(const Shape& shape);
 // Product of the dims; throws qkv::Error if a dim is negative or it overflows.
 int64_t shape_numel(const Shape& shape);
 
+namespace detail {
+// Tensor storage: 64-byte aligned (whole cache lines, aligned SIMD loads),
+// and buffers of 2 MiB or more are 2 MiB aligned and offered to the kernel
+// as transparent huge pages. Attention streams K and V once per call; with
+// 4 KiB pages the page walks, not DRAM, limited decode's bandwidth.
+void* storage_alloc(size_t bytes);
+void storage_free(void* p) noexcept;
+
+template <class T>
+struct StorageAllocator {
+  using value_type = T;
+  StorageAllocator() = default;
+  template <class U>
+  StorageAllocator(const StorageAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(storage_alloc(n * sizeof(T))); }
+  void deallocate(T* p, size_t) noexcept { storage_free(p); }
+  template <class U>
+  bool operator==(const StorageAllocator<U>&) const { return true; }
+};
+}  // namespace detail
+
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
@@ -76,7 +97,7 @@ class Tensor {
   Shape shape_;
   int64_t numel_ = 0;
   // Bool is stored as one byte per element, matching NumPy's |b1.
-  std::vector<std::byte> storage_;
+  std::vector<std::byte, detail::StorageAllocator<std::byte>> storage_;
 };
 
 template <class T>

@@ -1,9 +1,29 @@
 #include "qkv/tensor.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include <sys/mman.h>
 #include <limits>
 
 namespace qkv {
+
+namespace detail {
+
+void* storage_alloc(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+  // Only a hint: without THP support (or with it off) this fails harmlessly.
+  if (align == kHuge) madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+  return p;
+}
+
+void storage_free(void* p) noexcept { std::free(p); }
+
+}  // namespace detail
 
 const char* dtype_name(DType dt) {
   switch (dt) {

@@ -93,6 +93,42 @@ CASES = {
     "bad causal value": ({}, ["--causal", "sideways"], USAGE, "--causal"),
     "scale not a number": ({}, ["--scale", "abc"], USAGE, "--scale"),
     "unknown flag": ({}, ["--frobnicate"], USAGE, "--frobnicate"),
+    "window with one side": ({}, ["--window", "128"], USAGE,
+                             "--window: expected LEFT,RIGHT, two integers >= -1 (-1 = unbounded), "
+                             "found '128'"),
+    "window not numbers": ({}, ["--window", "a,b"], USAGE, "--window: expected LEFT,RIGHT"),
+    "window below -1": ({}, ["--window=-2,0"], USAGE, "found '-2,0'"),
+    "window with three sides": ({}, ["--window", "1,2,3"], USAGE, "found '1,2,3'"),
+    "key lengths not integers": ({}, ["--key-lengths", "5,x"], USAGE,
+                                 "--key-lengths: expected comma-separated integers >= 0, "
+                                 "found '5,x'"),
+    "negative key length": ({}, ["--key-lengths=-1"], USAGE, "--key-lengths: expected"),
+    "empty key lengths": ({}, ["--key-lengths", ""], USAGE, "--key-lengths: expected"),
+    "key length item missing": ({}, ["--key-lengths", "5,,5"], USAGE, "found '5,,5'"),
+    "too many key lengths": ({}, ["--key-lengths", "5,5"], DATA,
+                             "key_lengths: expected one length per batch element (1"),
+    "key length above S": ({}, ["--key-lengths", "6"], DATA,
+                           "key_lengths: expected lengths in [0, S=5], found 6 at [0]"),
+    "alibi slope not a number": ({}, ["--alibi-slopes", "0.5,abc"], USAGE,
+                                 "--alibi-slopes: expected comma-separated finite numbers, "
+                                 "found '0.5,abc'"),
+    "alibi slope NaN": ({}, ["--alibi-slopes", "nan,1"], USAGE, "--alibi-slopes: expected"),
+    "alibi slope inf": ({}, ["--alibi-slopes", "1,inf"], USAGE, "--alibi-slopes: expected"),
+    "one alibi slope for two heads": ({}, ["--alibi-slopes", "0.5"], DATA,
+                                      "alibi_slopes: expected one slope per query head (Hq = 2), "
+                                      "found 1"),
+    "alibi and alibi slopes": ({}, ["--alibi", "--alibi-slopes", "0.5,0.25"], USAGE,
+                               "--alibi excludes --alibi-slopes"),
+    "negative softcap": ({}, ["--softcap=-1"], USAGE,
+                         "--softcap: expected a number >= 0 (0 = off), found '-1'"),
+    "softcap not a number": ({}, ["--softcap", "abc"], USAGE, "--softcap: expected"),
+    "softcap inf": ({}, ["--softcap", "inf"], USAGE, "--softcap: expected"),
+    "bad kernel": ({}, ["--kernel", "turbo"], USAGE, "--kernel"),
+    "fast kernel on float64": (good(dtype=np.float64), ["--kernel", "fast"], DATA, "float32"),
+    "negative threads": ({}, ["--threads=-1"], USAGE,
+                         "--threads: expected an integer >= 0 (0 = all cores), found '-1'"),
+    "threads not an integer": ({}, ["--threads", "2.5"], USAGE, "--threads: expected"),
+    "threads out of range": ({}, ["--threads", "99999999999"], USAGE, "--threads: expected"),
 }
 
 
@@ -148,7 +184,7 @@ def test_no_subcommand_and_unknown_subcommand(run):
 
 
 def test_every_command_has_help(run):
-    for cmd in ([], ["demo"], ["attention"], ["explain"]):
+    for cmd in ([], ["demo"], ["attention"], ["explain"], ["bench"]):
         r = run(*cmd, "--help")
         assert r.returncode == 0 and "Usage" in r.stdout, cmd
 

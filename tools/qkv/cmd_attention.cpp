@@ -1,6 +1,9 @@
 // qkv attention: the general entry point on .npy files, exactly the semantics
 // of qkv::attention (see include/qkv/attention.h).
+#include <charconv>
+#include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -10,21 +13,96 @@ namespace qkv::cli {
 namespace {
 
 struct AttentionArgs {
-  std::string q, k, v, mask, causal = "none", weights, lse, out;
+  std::string q, k, v, mask, causal = "none", weights, lse, out, kernel = "auto";
   std::optional<double> scale;
+  // Parsed here rather than by CLI11 so that every malformed value gets the
+  // same "expected ..., found ..." message.
+  std::optional<std::string> window, key_lengths, alibi_slopes, softcap, threads;
+  bool alibi = false;
 };
 
+// `s` as one number >= min: the whole string, finite; std::nullopt otherwise.
+template <class T>
+std::optional<T> to_number(const std::string& s, T min) {
+  T x{};
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, x);
+  if (ec != std::errc() || ptr != end || !std::isfinite(static_cast<double>(x)) || x < min)
+    return std::nullopt;
+  return x;
+}
+
+// The comma-separated numbers of option `opt`'s value `s`, each >= min, and
+// `count` of them unless count is 0; otherwise a UsageError saying `expected`.
+template <class T>
+std::vector<T> to_numbers(const char* opt, const std::string& s, T min, size_t count,
+                          const char* expected) {
+  std::vector<T> out;
+  bool ok = true;
+  for (size_t start = 0; ok;) {
+    const size_t comma = s.find(',', start);
+    const std::optional<T> x = to_number<T>(s.substr(start, comma - start), min);
+    ok = x.has_value();
+    if (ok) out.push_back(*x);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!ok || (count != 0 && out.size() != count))
+    throw UsageError(std::string(opt) + ": expected " + expected + ", found '" + s + "'");
+  return out;
+}
+
+// The slopes of the ALiBi paper (Press et al., 2022, and its reference code)
+// for `heads` heads: 2^(-8(h+1)/heads) when heads is a power of two;
+// otherwise those for the largest power of two p below heads, followed by
+// every other slope of the 2p-head sequence (1st, 3rd, ...): 2^(-8(2i+1)/(2p)).
+std::vector<double> alibi_paper_slopes(int64_t heads) {
+  int64_t p = 1;
+  while (p * 2 <= heads) p *= 2;
+  std::vector<double> slopes;
+  for (int64_t h = 0; h < p; ++h) slopes.push_back(std::exp2(-8.0 * double(h + 1) / double(p)));
+  for (int64_t i = 0; i < heads - p; ++i)
+    slopes.push_back(std::exp2(-8.0 * double(2 * i + 1) / double(2 * p)));
+  return slopes;
+}
+
+// The options given as numbers; they need no data, only well-formed values.
+void parse_number_options(const AttentionArgs& a, AttentionOptions& opts) {
+  constexpr double kAny = -std::numeric_limits<double>::infinity();
+  if (a.window) {
+    const auto w = to_numbers<int64_t>("--window", *a.window, -1, 2,
+                                       "LEFT,RIGHT, two integers >= -1 (-1 = unbounded)");
+    opts.window = SlidingWindow{w[0], w[1]};
+  }
+  if (a.key_lengths)
+    opts.key_lengths = to_numbers<int64_t>("--key-lengths", *a.key_lengths, 0, 0,
+                                           "comma-separated integers >= 0");
+  if (a.alibi_slopes)
+    opts.alibi_slopes = to_numbers<double>("--alibi-slopes", *a.alibi_slopes, kAny, 0,
+                                           "comma-separated finite numbers");
+  if (a.softcap)
+    opts.softcap =
+        to_numbers<double>("--softcap", *a.softcap, 0.0, 1, "a number >= 0 (0 = off)")[0];
+  if (a.threads)
+    opts.threads =
+        to_numbers<int>("--threads", *a.threads, 0, 1, "an integer >= 0 (0 = all cores)")[0];
+}
+
 int run_attention(const AttentionArgs& a) {
+  AttentionOptions opts;
+  parse_number_options(a, opts);  // before loading, so a typo costs no I/O
   const Tensor q = load_npy_arg("--q", a.q);
   const Tensor k = load_npy_arg("--k", a.k);
   const Tensor v = load_npy_arg("--v", a.v);
   Tensor mask;
-  AttentionOptions opts;
   if (!a.mask.empty()) {
     mask = load_npy_arg("--mask", a.mask);
     opts.mask = &mask;
   }
+  // Hq is q's third dim from the end; a q with fewer dims is reported by attention().
+  if (a.alibi && q.rank() >= 3) opts.alibi_slopes = alibi_paper_slopes(q.dim(-3));
   opts.causal = *parse_causal(a.causal);  // CLI11 already checked the value
+  opts.kernel = *parse_kernel(a.kernel);  // likewise
   opts.scale = a.scale;
   opts.return_weights = !a.weights.empty();
   opts.return_lse = !a.lse.empty();
@@ -44,7 +122,7 @@ Runner add_attention(CLI::App& app) {
   auto args = std::make_shared<AttentionArgs>();
   CLI::App* cmd = app.add_subcommand(
       "attention",
-      "Attention on .npy files: out = softmax(q kᵀ · scale + mask) v.\n"
+      "Attention on .npy files: out = softmax(cap(q kᵀ · scale) + alibi + mask) v.\n"
       "Shapes: q [..., Hq, N, D], k [..., Hkv, S, D], v [..., Hkv, S, Dv] -> out [..., Hq, N, Dv];\n"
       "Hq must be a multiple of Hkv (GQA). float32 or float64; output in the input's dtype.");
   cmd->add_option("--q", args->q, "queries [..., Hq, N, D] (.npy)")->required();
@@ -57,11 +135,36 @@ Runner add_attention(CLI::App& app) {
                   "none; top-left: query i sees keys j <= i; bottom-right: j <= i + S - N")
       ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
       ->capture_default_str();
+  cmd->add_option("--window", args->window,
+                  "query i sees keys a(i) - LEFT <= j <= a(i) + RIGHT, a(i) its diagonal "
+                  "(aligned like --causal); -1 = unbounded, e.g. 128,0")
+      ->type_name("LEFT,RIGHT");
+  cmd->add_option("--key-lengths", args->key_lengths,
+                  "one length L per batch element (leading dims flattened); keys j >= L are "
+                  "padding")
+      ->type_name("L0,L1,...");
+  CLI::Option* alibi = cmd->add_flag(
+      "--alibi", args->alibi, "ALiBi with the paper's slopes for Hq heads: 2^(-8(h+1)/Hq), ...");
+  cmd->add_option("--alibi-slopes", args->alibi_slopes,
+                  "one ALiBi slope per query head; adds -slope * |a(i) - j| to the scores")
+      ->type_name("A0,A1,...")
+      ->excludes(alibi);
+  cmd->add_option("--softcap", args->softcap,
+                  "scores become C * tanh(scores / C) after scaling, before bias and mask; 0 = off")
+      ->type_name("C");
   cmd->add_option("--scale", args->scale, "score scale (default 1/sqrt(D); 1 = no scaling)");
+  cmd->add_option("--kernel", args->kernel,
+                  "reference (plain loops, double sums), fast (tiled SIMD, float32 only) or auto "
+                  "(fast for float32, reference for float64)")
+      ->check(CLI::IsMember({"reference", "fast", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "threads for the fast kernel (default 0 = all cores)")
+      ->type_name("N");
   cmd->add_option("--weights", args->weights, "also write the attention weights [..., Hq, N, S]");
   cmd->add_option("--lse", args->lse, "also write each row's log-sum-exp [..., Hq, N]");
   cmd->add_option("-o,--out", args->out, "output file for out [..., Hq, N, Dv] (.npy)")->required();
   cmd->footer(
+      "Every rule that hides a key (mask, causal, window, key lengths, -inf) combines by AND.\n"
       "A row with no visible key gives out = 0, weights = 0 and lse = -inf.\n"
       "NaN or Inf in q, k or v is rejected (exit 1). Exit codes: 0 ok, 1 bad data, 2 usage.");
   return [args] { return run_attention(*args); };

@@ -13,5 +13,6 @@ using Runner = std::function<int()>;
 Runner add_demo(CLI::App& app);
 Runner add_attention(CLI::App& app);
 Runner add_explain(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -1,0 +1,30 @@
+// qkv/runtime.h: which SIMD code path and how many threads the fast kernels use.
+//
+// One binary carries AVX-512, AVX2+FMA and scalar code; the best one the CPU
+// supports is picked at run time. QKV_ISA=avx512|avx2|scalar in the
+// environment, or set_isa(), forces a path (tests run each one).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace qkv {
+
+enum class Isa { scalar, avx2, avx512 };
+
+// "scalar", "avx2", "avx512".
+const char* isa_name(Isa isa);
+std::optional<Isa> parse_isa(const std::string& s);
+
+// The best path this CPU (and OS) supports.
+Isa detected_isa();
+// The path the kernels use now: set_isa's, else QKV_ISA's, else detected_isa().
+Isa active_isa();
+// Forces a path; throws qkv::Error if the CPU cannot run it.
+void set_isa(Isa isa);
+
+// Threads used when an option asks for 0 ("all"): the number of cores
+// OpenMP sees (OMP_NUM_THREADS is honoured).
+int default_threads();
+
+}  // namespace qkv

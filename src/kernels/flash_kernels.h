@@ -1,0 +1,69 @@
+// flash_kernels.h: the SIMD micro-kernels of the fast attention path, one
+// table per instruction set, chosen at run time (qkv/runtime.h).
+//
+// The tile layout is "transposed": a score tile St holds keys in rows and
+// queries in columns, St[j][i] = q_i · k_j, so that
+//   - Q·Kᵀ broadcasts one key element against a vector of queries (K is read
+//     in its natural [S, D] layout, never packed or transposed),
+//   - the softmax's max and sum over keys are vertical (element-wise across
+//     rows) operations, with no horizontal reductions,
+//   - P·V broadcasts one weight P[j][i] against a vector of V's row j.
+// Only Q is packed, once per work item: Qt[d][i] = q_i[d] · scale.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/runtime.h"
+
+namespace qkv::kernels {
+
+// Queries per tile (columns of St): 4 AVX-512 vectors, 8 AVX2 vectors.
+constexpr int kBR = 64;
+// Keys per tile (rows of St). 64 keys of D = 128 keep the K and V tiles of a
+// step (2 x 32 KiB) in L2 and St (16 KiB) in L1.
+constexpr int kBC = 64;
+
+struct FlashKernels {
+  // St[j][i] = sum_d K[j*ldk + d] * Qt[d*kBR + i] for j < nj and the first
+  // `ncols` columns (rounded up to a vector; Qt's padding columns are zero).
+  // St [nj][kBR], K rows of D floats with stride ldk, Qt [D][kBR].
+  void (*qk)(float* St, const float* K, int64_t ldk, int64_t nj, const float* Qt, int64_t D,
+             int ncols);
+
+  // Decode form of qk for few queries: St[j][i] = sum_d K[j*ldk + d] * Q[i*D + d]
+  // for i < ncols, with Q in natural layout [ncols][D] (already scaled).
+  // Vectors run along D, so no lane is wasted when ncols is 1.
+  void (*qk_rows)(float* St, const float* K, int64_t ldk, int64_t nj, const float* Q, int64_t D,
+                  int ncols);
+
+  // One online-softmax step over the tile's nj rows (keys), per column i:
+  //   m' = max(m, max_j St[j][i]);  St[j][i] = exp(St[j][i] - m');
+  //   alpha[i] = exp(m - m');       l' = alpha[i] * l + sum_j St[j][i].
+  // -inf scores give exactly 0; a column with no finite score so far keeps
+  // m = -inf, l = 0 (alpha is then 0, never NaN).
+  void (*softmax)(float* St, int64_t nj, int ncols, float* m, float* l, float* alpha);
+
+  // O[i][:] = alpha[i] * O[i][:] + sum_j P[j][i] * V[j*ldv + :] for i < ncols.
+  // O [kBR][Dv] (row stride Dv), P [nj][kBR].
+  void (*pv)(float* O, const float* P, int64_t nj, int ncols, const float* V, int64_t ldv,
+             int64_t Dv, const float* alpha);
+
+  // W[i*ldw + j] = exp(St[j][i] - lse[i]) for j < nj, i < ncols (0 where
+  // lse[i] = -inf): the exact weights from the saved log-sum-exp.
+  void (*weights)(float* W, int64_t ldw, const float* St, int64_t nj, int ncols, const float* lse);
+};
+
+const FlashKernels& scalar_kernels();
+const FlashKernels& avx2_kernels();
+const FlashKernels& avx512_kernels();
+
+inline const FlashKernels& flash_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return avx512_kernels();
+    case Isa::avx2: return avx2_kernels();
+    case Isa::scalar: break;
+  }
+  return scalar_kernels();
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,78 @@
+// cpu.cpp: run-time choice of the SIMD path (see qkv/runtime.h).
+#include <atomic>
+#include <cstdlib>
+
+#include <omp.h>
+
+#include "qkv/error.h"
+#include "qkv/runtime.h"
+
+namespace qkv {
+namespace {
+
+bool cpu_can_run(Isa isa) {
+  // libgcc's __builtin_cpu_supports also checks (via XGETBV) that the OS
+  // saves the wide registers, so "avx512f" here means usable, not just present.
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+}
+
+// -1: not forced by set_isa.
+std::atomic<int> g_forced{-1};
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+std::optional<Isa> parse_isa(const std::string& s) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (s == isa_name(isa)) return isa;
+  return std::nullopt;
+}
+
+Isa detected_isa() {
+  static const Isa best = cpu_can_run(Isa::avx512) ? Isa::avx512
+                          : cpu_can_run(Isa::avx2) ? Isa::avx2
+                                                   : Isa::scalar;
+  return best;
+}
+
+void set_isa(Isa isa) {
+  if (!cpu_can_run(isa))
+    throw Error(std::string("isa: this CPU cannot run the ") + isa_name(isa) + " path (best: " +
+                isa_name(detected_isa()) + ")");
+  g_forced = static_cast<int>(isa);
+}
+
+Isa active_isa() {
+  if (int f = g_forced.load(); f >= 0) return static_cast<Isa>(f);
+  // Read once: the environment does not change under a running program.
+  static const Isa from_env = [] {
+    const char* env = std::getenv("QKV_ISA");
+    if (!env || !*env) return detected_isa();
+    const auto isa = parse_isa(env);
+    if (!isa)
+      throw Error(std::string("QKV_ISA: expected avx512, avx2 or scalar, found '") + env + "'");
+    if (!cpu_can_run(*isa))
+      throw Error(std::string("QKV_ISA: this CPU cannot run the ") + env + " path");
+    return *isa;
+  }();
+  return from_env;
+}
+
+int default_threads() { return omp_get_max_threads(); }
+
+}  // namespace qkv
