@@ -3,7 +3,10 @@
 # machine skips apt entirely). Sourced by setup.sh and test.sh.
 set -euo pipefail
 QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
-                  libcli11-dev libstb-dev libgtest-dev libgmock-dev
+                  libcli11-dev libstb-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+                  # oneDNN, the GEMM; its CMake package also wants OpenCL's, which
+                  # apt only recommends
+                  libdnnl-dev ocl-icd-opencl-dev
                   python3 python3-venv)
 missing=()
 for p in "${QKV_APT_PACKAGES[@]}"; do

@@ -103,4 +103,22 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
 void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionOptions& opts = {});
 
+// Gradients of out = attention(q, k, v, opts).
+struct AttentionGrads {
+  Tensor dq;  // [..., Hq, N, D]
+  Tensor dk;  // [..., Hkv, S, D]: a GQA group's query heads summed into their shared head
+  Tensor dv;  // [..., Hkv, S, Dv]
+};
+
+// Backward pass: given the forward's inputs, its out and lse (run the forward
+// with return_lse) and dout = dLoss/dout [..., Hq, N, Dv], fills g (reusing
+// its tensors when they fit, like attention_into). Same options and masks as
+// the forward; masks, ALiBi and additive biases get no gradient. The
+// reference kernel recomputes the weights in double; the fast one recomputes
+// each score tile from lse, so nothing of size N x S is stored. Fully masked
+// rows give zero gradients. Results are bitwise identical for any thread count.
+void attention_backward_into(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const Tensor& dout,
+                             const AttentionOptions& opts = {});
+
 }  // namespace qkv

@@ -18,15 +18,13 @@
 #include <omp.h>
 
 #include "kernels/flash_kernels.h"
+#include "kernels/flash_tiles.h"
 #include "runtime/scratch.h"
 
 namespace qkv::kernels {
 namespace {
 
-constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kSplitKeys = 512;
-// Blocks with at most this many rows use qk_rows (vectors along D).
-constexpr int kRowsForQkRows = 4;
 
 struct Ctx {
   const AttentionProblem& p;
@@ -119,38 +117,6 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
       for (int r = rows; r < kBR; ++r) pn.Qp[d * kBR + r] = 0.0f;
 }
 
-// Applies soft-capping, ALiBi, the masks and the visible key range to a
-// scaled score tile St [nj][kBR] of the panel, keys from j0.
-void mask_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int64_t nj, float* St) {
-  const AttentionProblem& p = c.p;
-  const Tensor* mask = p.mask.tensor;
-  const bool bool_mask = mask && mask->dtype() == DType::boolean;
-  const float cap = static_cast<float>(p.softcap);
-  for (int r = 0; r < pn.rows(); ++r) {
-    const int64_t h = pn.h0 + r / pn.npos, i = blk.i0 + r % pn.npos;
-    const int64_t first = p.first_key(i), last = p.last_key(blk.b, i);
-    const int64_t mrow = mask ? p.mask.head_offset[blk.b * p.Hq + h] + i * p.mask.stride_n : 0;
-    for (int64_t jj = 0; jj < nj; ++jj) {
-      const int64_t j = j0 + jj;
-      float& s = St[jj * kBR + r];
-      if (j < first || j > last) {
-        s = -INFINITY;
-        continue;
-      }
-      if (cap > 0.0f) s = cap * std::tanh(s / cap);
-      if (p.alibi_slopes) s += static_cast<float>(p.alibi(h, i, j));
-      if (mask) {
-        const int64_t m = mrow + j * p.mask.stride_s;
-        if (bool_mask) {
-          if (!mask->data<bool>()[m]) s = -INFINITY;
-        } else {
-          s += static_cast<float>(mask->get(m));
-        }
-      }
-    }
-  }
-}
-
 // The scaled, masked score tile of the panel for keys [j0, j0+nj).
 void score_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int64_t nj, float* St) {
   const AttentionProblem& p = c.p;
@@ -161,17 +127,14 @@ void score_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int
     c.kern.qk(St, K, p.D, nj, pn.Qp, p.D, pn.rows());
   // Interior tiles of an unmasked problem need no per-element work: every
   // row sees every key of the tile.
-  const bool interior = !c.needs_elementwise && p.first_key(blk.i0 + blk.npos - 1) <= j0 &&
-                        j0 + nj - 1 <= p.last_key(blk.b, blk.i0);
-  if (!interior) mask_tile(c, blk, pn, j0, nj, St);
+  if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
+    mask_tile(p, TileRows{blk.b, pn.h0, blk.i0, pn.npos, pn.rows()}, j0, nj, St);
 }
 
 // The keys [first, end) any row of the block may see (first_key and
 // last_key both rise with the position), clipped to the block's range.
 void visible_range(const Ctx& c, const Block& blk, int64_t& first, int64_t& end) {
-  const AttentionProblem& p = c.p;
-  first = std::max(blk.kbeg, p.first_key(blk.i0));
-  end = std::min(blk.kend, p.last_key(blk.b, blk.i0 + blk.npos - 1) + 1);
+  visible_keys(c.p, blk.b, blk.i0, blk.npos, blk.kbeg, blk.kend, first, end);
 }
 
 // Online softmax of every panel of the block over its key range; leaves the
@@ -309,10 +272,13 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       float* Wp = W + row0 * p.S;
       for (int64_t x = 0; x < pn.rows() * p.S; ++x) Wp[x] = 0.0f;
       pack_queries(c, blk, pn);
+      // `weights` reads lse in whole vectors: a padded copy (alpha is free
+      // here), never past the end of the caller's lse.
+      for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
         score_tile(c, blk, pn, j0, nj, ws.St);
-        c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), lse + row0);
+        c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
       }
     }
   });
@@ -324,7 +290,7 @@ void flash_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const
                    const AttentionProblem& p, bool want_weights, bool want_lse, int threads,
                    Isa isa) {
   const Ctx c{p, flash_kernels(isa), q.data<float>(), k.data<float>(), v.data<float>(),
-              p.mask.tensor != nullptr || p.alibi_slopes != nullptr || p.softcap > 0.0};
+              needs_elementwise(p)};
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;

@@ -51,6 +51,28 @@ struct FlashKernels {
   // W[i*ldw + j] = exp(St[j][i] - lse[i]) for j < nj, i < ncols (0 where
   // lse[i] = -inf): the exact weights from the saved log-sum-exp.
   void (*weights)(float* W, int64_t ldw, const float* St, int64_t nj, int ncols, const float* lse);
+
+  // ---- the backward (flash_backward.cpp) ----
+  // In place, St [nj][kBR]: St[j][i] = exp(St[j][i] - lse[i]), 0 where
+  // lse[i] = -inf; whole vectors of columns, so lse [kBR] must be padded.
+  // The same arithmetic as `weights`, so P is the forward's weights exactly.
+  void (*probs)(float* St, int64_t nj, int ncols, const float* lse);
+
+  // In place, dS [nj][kBR] holding dP: dS[j][i] = P[j][i] * (dS[j][i] - Dd[i])
+  // * scale, times dcap[j][i] when dcap is not null (soft-cap's derivative).
+  // Whole vectors of columns; Dd [kBR] padded. Scale is folded in here so
+  // the products that follow are plain.
+  void (*dscores)(float* dS, const float* P, int64_t nj, int ncols, const float* Dd,
+                  const float* dcap, float scale);
+
+  // C[r*ldc + e] += sum_{t < nt} A[r*ar + t*at] * B[t*ldb + e] for r < nr,
+  // e < ne: the backward's three products (dQ += dS·K with A = dS read down
+  // its columns; dK += dSᵀ·Q and dV += Pᵀ·dO with A read along rows). Each
+  // C element is one chain of multiply-adds over t in order, however the
+  // registers are blocked, so results do not depend on how a caller cuts
+  // r or e (the backward relies on this for thread-count determinism).
+  void (*mac)(float* C, int64_t ldc, const float* A, int64_t ar, int64_t at, const float* B,
+              int64_t ldb, int64_t nr, int64_t nt, int64_t ne);
 };
 
 const FlashKernels& scalar_kernels();

@@ -8,13 +8,41 @@
 namespace qkv::ref {
 namespace {
 
-// Scaled (and soft-capped) score of query i against key j, before any bias.
+// score_row's contract (attention_ref.h). Visibility and bias come first, so
+// a hidden key costs no dot product.
 template <class T>
-double score(const T* qi, const T* kj, int64_t D, double scale, double softcap) {
-  double dot = 0.0;
-  for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qi[d]) * static_cast<double>(kj[d]);
-  const double s = dot * scale;
-  return softcap > 0.0 ? softcap * std::tanh(s / softcap) : s;
+void row_scores(const AttentionProblem& p, const T* qi, const T* Kg, int64_t b, int64_t h,
+                int64_t i, double* s, double* dcap) {
+  const Tensor* mask = p.mask.tensor;
+  const bool bool_mask = mask && mask->dtype() == DType::boolean;
+  const int64_t bh = b * p.Hq + h;
+  const int64_t first = p.first_key(i), last = p.last_key(b, i);
+  for (int64_t j = 0; j < p.S; ++j) {
+    bool visible = first <= j && j <= last;
+    double bias = p.alibi(h, i, j);
+    if (mask) {
+      const int64_t m = p.mask.head_offset[bh] + i * p.mask.stride_n + j * p.mask.stride_s;
+      if (bool_mask)
+        visible = visible && mask->data<bool>()[m];
+      else
+        bias += mask->get(m);
+    }
+    if (dcap) dcap[j] = 1.0;
+    if (!visible) {
+      s[j] = -INFINITY;
+      continue;
+    }
+    const T* kj = Kg + j * p.D;
+    double dot = 0.0;
+    for (int64_t d = 0; d < p.D; ++d) dot += static_cast<double>(qi[d]) * static_cast<double>(kj[d]);
+    double x = dot * p.scale;
+    if (p.softcap > 0.0) {
+      const double t = std::tanh(x / p.softcap);
+      x = p.softcap * t;
+      if (dcap) dcap[j] = 1.0 - t * t;
+    }
+    s[j] = x + bias;
+  }
 }
 
 template <class T>
@@ -26,8 +54,6 @@ void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tenso
   T* O = res.out.data<T>();
   T* W = want_weights ? res.weights.data<T>() : nullptr;
   T* L = want_lse ? res.lse.data<T>() : nullptr;
-  const Tensor* mask = p.mask.tensor;
-  const bool bool_mask = mask && mask->dtype() == DType::boolean;
 
   std::vector<double> s(p.S), acc(p.Dv);
   for (int64_t b = 0; b < p.B; ++b) {
@@ -37,20 +63,7 @@ void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tenso
       const T* Kb = K + bg * p.S * p.D;
       const T* Vb = V + bg * p.S * p.Dv;
       for (int64_t i = 0; i < p.N; ++i) {
-        const T* qi = Q + (bh * p.N + i) * p.D;
-        const int64_t first = p.first_key(i), last = p.last_key(b, i);
-        for (int64_t j = 0; j < p.S; ++j) {
-          bool visible = first <= j && j <= last;
-          double bias = p.alibi(h, i, j);
-          if (mask) {
-            const int64_t m = p.mask.head_offset[bh] + i * p.mask.stride_n + j * p.mask.stride_s;
-            if (bool_mask)
-              visible = visible && mask->data<bool>()[m];
-            else
-              bias += mask->get(m);
-          }
-          s[j] = visible ? score(qi, Kb + j * p.D, p.D, p.scale, p.softcap) + bias : -INFINITY;
-        }
+        row_scores(p, Q + (bh * p.N + i) * p.D, Kb, b, h, i, s.data(), nullptr);
         const double lse = softmax_row(s.data(), s.data(), p.S);  // s now holds weights
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < p.S; ++j) {
@@ -69,6 +82,15 @@ void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tenso
 }
 
 }  // namespace
+
+void score_row(const AttentionProblem& p, const float* qi, const float* Kg, int64_t b, int64_t h,
+               int64_t i, double* s, double* dcap) {
+  row_scores(p, qi, Kg, b, h, i, s, dcap);
+}
+void score_row(const AttentionProblem& p, const double* qi, const double* Kg, int64_t b, int64_t h,
+               int64_t i, double* s, double* dcap) {
+  row_scores(p, qi, Kg, b, h, i, s, dcap);
+}
 
 void attention_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionProblem& p, bool want_weights, bool want_lse) {

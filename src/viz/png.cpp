@@ -1,12 +1,9 @@
 // The PNG heatmap: layout, drawing, encoding.
-#include <stb_image_write.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
 
-#include "io/atomic_file.h"
 #include "qkv/error.h"
 #include "qkv/heatmap.h"
 #include "viz/heatmap_common.h"
@@ -93,10 +90,6 @@ void draw_colorbar(Canvas& cv, const HeatmapLayout& L) {
   }
 }
 
-void append_bytes(void* context, void* data, int size) {
-  static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
-}
-
 }  // namespace
 
 HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
@@ -172,10 +165,7 @@ void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>&
   Canvas cv(L.width, L.height);
   for (size_t i = 0; i < panels.size(); ++i) draw_panel(cv, L, L.panels[i], panels[i]);
   draw_colorbar(cv, L);
-  std::string png;
-  if (!stbi_write_png_to_func(append_bytes, &png, cv.width(), cv.height(), 3, cv.data(), cv.width() * 3))
-    throw Error("cannot write '" + path + "': PNG encoding failed");
-  write_file_atomic(path, {png});
+  write_png(path, cv);
 }
 
 }  // namespace qkv

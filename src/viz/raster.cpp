@@ -1,8 +1,12 @@
 #include "viz/raster.h"
 
+#include <stb_image_write.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "io/atomic_file.h"
+#include "qkv/error.h"
 #include "viz/heatmap_common.h"
 
 // stb_easy_font is a header of static functions; we use only some of them.
@@ -78,6 +82,35 @@ Rgb colormap(double t) {
   auto mix = [f](uint8_t a, uint8_t b) { return static_cast<uint8_t>(std::lround(a + (b - a) * f)); };
   const Rgb a = kAnchors[i], b = kAnchors[i + 1];
   return {mix(a.r, b.r), mix(a.g, b.g), mix(a.b, b.b)};
+}
+
+namespace {
+
+void append_bytes(void* context, void* data, int size) {
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+}
+
+}  // namespace
+
+void write_png(const std::string& path, const Canvas& cv) {
+  std::string png;
+  if (!stbi_write_png_to_func(append_bytes, &png, cv.width(), cv.height(), 3, cv.data(),
+                              cv.width() * 3))
+    throw Error("cannot write '" + path + "': PNG encoding failed");
+  write_file_atomic(path, {png});
+}
+
+void draw_line(Canvas& canvas, int x0, int y0, int x1, int y1, Rgb c) {
+  // Bresenham: one pixel per step along the longer axis.
+  const int dx = std::abs(x1 - x0), dy = -std::abs(y1 - y0);
+  const int sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
+  for (int err = dx + dy;;) {
+    canvas.fill(x0, y0, x0 + 1, y0 + 1, c);
+    if (x0 == x1 && y0 == y1) break;
+    const int e2 = 2 * err;
+    if (e2 >= dy) err += dy, x0 += sx;
+    if (e2 <= dx) err += dx, y0 += sy;
+  }
 }
 
 }  // namespace qkv

@@ -26,6 +26,13 @@ class Canvas {
   std::vector<uint8_t> px_;  // row-major RGB
 };
 
+// Encodes the canvas as PNG and writes it atomically (no half-written file
+// under `path`, ever); qkv::Error naming `path` on failure.
+void write_png(const std::string& path, const Canvas& canvas);
+
+// Draws a straight line one pixel wide (a polyline segment of a plot).
+void draw_line(Canvas& canvas, int x0, int y0, int x1, int y1, Rgb c);
+
 // stb_easy_font's glyphs, in font units: capitals and digits span 7 units
 // from the top, descenders 2 more; most characters advance 6.
 constexpr int kCapHeight = 7;

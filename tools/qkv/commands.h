@@ -14,5 +14,7 @@ Runner add_demo(CLI::App& app);
 Runner add_attention(CLI::App& app);
 Runner add_explain(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_train(CLI::App& app);
+Runner add_sample(CLI::App& app);
 
 }  // namespace qkv::cli

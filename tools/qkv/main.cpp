@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "qkv 0.1.0");
   std::map<CLI::App*, Runner> runners;
-  for (auto add : {add_demo, add_attention, add_explain, add_bench}) {
+  for (auto add : {add_demo, add_attention, add_explain, add_bench, add_train, add_sample}) {
     Runner run = add(app);
     runners[app.get_subcommands({}).back()] = run;
   }
@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-    std::cerr << "qkv: error: unknown command '" << argv[1]
-              << "': expected demo, attention, explain or bench (see 'qkv --help')\n";
+    std::string names;
+    for (CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::cerr << "qkv: error: unknown command '" << argv[1] << "': expected one of " << names
+              << " (see 'qkv --help')\n";
     return kExitUsage;
   }
   try {

@@ -56,7 +56,7 @@ struct V {
 }  // namespace
 
 const FlashKernels& avx2_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
   return k;
 }
 

@@ -52,7 +52,7 @@ struct V {
 }  // namespace
 
 const FlashKernels& avx512_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
   return k;
 }
 

@@ -66,10 +66,38 @@ void weights(float* W, int64_t ldw, const float* St, int64_t nj, int ncols, cons
       W[i * ldw + j] = lse[i] == -INFINITY ? 0.0f : std::exp(St[j * kBR + i] - lse[i]);
 }
 
+void probs(float* St, int64_t nj, int ncols, const float* lse) {
+  for (int64_t j = 0; j < nj; ++j)
+    for (int i = 0; i < ncols; ++i) {
+      float& s = St[j * kBR + i];
+      s = lse[i] == -INFINITY ? 0.0f : std::exp(s - lse[i]);
+    }
+}
+
+void dscores(float* dS, const float* P, int64_t nj, int ncols, const float* Dd, const float* dcap,
+             float scale) {
+  for (int64_t j = 0; j < nj; ++j)
+    for (int i = 0; i < ncols; ++i) {
+      const int64_t x = j * kBR + i;
+      float g = P[x] * (dS[x] - Dd[i]) * scale;
+      if (dcap) g *= dcap[x];
+      dS[x] = g;
+    }
+}
+
+void mac(float* C, int64_t ldc, const float* A, int64_t ar, int64_t at, const float* B,
+         int64_t ldb, int64_t nr, int64_t nt, int64_t ne) {
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t t = 0; t < nt; ++t) {
+      const float a = A[r * ar + t * at];
+      for (int64_t e = 0; e < ne; ++e) C[r * ldc + e] += a * B[t * ldb + e];
+    }
+}
+
 }  // namespace
 
 const FlashKernels& scalar_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
   return k;
 }
 

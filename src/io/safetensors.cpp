@@ -1,0 +1,340 @@
+#include "qkv/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "io/atomic_file.h"
+#include "io/json_strict.h"
+#include "io/npy_header.h"  // quoted()
+
+namespace qkv {
+
+// Tensors hold native-order bytes and safetensors data is little-endian, so
+// both directions are plain copies only on a little-endian host.
+static_assert(std::endian::native == std::endian::little, "qkv's safetensors code assumes little-endian");
+
+namespace {
+
+using nlohmann::json;
+
+// The reference reader's cap (safetensors' MAX_HEADER_SIZE); real headers
+// are kilobytes, this only stops a corrupt length from costing memory.
+constexpr uint64_t kMaxHeaderLen = 100'000'000;
+// Root object -> tensor entry -> shape or data_offsets array.
+constexpr int kMaxDepth = 3;
+constexpr const char* kMetadataKey = "__metadata__";
+
+// Where the bytes come from: a file read piece by piece (so tensor data goes
+// straight into its tensor) or a buffer already in memory.
+struct Source {
+  uint64_t size;
+  std::function<void(uint64_t offset, size_t n, std::byte* dst)> read;
+};
+
+// One tensor as the header describes it; offsets count from the data start.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+struct Header {
+  std::vector<Entry> tensors;  // sorted by offset
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start;
+};
+
+const char* st_dtype(DType dt) {
+  switch (dt) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::boolean: return "BOOL";
+  }
+  return "?";
+}
+
+std::string u64(uint64_t v) { return std::to_string(v); }
+
+// Thrown inside the header checks; read_header adds the file name.
+[[noreturn]] void bad(const std::string& what) { throw Error(what); }
+
+std::string tensor_label(const std::string& name) { return "tensor " + quoted(name, 60); }
+
+DType parse_dtype(const json& j, const std::string& label) {
+  if (!j.is_string()) bad(label + ": \"dtype\" must be a string such as \"F32\", found " + json_excerpt(j));
+  const std::string s = j.get<std::string>();
+  for (DType dt : {DType::f32, DType::f64, DType::boolean})
+    if (s == st_dtype(dt)) return dt;
+  bad(label + ": dtype " + quoted(s, 20) + " is not supported (qkv reads F32, F64 and BOOL)");
+}
+
+Shape parse_shape(const json& j, const std::string& label) {
+  const std::string expected = label + ": \"shape\" must be a list of non-negative integers, found ";
+  if (!j.is_array()) bad(expected + json_excerpt(j));
+  Shape shape;
+  for (const json& d : j) {
+    // nlohmann keeps integers up to 2^64 - 1 as unsigned; anything larger,
+    // negative or fractional is some other kind of number.
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad(expected + json_excerpt(j));
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+// Bytes the tensor needs, or an error if that overflows. Multiplied left to
+// right as the reference reader does, so [2^40, 2^40, 0] is an overflow too.
+uint64_t needed_bytes(DType dt, const Shape& shape, const std::string& label) {
+  const uint64_t limit = std::numeric_limits<int64_t>::max();
+  uint64_t n = dtype_size(dt);
+  for (const int64_t d : shape) {
+    const auto ud = static_cast<uint64_t>(d);
+    if (ud != 0 && n > limit / ud)
+      bad(label + ": shape " + shape_str(shape) + " of " + st_dtype(dt) + " overflows: more than 2^63 bytes");
+    n *= ud;
+  }
+  return n;
+}
+
+Entry parse_entry(const std::string& name, const json& j, uint64_t data_size) {
+  const std::string label = tensor_label(name);
+  if (!j.is_object())
+    bad(label + ": expected an object with \"dtype\", \"shape\" and \"data_offsets\", found " + json_excerpt(j));
+  for (const auto& [key, value] : j.items())
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      bad(label + ": unexpected key " + quoted(key, 30) + " (expected \"dtype\", \"shape\", \"data_offsets\")");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!j.contains(key)) bad(label + ": missing \"" + key + "\"");
+
+  Entry e{name, parse_dtype(j["dtype"], label), parse_shape(j["shape"], label), 0, 0};
+  const json& off = j["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    bad(label + ": \"data_offsets\" must be [begin, end] with non-negative integers, found " + json_excerpt(off));
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  const std::string offsets = "data_offsets [" + u64(e.begin) + ", " + u64(e.end) + "]";
+  if (e.begin > e.end) bad(label + ": " + offsets + " end before they begin");
+  if (e.end > data_size)
+    bad(label + ": " + offsets + " run past the end of the data, which is " + u64(data_size) +
+        " bytes (truncated file?)");
+  const uint64_t need = needed_bytes(e.dtype, e.shape, label);
+  if (e.end - e.begin != need)
+    bad(label + ": shape " + shape_str(e.shape) + " of " + st_dtype(e.dtype) + " needs " + u64(need) +
+        " bytes, " + offsets + " hold " + u64(e.end - e.begin));
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const json& j) {
+  if (!j.is_object()) bad("\"__metadata__\" must be an object of strings, found " + json_excerpt(j));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : j.items()) {
+    if (!value.is_string())
+      bad("\"__metadata__\": value of " + quoted(key, 30) + " must be a string, found " + json_excerpt(value));
+    out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
+// The tensors must tile the data exactly: sorted by offset, each begins where
+// the previous one ended, and the last ends at the end of the file. So no two
+// overlap, no byte is unaccounted for, and nothing trails.
+void check_tiling(std::vector<Entry>& tensors, uint64_t data_size) {
+  std::sort(tensors.begin(), tensors.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  uint64_t pos = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : tensors) {
+    if (e.begin < pos)
+      bad(tensor_label(e.name) + " [" + u64(e.begin) + ", " + u64(e.end) + ") overlaps " +
+          tensor_label(prev->name) + " [" + u64(prev->begin) + ", " + u64(prev->end) + ")");
+    if (e.begin > pos)
+      bad("bytes [" + u64(pos) + ", " + u64(e.begin) + ") of the data belong to no tensor (" +
+          (prev ? "between " + tensor_label(prev->name) + " and " : std::string("before ")) +
+          tensor_label(e.name) + "); tensors must be contiguous");
+    pos = e.end;
+    prev = &e;
+  }
+  if (pos != data_size)
+    bad("the tensors cover " + u64(pos) + " bytes of data, the file holds " + u64(data_size) + ": " +
+        u64(data_size - pos) + " trailing bytes belong to no tensor");
+}
+
+Header read_header(const Source& src, const std::string& name) {
+  const std::string pre = "'" + name + "': ";
+  if (src.size == 0) throw Error(pre + "not a safetensors file: it is empty");
+  if (src.size < 8)
+    throw Error(pre + "truncated safetensors file: " + u64(src.size) +
+                " bytes, the header length alone needs 8");
+  unsigned char len_bytes[8];
+  src.read(0, 8, reinterpret_cast<std::byte*>(len_bytes));
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
+  if (header_len > kMaxHeaderLen)
+    throw Error(pre + "safetensors header length " + u64(header_len) + " exceeds the limit of " +
+                u64(kMaxHeaderLen) + " bytes (not a safetensors file?)");
+  if (header_len > src.size - 8)
+    throw Error(pre + "safetensors header length " + u64(header_len) + " runs past the end of the file (" +
+                u64(src.size - 8) + " bytes after the length field)");
+  std::string text(static_cast<size_t>(header_len), '\0');
+  src.read(8, text.size(), reinterpret_cast<std::byte*>(text.data()));
+  if (text.empty() || text[0] != '{')
+    throw Error(pre + "safetensors header must be a JSON object starting with '{', found " +
+                (text.empty() ? std::string("an empty header") : quoted(text, 12)));
+
+  Header h{{}, {}, 8 + header_len};
+  const uint64_t data_size = src.size - h.data_start;
+  try {
+    const json j = parse_json_strict(text, kMaxDepth);
+    for (const auto& [key, value] : j.items()) {
+      if (key == kMetadataKey)
+        h.metadata = parse_metadata(value);
+      else
+        h.tensors.push_back(parse_entry(key, value, data_size));
+    }
+    check_tiling(h.tensors, data_size);
+  } catch (const Error& e) {
+    throw Error(pre + "bad safetensors header: " + e.what());
+  }
+  return h;
+}
+
+std::map<std::string, Tensor> decode(const Source& src, const std::string& name) {
+  const Header h = read_header(src, name);
+  std::map<std::string, Tensor> out;
+  for (const Entry& e : h.tensors) {
+    Tensor t(e.dtype, e.shape);
+    src.read(h.data_start + e.begin, t.nbytes(), t.raw());
+    if (e.dtype == DType::boolean) {
+      const auto* b = reinterpret_cast<const unsigned char*>(t.raw());
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (b[i] > 1)
+          throw Error("'" + name + "': " + tensor_label(e.name) + ": BOOL element " + std::to_string(i) +
+                      " is byte " + std::to_string(b[i]) + ", expected 0 or 1");
+    }
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+// Owns a file descriptor for the length of one read.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// Opens `path` and runs `fn` on a Source reading it with pread.
+template <class Fn>
+auto with_file(const std::string& path, Fn fn) {
+  // O_NONBLOCK so that opening a FIFO by mistake fails below instead of
+  // waiting forever for a writer.
+  const Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (f.fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(f.fd, &st) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw Error("cannot read '" + path + "': it is a directory");
+  if (!S_ISREG(st.st_mode)) throw Error("cannot read '" + path + "': not a regular file");
+  const Source src{static_cast<uint64_t>(st.st_size), [&](uint64_t offset, size_t n, std::byte* dst) {
+                     while (n > 0) {
+                       const ssize_t got = pread(f.fd, dst, n, static_cast<off_t>(offset));
+                       if (got < 0 && errno == EINTR) continue;
+                       if (got < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+                       if (got == 0) throw Error("'" + path + "': file shrank while being read");
+                       dst += got;
+                       offset += static_cast<uint64_t>(got);
+                       n -= static_cast<size_t>(got);
+                     }
+                   }};
+  return fn(src);
+}
+
+// The length field and the padded JSON header for `tensors` laid out in order.
+std::string header_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  // ordered_json keeps insertion order: "__metadata__" first, then the
+  // tensors in file order, each with dtype, shape, data_offsets.
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    h[kMetadataKey] = std::move(m);
+  }
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (t == nullptr) throw Error("write_safetensors: tensor " + quoted(name, 60) + " is a null pointer");
+    if (name == kMetadataKey)
+      throw Error("write_safetensors: \"__metadata__\" is reserved and cannot name a tensor");
+    if (!names.insert(name).second)
+      throw Error("write_safetensors: tensor name " + quoted(name, 60) + " appears twice");
+    const uint64_t end = offset + t->nbytes();
+    h[name] = {{"dtype", st_dtype(t->dtype())}, {"shape", t->shape()}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  std::string text;
+  try {
+    text = h.dump();
+  } catch (const nlohmann::json::exception&) {
+    // The only way dump() fails: a string that is not valid UTF-8.
+    throw Error("write_safetensors: a tensor name or metadata string is not valid UTF-8");
+  }
+  // Padded with spaces so the data starts at a multiple of 8 bytes, as the
+  // reference writer does.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+std::string data_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors) {
+  size_t total = 0;
+  for (const auto& [name, t] : tensors) total += t->nbytes();
+  std::string out;
+  out.reserve(total);
+  for (const auto& [name, t] : tensors) out.append(reinterpret_cast<const char*>(t->raw()), t->nbytes());
+  return out;
+}
+
+}  // namespace
+
+std::string safetensors_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  return header_bytes(tensors, metadata) + data_bytes(tensors);
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = header_bytes(tensors, metadata);
+  write_file_atomic(path, {header, data_bytes(tensors)});
+}
+
+std::map<std::string, Tensor> parse_safetensors(const std::string& bytes, const std::string& name_for_errors) {
+  const Source src{bytes.size(), [&](uint64_t offset, size_t n, std::byte* dst) {
+                     if (n > 0) std::memcpy(dst, bytes.data() + offset, n);
+                   }};
+  return decode(src, name_for_errors);
+}
+
+std::map<std::string, Tensor> read_safetensors(const std::string& path) {
+  return with_file(path, [&](const Source& src) { return decode(src, path); });
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  return with_file(path, [&](const Source& src) { return read_header(src, path).metadata; });
+}
+
+}  // namespace qkv

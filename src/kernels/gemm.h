@@ -1,0 +1,37 @@
+// kernels/gemm.h: C = alpha · op(A) · op(B) + beta · C in float32, row-major.
+//
+// op(A) is [M, K] (A stored [M, K] with row stride lda, or [K, M] when
+// trans_a), op(B) is [K, N] (B stored [K, N] with row stride ldb, or [N, K]
+// when trans_b), C is [M, N] with row stride ldc. As in BLAS, beta = 0 never
+// reads C (NaN in C does not propagate), and M, N or K may be 0.
+//
+// The backend is oneDNN's sgemm, chosen by measurement (bench/gemm/, figures
+// in the README): 93% of this machine's FMA peak on one thread and 92% on
+// two at the GPT's shapes, where OpenBLAS, BLIS and Eigen reach 66–79% on
+// two. oneDNN picks its code path (AVX-512, AVX2, SSE4.1, plain C++) at run
+// time, so the binary runs on any x86-64.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::kernels {
+
+// Threads: the caller's OpenMP thread count (omp_set_num_threads or
+// OMP_NUM_THREADS); called inside a parallel region it runs on the calling
+// thread alone. Results are bitwise identical for any thread count: C is cut
+// into fixed panels that depend on the shape only, and each panel is one
+// single-threaded oneDNN call, so no K sum is ever split between threads
+// (oneDNN's own threading splits K for wide machines, which changes bits).
+// Throws qkv::Error on negative sizes or leading dimensions too small.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc);
+
+// The same contract in plain loops: each output's K products summed in double
+// in order k = 0..K-1, then alpha · sum + beta · C rounded to float once.
+// For tests; about 1 GFLOP/s.
+void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+}  // namespace qkv::kernels

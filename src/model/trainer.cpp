@@ -1,0 +1,330 @@
+#include "model/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "io/atomic_file.h"
+#include "model/checkpoint.h"
+#include "qkv/rng.h"
+#include "qkv/runtime.h"
+#include "qkv/tokenizer.h"
+#include "viz/plot.h"
+
+namespace qkv {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error("--text: '" + path + "' is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("--text: cannot read '" + path + "': no such file or no permission");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (s.str().empty()) throw Error("--text: '" + path + "' is empty; qkv train needs text to learn");
+  return s.str();
+}
+
+// Batches are drawn from a generator seeded by (seed, stream, index), not
+// from one long stream, so iteration i's batch is the same whether or not
+// the run was interrupted before it: resuming needs no generator state.
+NumpyGenerator batch_rng(uint64_t seed, uint64_t stream, uint64_t index) {
+  return NumpyGenerator(seed * 1000003ull + stream * 0x9E3779B97F4A7C15ull + index);
+}
+
+constexpr uint64_t kTrainStream = 0, kEvalTrainStream = 1, kEvalValStream = 2;
+
+// x [B, T] and y [B, T] (x shifted by one) from random windows of `data`.
+void get_batch(const std::vector<int32_t>& data, int64_t B, int64_t T, NumpyGenerator& rng,
+               std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  const int64_t span = static_cast<int64_t>(data.size()) - T;  // windows start in [0, span)
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t off = static_cast<int64_t>(rng.random() * static_cast<double>(span));
+    std::copy_n(data.begin() + off, T, x.begin() + b * T);
+    std::copy_n(data.begin() + off + 1, T, y.begin() + b * T);
+  }
+}
+
+struct Split {
+  std::vector<int32_t> train, val;
+};
+
+Split split_data(const std::vector<int32_t>& ids, int64_t T, const std::string& path) {
+  const int64_t n = static_cast<int64_t>(ids.size()), n_train = n * 9 / 10;
+  Split s{std::vector<int32_t>(ids.begin(), ids.begin() + n_train),
+          std::vector<int32_t>(ids.begin() + n_train, ids.end())};
+  const int64_t need = 10 * (T + 1);  // so the 10% validation part holds one window
+  if (n < need)
+    throw Error("--text: '" + path + "' has " + std::to_string(n) + " characters; with --context " +
+                std::to_string(T) + " it needs at least " + std::to_string(need) +
+                " (90% train / 10% validation, each longer than the context)");
+  return s;
+}
+
+// Mean loss over eval_iters fixed batches of one split.
+double estimate_loss(GPT& model, const std::vector<int32_t>& data, const TrainOptions& o,
+                     uint64_t stream, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  double sum = 0.0;
+  for (int64_t k = 0; k < o.eval_iters; ++k) {
+    NumpyGenerator rng = batch_rng(o.seed, stream, static_cast<uint64_t>(k));
+    get_batch(data, o.batch, o.model.context, rng, x, y);
+    sum += model.forward(x.data(), y.data(), o.batch, o.model.context);
+  }
+  return sum / static_cast<double>(o.eval_iters);
+}
+
+// log.jsonl, kept consistent with the checkpoint: on resume, lines from
+// iterations after it (written by the interrupted run) are dropped.
+class LogFile {
+ public:
+  LogFile(const std::string& path, bool resume, int64_t next_iter) : path_(path) {
+    std::string kept;
+    if (resume) {
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);) {
+        json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("iter") && j["iter"].is_number_integer() &&
+            j["iter"].get<int64_t>() < next_iter)
+          kept += line + "\n";
+      }
+    }
+    write_file_atomic(path_, {kept});
+    out_.open(path_, std::ios::app);
+    if (!out_) throw Error("cannot write '" + path_ + "'");
+  }
+  void write(const json& j) {
+    out_ << j.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// FNV-1a: a fingerprint of the training text, so --resume can refuse a
+// different one.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The loss curve of the whole run (resumed or not) from log.jsonl.
+void plot_log(const std::string& log_path, const std::string& png_path) {
+  std::vector<double> ti, tl, vi, vl;
+  std::ifstream in(log_path);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("iter")) continue;
+    const double it = j["iter"].get<double>();
+    if (j.contains("train_loss")) ti.push_back(it), tl.push_back(j["train_loss"].get<double>());
+    if (j.contains("val_loss")) vi.push_back(it), vl.push_back(j["val_loss"].get<double>());
+  }
+  write_loss_png(png_path, ti, tl, vi, vl);
+}
+
+std::string format_eta(double seconds) {
+  char buf[32];
+  const int s = static_cast<int>(seconds + 0.5);
+  std::snprintf(buf, sizeof buf, "%d:%02d", s / 60, s % 60);
+  return buf;
+}
+
+void draw_bar(int64_t it, int64_t iters, double loss, double val, double tok_s, double eta) {
+  constexpr int kWidth = 24;
+  const int fill = static_cast<int>(kWidth * (it + 1) / std::max<int64_t>(iters, 1));
+  std::string bar(fill, '=');
+  bar.resize(kWidth, ' ');
+  char val_text[32] = "";
+  if (!std::isnan(val)) std::snprintf(val_text, sizeof val_text, " val %.4f", val);
+  std::fprintf(stderr, "\r[%s] iter %lld/%lld loss %.4f%s | %.1fk tok/s | ETA %s   ", bar.c_str(),
+               static_cast<long long>(it + 1), static_cast<long long>(iters), loss, val_text,
+               tok_s / 1000.0, format_eta(eta).c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+std::string TrainOptions::to_json() const {
+  json j = {{"model", json::parse(config_to_json(model))},
+            {"batch", batch},
+            {"iters", iters},
+            {"warmup", warmup},
+            {"eval_interval", eval_interval},
+            {"eval_iters", eval_iters},
+            {"log_interval", log_interval},
+            {"lr", lr},
+            {"min_lr", min_lr},
+            {"beta1", adam.beta1},
+            {"beta2", adam.beta2},
+            {"weight_decay", adam.weight_decay},
+            {"grad_clip", adam.grad_clip},
+            {"seed", seed},
+            {"text_hash", std::to_string(text_hash)}};
+  return j.dump();
+}
+
+TrainOptions TrainOptions::from_json(const std::string& text, const std::string& name) {
+  TrainOptions o;
+  try {
+    const json j = json::parse(text);
+    o.model = config_from_json(j.at("model").dump(), name);
+    o.batch = j.at("batch").get<int64_t>();
+    o.iters = j.at("iters").get<int64_t>();
+    o.warmup = j.at("warmup").get<int64_t>();
+    o.eval_interval = j.at("eval_interval").get<int64_t>();
+    o.eval_iters = j.at("eval_iters").get<int64_t>();
+    o.log_interval = j.at("log_interval").get<int64_t>();
+    o.lr = j.at("lr").get<double>();
+    o.min_lr = j.at("min_lr").get<double>();
+    o.adam.beta1 = j.at("beta1").get<double>();
+    o.adam.beta2 = j.at("beta2").get<double>();
+    o.adam.weight_decay = j.at("weight_decay").get<double>();
+    o.adam.grad_clip = j.at("grad_clip").get<double>();
+    o.seed = j.at("seed").get<uint64_t>();
+    o.text_hash = std::stoull(j.at("text_hash").get<std::string>());
+  } catch (const std::exception& e) {
+    throw Error("'" + name + "': bad training options (" + e.what() + ")");
+  }
+  return o;
+}
+
+TrainResult train(const TrainOptions& given) {
+  TrainOptions o = given;
+  const std::string text = read_text_file(o.text_path);
+  const CharTokenizer tok = [&] {
+    try {
+      return CharTokenizer::from_text(text);
+    } catch (const Error& e) {
+      throw Error("--text: '" + o.text_path + "': " + e.what());
+    }
+  }();
+  const std::vector<int32_t> ids = tok.encode(text);
+  o.model.vocab = tok.vocab_size();
+  o.model.validate();
+
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec || !fs::is_directory(o.out_dir))
+    throw Error("--out: cannot create directory '" + o.out_dir + "': " + ec.message());
+
+  o.text_hash = fnv1a(text);
+  TrainState st;
+  if (o.resume) {
+    // The run continues with the options it started with; only where the
+    // files are and how many threads run may differ.
+    st = load_train_state(o.out_dir, -1);
+    TrainOptions saved = TrainOptions::from_json(st.options_json, o.out_dir + "/train_state.safetensors");
+    if (saved.text_hash != o.text_hash)
+      throw Error("--resume: '" + o.text_path + "' is not the text the checkpoint in '" +
+                  o.out_dir + "' was trained on");
+    saved.text_path = o.text_path, saved.out_dir = o.out_dir, saved.threads = o.threads;
+    saved.kernel = o.kernel, saved.progress_bar = o.progress_bar, saved.resume = true;
+    saved.stop_at = o.stop_at;
+    o = saved;
+  }
+  GPT model(o.model);
+  AdamW opt(model, o.adam);
+  int64_t start = 0;
+  if (o.resume) {
+    if (static_cast<int64_t>(st.m.size()) != model.num_params() || st.v.size() != st.m.size())
+      throw Error("'" + o.out_dir + "/train_state.safetensors': optimiser state for " +
+                  std::to_string(st.m.size()) + " weights, the model has " +
+                  std::to_string(model.num_params()));
+    const LoadedModel m = load_model(o.out_dir);
+    set_weights(model, m.weights);
+    opt.m() = st.m, opt.v() = st.v;
+    opt.set_steps(st.adam_steps);
+    start = st.next_iter;
+  } else {
+    model.init(o.seed);
+  }
+  const Split data = split_data(ids, o.model.context, o.text_path);
+  const int threads = o.threads > 0 ? o.threads : default_threads();
+  omp_set_num_threads(threads);
+  model.set_attention(o.kernel, threads);
+
+  LogFile log(o.out_dir + "/log.jsonl", o.resume, start);
+  const int64_t B = o.batch, T = o.model.context;
+  std::vector<int32_t> x(B * T), y(B * T);
+  TrainResult res;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto checkpoint = [&](int64_t next_iter) {
+    save_model(o.out_dir, model, tok);
+    save_train_state(o.out_dir, opt, next_iter, o.to_json());  // last: it commits the checkpoint
+  };
+  double val = NAN, last_loss = NAN, tok_s = 0.0;
+  for (int64_t it = start; it <= o.iters; ++it) {
+    const bool eval = it % o.eval_interval == 0 || it == o.iters;
+    json line = {{"iter", it}};
+    if (eval) {
+      res.final_train_loss = estimate_loss(model, data.train, o, kEvalTrainStream, x, y);
+      res.final_val_loss = val = estimate_loss(model, data.val, o, kEvalValStream, x, y);
+      line["val_loss"] = val;
+      line["train_loss_estimate"] = res.final_train_loss;
+      checkpoint(it);
+      if (!o.progress_bar) {
+        std::printf("iter %lld: train %.4f, val %.4f (checkpoint saved)\n",
+                    static_cast<long long>(it), res.final_train_loss, val);
+        std::fflush(stdout);  // log lines appear as they happen, also in a pipe
+      }
+    }
+    if (it == o.iters || (eval && it == o.stop_at)) {
+      line["elapsed_s"] = seconds();
+      log.write(line);
+      break;
+    }
+    const auto step0 = std::chrono::steady_clock::now();
+    NumpyGenerator rng = batch_rng(o.seed, kTrainStream, static_cast<uint64_t>(it));
+    get_batch(data.train, B, T, rng, x, y);
+    const double lr = learning_rate(it, o.lr, o.min_lr, o.warmup, o.iters);
+    last_loss = model.forward(x.data(), y.data(), B, T);
+    if (!std::isfinite(last_loss))
+      throw Error("training diverged at iteration " + std::to_string(it) + " (loss " +
+                  std::to_string(last_loss) + "); try a lower --lr");
+    model.backward();
+    const double norm = opt.step(model, lr);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step0).count();
+    tok_s = static_cast<double>(B * T) / dt;
+    ++res.iters_run;
+    if (eval || it % o.log_interval == 0) {
+      line["train_loss"] = last_loss;
+      line["lr"] = lr;
+      line["grad_norm"] = norm;
+      line["tokens_per_s"] = tok_s;
+      line["elapsed_s"] = seconds();
+      log.write(line);
+      if (!o.progress_bar) {
+        std::printf("iter %lld/%lld loss %.4f lr %.2e %.1fk tok/s %.1fs\n",
+                    static_cast<long long>(it), static_cast<long long>(o.iters), last_loss, lr,
+                    tok_s / 1000.0, seconds());
+        std::fflush(stdout);
+      }
+    }
+    if (o.progress_bar) {
+      const double per_iter = seconds() / static_cast<double>(it - start + 1);
+      draw_bar(it, o.iters, last_loss, val, tok_s, per_iter * static_cast<double>(o.iters - it - 1));
+    }
+  }
+  if (o.progress_bar) std::fprintf(stderr, "\n");
+  plot_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
+  std::printf("done: train loss %.4f, val loss %.4f; model in %s\n", res.final_train_loss,
+              res.final_val_loss, o.out_dir.c_str());
+  return res;
+}
+
+}  // namespace qkv

@@ -1,0 +1,45 @@
+// trainer.h: `qkv train`'s loop: data, batches, evaluation, logging,
+// checkpoints and resuming.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/optim.h"
+#include "qkv/gpt.h"
+
+namespace qkv {
+
+struct TrainOptions {
+  std::string text_path, out_dir;
+  GPTConfig model;  // vocab is taken from the text
+  int64_t batch = 12, iters = 2000, warmup = 100;
+  int64_t eval_interval = 250, eval_iters = 20, log_interval = 10;
+  double lr = 1e-3, min_lr = 1e-4;
+  AdamWConfig adam;
+  uint64_t seed = 1337;
+  int threads = 0;  // 0 = all cores
+  Kernel kernel = Kernel::automatic;
+  bool resume = false;
+  int64_t stop_at = -1;  // >= 0: stop once this iteration's checkpoint is written
+
+  bool progress_bar = false;  // redraw one line on stderr instead of log lines
+  uint64_t text_hash = 0;     // set by train(): the text's fingerprint
+
+  // What a resumed run must share with the original (not paths or threads).
+  std::string to_json() const;
+  static TrainOptions from_json(const std::string& json, const std::string& name_for_errors);
+};
+
+struct TrainResult {
+  int64_t iters_run = 0;
+  double final_train_loss = 0.0;  // estimated on eval_iters batches
+  double final_val_loss = 0.0;
+};
+
+// Trains and writes DIR/{model.safetensors, config.json, vocab.json,
+// train_state.safetensors, log.jsonl, loss.png}. Progress goes to stdout
+// (log lines) or stderr (the bar). Throws qkv::Error on bad input.
+TrainResult train(const TrainOptions& opts);
+
+}  // namespace qkv

@@ -1,0 +1,38 @@
+// nn/nn_common.h: what the float32 layers share: when to use threads, and a
+// vectorisable row sum whose order does not depend on the machine.
+//
+// Determinism: every op is either row-wise (each output row computed by one
+// thread, from its own inputs only) or a sum over rows done per block of
+// columns (each column summed by one thread, rows in order). Either way the
+// result does not depend on how OpenMP splits the loop, so it is bitwise
+// identical for any thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::nn::detail {
+
+// Below this many elements an op runs on the calling thread: an OpenMP
+// region costs a few microseconds, about what 16k elements of a simple op do.
+// (Sampling calls the layers with BT = 1.)
+inline constexpr int64_t kParallelMin = int64_t{1} << 14;
+
+// Sums over rows run per block of this many columns (one vector of AVX-512).
+inline constexpr int64_t kColBlock = 16;
+
+// Σ_{c < n} f(c) in float, in 8 interleaved partial sums combined in a fixed
+// order: the compiler turns the lanes into one SIMD register (a single
+// running sum is a chain of dependent adds it may not reorder), and the order
+// is the same on every machine.
+template <class F>
+inline float lane_sum(int64_t n, F f) {
+  constexpr int kLanes = 8;
+  float acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += f(c + l);
+  for (int l = 0; c < n; ++c, ++l) acc[l] += f(c);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+}  // namespace qkv::nn::detail

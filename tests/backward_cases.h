@@ -1,0 +1,173 @@
+// backward_cases.h: the cases test_attention_backward_fast.cpp checks the fast
+// backward on: random float32 problems across the tile and vector edges with
+// every mask kind, and fixed edge cases. Included by that one test file.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qkv/attention.h"
+
+namespace backward_cases {
+
+using namespace qkv;
+
+struct Case {
+  std::string name;
+  Tensor q, k, v, dout;  // float32
+  std::optional<Tensor> mask;
+  AttentionOptions opts;
+  AttentionOptions options(Kernel kernel) const {
+    AttentionOptions o = opts;
+    o.mask = mask ? &*mask : nullptr;
+    o.kernel = kernel;
+    o.return_lse = true;
+    return o;
+  }
+};
+
+inline std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << c.name << ": q " << shape_str(c.q.shape()) << " k " << shape_str(c.k.shape()) << " v "
+    << shape_str(c.v.shape()) << " causal " << causal_name(c.opts.causal);
+  if (c.mask) s << " mask " << dtype_name(c.mask->dtype()) << shape_str(c.mask->shape());
+  if (c.opts.window) s << " window " << c.opts.window->left << "," << c.opts.window->right;
+  if (!c.opts.key_lengths.empty()) s << " key_lengths";
+  if (!c.opts.alibi_slopes.empty()) s << " alibi";
+  if (c.opts.softcap > 0) s << " softcap " << c.opts.softcap;
+  if (c.opts.scale) s << " scale " << *c.opts.scale;
+  s << " threads " << c.opts.threads;
+  return s.str();
+}
+
+inline Tensor normal(Shape shape, std::mt19937_64& gen, DType dt = DType::f32) {
+  std::normal_distribution<double> nd;
+  Tensor t(DType::f64, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = nd(gen);
+  return t.to(dt);
+}
+
+inline Shape join(const Shape& lead, std::initializer_list<int64_t> tail) {
+  Shape s = lead;
+  s.insert(s.end(), tail);
+  return s;
+}
+
+inline Case make_case(std::string name, Shape lead, int64_t Hq, int64_t Hkv, int64_t N, int64_t S,
+               int64_t D, int64_t Dv, std::mt19937_64& gen) {
+  return Case{std::move(name),
+              normal(join(lead, {Hq, N, D}), gen),
+              normal(join(lead, {Hkv, S, D}), gen),
+              normal(join(lead, {Hkv, S, Dv}), gen),
+              normal(join(lead, {Hq, N, Dv}), gen),
+              std::nullopt,
+              {}};
+}
+
+// Sizes around the tile (64) and vector widths (8, 16).
+constexpr std::array<int64_t, 6> kSizes = {1, 3, 17, 63, 65, 129};
+// Multiply-adds per case, B·Hq·N·S·(D+Dv). The float64 truth (forward and
+// backward) and the plain float32 version dominate: 300 cases took 1.4 s on
+// all three paths in a Release build on 2 cores.
+constexpr int64_t kBudget = 6'000'000;
+
+inline Case random_case(uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
+  };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(gen); };
+  auto size = [&] { return kSizes[uniform(0, kSizes.size() - 1)]; };
+  Shape lead;
+  int64_t Hkv, group, N, S, D, Dv;
+  do {
+    lead.assign(uniform(0, 2), 0);
+    for (int64_t& d : lead) d = uniform(1, 3);
+    Hkv = uniform(1, 3);
+    group = std::array{1, 2, 4}[uniform(0, 2)];
+    N = size(), S = size(), D = size();
+    Dv = chance(0.3) ? D : size();
+  } while (shape_numel(lead) * Hkv * group * N * S * (D + Dv) > kBudget);
+  const int64_t Hq = Hkv * group, B = shape_numel(lead);
+  Case c = make_case("seed " + std::to_string(seed), lead, Hq, Hkv, N, S, D, Dv, gen);
+  // 0 none, 1 bool, 2 float32, 3 float64, 4 bool broadcast, 5 float32 broadcast.
+  const int kind = static_cast<int>(seed % 6);
+  if (kind != 0) {
+    Shape shape = join(lead, {Hq, N, S});
+    if (kind >= 4) {
+      shape.erase(shape.begin(), shape.begin() + uniform(0, static_cast<int64_t>(shape.size()) - 1));
+      for (int64_t& d : shape)
+        if (chance(0.5)) d = 1;
+    }
+    if (kind == 1 || kind == 4) {
+      const double density = std::array{0.8, 0.3, 0.05}[uniform(0, 2)];  // sparse: empty rows
+      Tensor m(DType::boolean, shape);
+      for (int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = chance(density);
+      c.mask = std::move(m);
+    } else {
+      Tensor m = normal(shape, gen, DType::f64);
+      for (int64_t i = 0; i < m.numel(); ++i)
+        if (chance(0.15)) m.data<double>()[i] = -INFINITY;
+      c.mask = m.to(kind == 3 ? DType::f64 : DType::f32);
+    }
+  }
+  c.opts.causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[(seed / 6) % 3];
+  constexpr std::array<int64_t, 7> kSides = {-1, 0, 1, 2, 16, 64, 200};
+  if (chance(0.4)) c.opts.window = SlidingWindow{kSides[uniform(0, 6)], kSides[uniform(0, 6)]};
+  if (chance(0.3))
+    for (int64_t b = 0; b < B; ++b)
+      c.opts.key_lengths.push_back(std::array{int64_t{0}, S, uniform(0, S)}[uniform(0, 2)]);
+  if (chance(0.3))
+    for (int64_t h = 0; h < Hq; ++h)
+      c.opts.alibi_slopes.push_back(std::uniform_real_distribution<double>(0, 1)(gen));
+  if (chance(0.3)) c.opts.softcap = std::array{1.0, 5.0, 30.0}[uniform(0, 2)];
+  if (chance(0.3)) c.opts.scale = std::array{1.0, 0.05, 2.5, -0.7}[uniform(0, 3)];
+  c.opts.threads = std::array{0, 1, 3}[uniform(0, 2)];
+  return c;
+}
+
+// Shapes across the tile edges with every option, and the training shape.
+inline std::vector<Case> edge_cases() {
+  std::mt19937_64 gen(1);
+  std::vector<Case> cs;
+  Case mixed = make_case("mixed", {2}, 4, 2, 129, 255, 65, 17, gen);
+  mixed.opts.causal = Causal::bottom_right;
+  mixed.opts.window = SlidingWindow{40, 3};
+  mixed.opts.key_lengths = {200, 0};
+  mixed.opts.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+  mixed.opts.softcap = 5.0;
+  Tensor m(DType::boolean, {129, 1});
+  for (int64_t i = 0; i < 129; ++i) m.data<bool>()[i] = i % 7 != 3;
+  mixed.mask = std::move(m);
+  Case one_group = mixed;  // B x Hkv = 1: two passes on 2 and 3 threads
+  one_group.name = "mixed, one key/value head";
+  one_group.q = normal({4, 129, 65}, gen);
+  one_group.k = normal({1, 255, 65}, gen);
+  one_group.v = normal({1, 255, 17}, gen);
+  one_group.dout = normal({4, 129, 17}, gen);
+  one_group.opts.key_lengths = {};
+  cs.push_back(std::move(mixed));
+  cs.push_back(std::move(one_group));
+  Case causal = make_case("causal, 3 heads", {}, 3, 3, 200, 200, 64, 64, gen);
+  causal.opts.causal = Causal::top_left;
+  cs.push_back(std::move(causal));
+  Case tall = make_case("N > S bottom-right", {}, 2, 1, 129, 17, 8, 8, gen);
+  tall.opts.causal = Causal::bottom_right;  // rows 0..111 see nothing
+  cs.push_back(std::move(tall));
+  Case capped = make_case("softcap bites", {}, 2, 1, 33, 200, 129, 7, gen);
+  capped.opts.scale = 2.5;
+  capped.opts.softcap = 5.0;
+  cs.push_back(std::move(capped));
+  Case train = make_case("training shape", {12}, 4, 4, 64, 64, 32, 32, gen);
+  train.opts.causal = Causal::top_left;
+  cs.push_back(std::move(train));
+  cs.push_back(make_case("N = S = D = 1", {}, 1, 1, 1, 1, 1, 1, gen));
+  return cs;
+}
+
+}  // namespace backward_cases

@@ -1,0 +1,56 @@
+// qkv sample: generate text from a model `qkv train` wrote.
+#include <cmath>
+#include <iostream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "model/checkpoint.h"
+#include "model/sampler.h"
+
+namespace qkv::cli {
+namespace {
+
+struct SampleArgs {
+  std::string model_dir;
+  SampleOptions o;
+  bool no_cache = false;
+  int threads = 1;
+};
+
+int run_sample(SampleArgs& a) {
+  if (a.o.tokens < 0) throw UsageError("--tokens: expected a count >= 0, found " + std::to_string(a.o.tokens));
+  if (!(a.o.temperature > 0.0) || !std::isfinite(a.o.temperature))
+    throw UsageError("--temperature: expected a number > 0, found " + std::to_string(a.o.temperature));
+  if (a.o.top_k < 0) throw UsageError("--top-k: expected 0 (off) or a positive count, found " + std::to_string(a.o.top_k));
+  a.o.use_cache = !a.no_cache;
+  const LoadedModel m = load_model(a.model_dir);
+  GPT model(m.config);
+  set_weights(model, m.weights);
+  model.set_attention(Kernel::automatic, a.threads);
+  std::cout << a.o.prompt << std::flush;
+  sample(model, m.tokenizer, a.o, [](const std::string& piece) { std::cout << piece << std::flush; });
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_sample(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "sample", "Generate text from a model trained by `qkv train`, streaming it as it comes.");
+  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train")->required();
+  cmd->add_option("--prompt", a->o.prompt, "text to continue (default: a newline)");
+  cmd->add_option("--tokens", a->o.tokens, "characters to generate")->capture_default_str();
+  cmd->add_option("--temperature", a->o.temperature, "sharpen (< 1) or flatten (> 1) the choice")
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->o.top_k, "choose among the k likeliest only (0 = all)")->capture_default_str();
+  cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "threads")->capture_default_str();
+  cmd->add_flag("--no-cache", a->no_cache,
+                "recompute the whole context at every step instead of using the KV cache "
+                "(same tokens, slower; for checking)");
+  return [a] { return run_sample(*a); };
+}
+
+}  // namespace qkv::cli

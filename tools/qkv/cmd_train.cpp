@@ -1,0 +1,95 @@
+// qkv train: a small GPT on your own text (nanoGPT's recipe by default).
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "model/trainer.h"
+
+namespace qkv::cli {
+namespace {
+
+struct TrainArgs {
+  TrainOptions o;
+  std::string kernel = "auto";
+  bool no_progress = false;
+};
+
+int run_train(TrainArgs& a) {
+  TrainOptions& o = a.o;
+  auto positive = [](const char* flag, int64_t v) {
+    if (v < 1) throw UsageError(std::string(flag) + ": expected a positive integer, found " + std::to_string(v));
+  };
+  positive("--layers", o.model.layers);
+  positive("--heads", o.model.heads);
+  positive("--embd", o.model.embd);
+  positive("--context", o.model.context);
+  positive("--batch", o.batch);
+  positive("--iters", o.iters);
+  positive("--eval-interval", o.eval_interval);
+  positive("--eval-iters", o.eval_iters);
+  positive("--log-interval", o.log_interval);
+  if (o.warmup < 0) throw UsageError("--warmup: expected an integer >= 0, found " + std::to_string(o.warmup));
+  if (o.model.kv_heads == 0) o.model.kv_heads = o.model.heads;
+  if (o.model.kv_heads < 1 || o.model.heads % o.model.kv_heads != 0)
+    throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(o.model.heads) +
+                     ", found " + std::to_string(o.model.kv_heads));
+  if (o.model.embd % o.model.heads != 0)
+    throw UsageError("--heads: expected a divisor of --embd " + std::to_string(o.model.embd) +
+                     ", found " + std::to_string(o.model.heads));
+  if (!(o.lr > 0.0) || !(o.min_lr >= 0.0) || o.min_lr > o.lr)
+    throw UsageError("--lr, --min-lr: expected 0 <= min-lr <= lr and lr > 0, found lr " +
+                     std::to_string(o.lr) + ", min-lr " + std::to_string(o.min_lr));
+  if (o.threads < 0) throw UsageError("--threads: expected 0 (all cores) or a positive count");
+  if (o.stop_at >= 0 && o.stop_at % o.eval_interval != 0)
+    throw UsageError("--stop-at: expected a multiple of --eval-interval " +
+                     std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
+  o.kernel = *parse_kernel(a.kernel);
+  o.progress_bar = !a.no_progress && isatty(STDERR_FILENO);
+  train(o);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  TrainOptions& o = a->o;
+  o.model.kv_heads = 0;  // 0: same as --heads
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train a small GPT on your own text and save it in --out (model.safetensors, config.json,\n"
+      "vocab.json, log.jsonl, loss.png). Defaults: nanoGPT's CPU recipe for tiny Shakespeare.");
+  cmd->add_option("--text", o.text_path, "UTF-8 text to learn (90% train, 10% validation)")->required();
+  cmd->add_option("--out", o.out_dir, "directory for checkpoints, log and plot")->required();
+  cmd->add_option("--layers", o.model.layers, "transformer blocks")->capture_default_str();
+  cmd->add_option("--heads", o.model.heads, "attention heads")->capture_default_str();
+  cmd->add_option("--kv-heads", o.model.kv_heads, "key/value heads (GQA; default: --heads)");
+  cmd->add_option("--embd", o.model.embd, "model width C")->capture_default_str();
+  cmd->add_option("--context", o.model.context, "context length T (block size)")->capture_default_str();
+  cmd->add_flag("--rope", o.model.rope, "RoPE on queries and keys instead of learned positions");
+  cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str();
+  cmd->add_option("--iters", o.iters, "optimisation steps")->capture_default_str();
+  cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
+  cmd->add_option("--weight-decay", o.adam.weight_decay, "AdamW decay on matrices")->capture_default_str();
+  cmd->add_option("--grad-clip", o.adam.grad_clip, "clip the gradient norm (0 = off)")->capture_default_str();
+  cmd->add_option("--eval-interval", o.eval_interval, "evaluate and checkpoint every N steps")->capture_default_str();
+  cmd->add_option("--eval-iters", o.eval_iters, "batches per loss estimate")->capture_default_str();
+  cmd->add_option("--log-interval", o.log_interval, "log a line every N steps")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed for the initial weights and the batches")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kernel", a->kernel, "attention kernel: reference, fast or auto")
+      ->check(CLI::IsMember({"reference", "fast", "auto"}))
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
+  cmd->add_option("--stop-at", o.stop_at,
+                  "stop after the checkpoint of this iteration (a multiple of --eval-interval), "
+                  "to continue later with --resume");
+  cmd->add_flag("--no-progress", a->no_progress, "log lines instead of a progress bar on a terminal");
+  return [a] { return run_train(*a); };
+}
+
+}  // namespace qkv::cli
