@@ -57,6 +57,8 @@ def parse_args():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
+    p.add_argument("--bias", action="store_true",
+                   help="biases in Linear and LayerNorm (qkv train --bias); off, as in nanoGPT")
     p.add_argument("--embd", type=int, default=128)
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--batch", type=int, default=12)
@@ -96,7 +98,7 @@ def qkv_command(a, out_dir, stop_at_0=False):
            "--iters", str(a.iters), "--lr", repr(a.lr), "--min-lr", repr(a.min_lr),
            "--warmup", str(a.warmup), "--seed", str(a.seed), "--threads", str(a.threads),
            "--eval-interval", str(a.iters + 1), "--eval-iters", "1", "--log-interval", "1",
-           "--no-progress"]
+           "--no-progress"] + (["--bias"] if a.bias else [])
     return cmd + (["--stop-at", "0"] if stop_at_0 else [])
 
 
@@ -200,7 +202,8 @@ def param_order(a):
                   "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
                   "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"):
             names.append(p + n)
-    return names + ["transformer.ln_f.weight", "transformer.ln_f.bias"]
+    names += ["transformer.ln_f.weight", "transformer.ln_f.bias"]
+    return [n for n in names if a.bias or not n.endswith(".bias")]
 
 
 def init_weights(np, a, shapes):
@@ -234,8 +237,8 @@ def build_model(torch, vocab, a):
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c_attn = nn.Linear(C, (H + 2 * Hkv) * hs)  # columns [q heads | k heads | v heads]
-            self.c_proj = nn.Linear(C, C)
+            self.c_attn = nn.Linear(C, (H + 2 * Hkv) * hs, bias=a.bias)  # [q heads | k heads | v heads]
+            self.c_proj = nn.Linear(C, C, bias=a.bias)
 
         def forward(self, x):
             B, T, _ = x.shape
@@ -256,8 +259,8 @@ def build_model(torch, vocab, a):
     class MLP(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c_fc = nn.Linear(C, 4 * C)
-            self.c_proj = nn.Linear(4 * C, C)
+            self.c_fc = nn.Linear(C, 4 * C, bias=a.bias)
+            self.c_proj = nn.Linear(4 * C, C, bias=a.bias)
 
         def forward(self, x):
             return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
@@ -265,9 +268,9 @@ def build_model(torch, vocab, a):
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+            self.ln_1 = nn.LayerNorm(C, eps=1e-5, bias=a.bias)
             self.attn = Attention()
-            self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+            self.ln_2 = nn.LayerNorm(C, eps=1e-5, bias=a.bias)
             self.mlp = MLP()
 
         def forward(self, x):
@@ -281,7 +284,7 @@ def build_model(torch, vocab, a):
                 wte=nn.Embedding(vocab, C),
                 wpe=nn.Embedding(a.context, C),
                 h=nn.ModuleList(Block() for _ in range(a.layers)),
-                ln_f=nn.LayerNorm(C, eps=1e-5)))
+                ln_f=nn.LayerNorm(C, eps=1e-5, bias=a.bias)))
 
         def forward(self, idx, targets):
             t = self.transformer
@@ -384,7 +387,6 @@ def check_init(a, init):
         only_q = sorted(set(theirs) - set(init))
         only_t = sorted(set(init) - set(theirs))
         lines.append(f"init check: names differ; only in qkv: {only_q}, only in torch: {only_t}")
-    worst = 0.0
     for name in param_order(a):
         if name not in theirs:
             continue
@@ -395,7 +397,6 @@ def check_init(a, init):
         diff = float(np.max(np.abs(q.astype(np.float64) - t))) if q.size else 0.0
         if diff:
             lines.append(f"init check: {name}: max |qkv - torch| = {diff:.3g}")
-        worst = max(worst, diff)
     if not lines:
         lines.append(f"init check: all {len(init)} tensors of qkv's initial checkpoint equal "
                      f"PyTorch's, bit for bit")

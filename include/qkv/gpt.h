@@ -28,6 +28,7 @@ struct GPTConfig {
   int64_t kv_heads = 4;  // GQA when < heads
   int64_t embd = 128;    // C
   bool rope = false;     // RoPE on q and k instead of the learned wpe table
+  bool bias = false;     // biases in Linear and LayerNorm layers (nanoGPT: off)
 
   int64_t head_dim() const { return embd / heads; }
   // Throws qkv::Error naming the first inconsistent field.
@@ -116,8 +117,9 @@ class GPT {
   void ensure_acts(int64_t B, int64_t T);
   void attention_forward(LayerActs& a);
   void attention_backward(LayerActs& a);
-  const float* w(int64_t off) const { return w_.data() + off; }
-  float* g(int64_t off) { return g_.data() + off; }
+  // Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
+  const float* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
+  float* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   GPTConfig cfg_;
   std::vector<ParamInfo> params_;

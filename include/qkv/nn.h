@@ -24,7 +24,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
-// mean [BT] and rstd [BT] saved for the backward.
+// mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t BT, int64_t C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,

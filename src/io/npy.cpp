@@ -1,18 +1,14 @@
 #include "qkv/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <limits>
 
 #include "io/atomic_file.h"
+#include "io/byte_source.h"
 #include "io/npy_header.h"
 
 namespace qkv {
@@ -30,10 +26,6 @@ constexpr uint64_t kMaxHeaderLen = 1 << 20;
 
 // Where the bytes come from: a file read piece by piece (so the data goes
 // straight into the tensor) or a buffer already in memory.
-struct Source {
-  uint64_t size;
-  std::function<void(uint64_t offset, size_t n, std::byte* dst)> read;
-};
 
 std::string prefix(const std::string& name) { return "'" + name + "': "; }
 
@@ -91,7 +83,7 @@ struct RawHeader {
 };
 
 // Checks the magic, version and header length, and reads the header text.
-RawHeader read_header(const Source& src, const std::string& name) {
+RawHeader read_header(const ByteSource& src, const std::string& name) {
   unsigned char pre[12] = {};
   const size_t npre = static_cast<size_t>(std::min<uint64_t>(src.size, sizeof pre));
   src.read(0, npre, reinterpret_cast<std::byte*>(pre));
@@ -129,7 +121,7 @@ RawHeader read_header(const Source& src, const std::string& name) {
   return raw;
 }
 
-Tensor decode(const Source& src, const std::string& name) {
+Tensor decode(const ByteSource& src, const std::string& name) {
   const auto [text, data_start] = read_header(src, name);
   const NpyHeader h = parse_npy_header(text, name);
   const DType dtype = dtype_from_descr(h.descr, name);
@@ -164,12 +156,6 @@ Tensor decode(const Source& src, const std::string& name) {
 }
 
 // Owns a file descriptor for the length of read_npy.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 std::string npy_header(const Tensor& t) {
   std::string shape = "(";
@@ -203,33 +189,13 @@ std::string_view data_view(const Tensor& t) {
 }  // namespace
 
 Tensor parse_npy(const std::string& bytes, const std::string& name_for_errors) {
-  const Source src{bytes.size(), [&](uint64_t offset, size_t n, std::byte* dst) {
-                     if (n > 0) std::memcpy(dst, bytes.data() + offset, n);
-                   }};
-  return decode(src, name_for_errors);
+  return decode(memory_source(bytes), name_for_errors);
 }
 
 Tensor read_npy(const std::string& path) {
-  // O_NONBLOCK so that opening a FIFO by mistake fails below instead of
-  // waiting forever for a writer.
-  const Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (f.fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(f.fd, &st) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw Error("cannot read '" + path + "': it is a directory");
-  if (!S_ISREG(st.st_mode)) throw Error("cannot read '" + path + "': not a regular file");
-  const Source src{static_cast<uint64_t>(st.st_size), [&](uint64_t offset, size_t n, std::byte* dst) {
-                     while (n > 0) {
-                       const ssize_t got = pread(f.fd, dst, n, static_cast<off_t>(offset));
-                       if (got < 0 && errno == EINTR) continue;
-                       if (got < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-                       if (got == 0) throw Error("'" + path + "': file shrank while being read");
-                       dst += got;
-                       offset += static_cast<uint64_t>(got);
-                       n -= static_cast<size_t>(got);
-                     }
-                   }};
-  return decode(src, path);
+  Tensor t;
+  with_file_source(path, [&](const ByteSource& src) { t = decode(src, path); });
+  return t;
 }
 
 std::string npy_bytes(const Tensor& t) { return npy_header(t) + std::string(data_view(t)); }

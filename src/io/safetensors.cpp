@@ -1,19 +1,15 @@
 #include "qkv/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <set>
 #include <tuple>
 
 #include "io/atomic_file.h"
+#include "io/byte_source.h"
 #include "io/json_strict.h"
 #include "io/npy_header.h"  // quoted()
 
@@ -34,12 +30,6 @@ constexpr uint64_t kMaxHeaderLen = 100'000'000;
 constexpr int kMaxDepth = 3;
 constexpr const char* kMetadataKey = "__metadata__";
 
-// Where the bytes come from: a file read piece by piece (so tensor data goes
-// straight into its tensor) or a buffer already in memory.
-struct Source {
-  uint64_t size;
-  std::function<void(uint64_t offset, size_t n, std::byte* dst)> read;
-};
 
 // One tensor as the header describes it; offsets count from the data start.
 struct Entry {
@@ -171,7 +161,7 @@ void check_tiling(std::vector<Entry>& tensors, uint64_t data_size) {
         u64(data_size - pos) + " trailing bytes belong to no tensor");
 }
 
-Header read_header(const Source& src, const std::string& name) {
+Header read_header(const ByteSource& src, const std::string& name) {
   const std::string pre = "'" + name + "': ";
   if (src.size == 0) throw Error(pre + "not a safetensors file: it is empty");
   if (src.size < 8)
@@ -210,7 +200,7 @@ Header read_header(const Source& src, const std::string& name) {
   return h;
 }
 
-std::map<std::string, Tensor> decode(const Source& src, const std::string& name) {
+std::map<std::string, Tensor> decode(const ByteSource& src, const std::string& name) {
   const Header h = read_header(src, name);
   std::map<std::string, Tensor> out;
   for (const Entry& e : h.tensors) {
@@ -228,38 +218,6 @@ std::map<std::string, Tensor> decode(const Source& src, const std::string& name)
   return out;
 }
 
-// Owns a file descriptor for the length of one read.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-// Opens `path` and runs `fn` on a Source reading it with pread.
-template <class Fn>
-auto with_file(const std::string& path, Fn fn) {
-  // O_NONBLOCK so that opening a FIFO by mistake fails below instead of
-  // waiting forever for a writer.
-  const Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (f.fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(f.fd, &st) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw Error("cannot read '" + path + "': it is a directory");
-  if (!S_ISREG(st.st_mode)) throw Error("cannot read '" + path + "': not a regular file");
-  const Source src{static_cast<uint64_t>(st.st_size), [&](uint64_t offset, size_t n, std::byte* dst) {
-                     while (n > 0) {
-                       const ssize_t got = pread(f.fd, dst, n, static_cast<off_t>(offset));
-                       if (got < 0 && errno == EINTR) continue;
-                       if (got < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-                       if (got == 0) throw Error("'" + path + "': file shrank while being read");
-                       dst += got;
-                       offset += static_cast<uint64_t>(got);
-                       n -= static_cast<size_t>(got);
-                     }
-                   }};
-  return fn(src);
-}
 
 // The length field and the padded JSON header for `tensors` laid out in order.
 std::string header_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
@@ -323,18 +281,20 @@ void write_safetensors(const std::string& path,
 }
 
 std::map<std::string, Tensor> parse_safetensors(const std::string& bytes, const std::string& name_for_errors) {
-  const Source src{bytes.size(), [&](uint64_t offset, size_t n, std::byte* dst) {
-                     if (n > 0) std::memcpy(dst, bytes.data() + offset, n);
-                   }};
+  const ByteSource src = memory_source(bytes);
   return decode(src, name_for_errors);
 }
 
 std::map<std::string, Tensor> read_safetensors(const std::string& path) {
-  return with_file(path, [&](const Source& src) { return decode(src, path); });
+  std::map<std::string, Tensor> out;
+  with_file_source(path, [&](const ByteSource& src) { out = decode(src, path); });
+  return out;
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
-  return with_file(path, [&](const Source& src) { return read_header(src, path).metadata; });
+  std::map<std::string, std::string> meta;
+  with_file_source(path, [&](const ByteSource& src) { meta = read_header(src, path).metadata; });
+  return meta;
 }
 
 }  // namespace qkv

@@ -33,7 +33,7 @@ int64_t require_int(const json& j, const char* key, const std::string& name) {
 std::string config_to_json(const GPTConfig& c) {
   json j = {{"vocab", c.vocab},   {"context", c.context}, {"layers", c.layers},
             {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"embd", c.embd},
-            {"rope", c.rope},     {"arch", "gpt"}};
+            {"rope", c.rope},     {"bias", c.bias}, {"arch", "gpt"}};
   return j.dump(2) + "\n";
 }
 
@@ -55,6 +55,9 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   if (!j.contains("rope") || !j["rope"].is_boolean())
     throw Error("'" + name + "': expected a boolean 'rope'");
   c.rope = j["rope"].get<bool>();
+  if (!j.contains("bias") || !j["bias"].is_boolean())
+    throw Error("'" + name + "': expected a boolean 'bias'");
+  c.bias = j["bias"].get<bool>();
   try {
     c.validate();
   } catch (const Error& e) {

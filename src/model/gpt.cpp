@@ -43,7 +43,9 @@ void GPT::build_params() {
   const int64_t C = cfg_.embd, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   int64_t off = 0;
-  auto add = [&](const std::string& name, Shape shape, bool decay) {
+  auto add = [&](const std::string& name, Shape shape, bool decay) -> int64_t {
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_bias && !cfg_.bias) return -1;
     const int64_t n = shape_numel(shape);
     params_.push_back({name, std::move(shape), off, n, decay});
     off += n;
@@ -222,8 +224,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
                   std::to_string(V) + ")");
     a.tokens[i] = tokens[i];
   }
-  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(wte_), wpe_ >= 0 ? w(wpe_) : nullptr,
-                        B, T, C);
+  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(wte_), w(wpe_), B, T, C);
   const float* x = a.encoded.data();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const Layer& L = layer_[l];
@@ -302,8 +303,7 @@ void GPT::backward() {
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }
-  nn::embedding_backward(g(wte_), wpe_ >= 0 ? g(wpe_) : nullptr, dres_.data(), a.tokens.data(), B,
-                         T, C);
+  nn::embedding_backward(g(wte_), g(wpe_), dres_.data(), a.tokens.data(), B, T, C);
 }
 
 KVCache GPT::new_cache() const {

@@ -10,7 +10,8 @@ namespace qkv::nn {
 
 using detail::lane_sum;
 
-// out [BT, C] = (inp - mean) · rstd · weight + bias per row; mean [BT], rstd [BT]
+// out [BT, C] = (inp - mean) · rstd · weight + bias per row; mean [BT], rstd [BT].
+// bias (and dbias) may be null: LayerNorm without bias, as in nanoGPT.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t BT, int64_t C) {
   const float eps = static_cast<float>(ref::kLayerNormEps);
@@ -24,7 +25,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     const float v = lane_sum(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); }) * inv_c;
     const float s = 1.0f / std::sqrt(v + eps);
     float* y = out + r * C;
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
     mean[r] = m;
     rstd[r] = s;
   }
@@ -72,7 +73,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
     for (int64_t j = 0; j < n; ++j) {
       dweight[lo + j] += dw[j];
-      dbias[lo + j] += db[j];
+      if (dbias) dbias[lo + j] += db[j];
     }
   }
 }

@@ -69,6 +69,7 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--embd", o.model.embd, "model width C")->capture_default_str();
   cmd->add_option("--context", o.model.context, "context length T (block size)")->capture_default_str();
   cmd->add_flag("--rope", o.model.rope, "RoPE on queries and keys instead of learned positions");
+  cmd->add_flag("--bias", o.model.bias, "biases in Linear and LayerNorm layers (nanoGPT's default: none)");
   cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str();
   cmd->add_option("--iters", o.iters, "optimisation steps")->capture_default_str();
   cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
