@@ -1,5 +1,7 @@
 #include "core/shape_checks.h"
 
+#include "qkv/runtime.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -107,6 +109,26 @@ int64_t first_nonfinite(const T* x, int64_t n, Bits exp_mask) {
 }
 
 }  // namespace
+
+Kernel resolve_kernel(Kernel requested, DType dtype) {
+  if (requested == Kernel::automatic)
+    return dtype == DType::f32 ? Kernel::fast : Kernel::reference;
+  if (requested == Kernel::fast && dtype != DType::f32)
+    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(dtype) +
+                " (the reference kernel, or auto, handles float64)");
+  return requested;
+}
+
+int resolve_threads(int requested) {
+  if (requested < 0)
+    throw Error("threads: expected 0 (all cores) or a positive count, found " +
+                std::to_string(requested));
+  return requested > 0 ? requested : default_threads();
+}
+
+void fit_tensor(Tensor& t, DType dtype, const Shape& shape) {
+  if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
+}
 
 void check_finite(const Tensor& t, const char* what) {
   int64_t i = -1;

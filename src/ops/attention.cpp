@@ -39,41 +39,23 @@ std::optional<Kernel> parse_kernel(const std::string& s) {
   return std::nullopt;
 }
 
-namespace {
-
-// Reuses `t` when it already has this dtype and shape (no allocation, no
-// fresh pages), else replaces it.
-void fit(Tensor& t, DType dtype, const Shape& shape) {
-  if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
-}
-
-}  // namespace
-
 void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionOptions& opts) {
   const AttentionProblem p = check_attention_args(q, k, v, opts);
-  Kernel kernel = opts.kernel;
-  if (kernel == Kernel::automatic)
-    kernel = q.dtype() == DType::f32 ? Kernel::fast : Kernel::reference;
-  if (kernel == Kernel::fast && q.dtype() != DType::f32)
-    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(q.dtype()) +
-                " (the reference kernel, or auto, handles float64)");
-  if (opts.threads < 0)
-    throw Error("threads: expected 0 (all cores) or a positive count, found " +
-                std::to_string(opts.threads));
+  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  const int threads = resolve_threads(opts.threads);
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;
     s.insert(s.end(), tail);
     return s;
   };
-  fit(res.out, q.dtype(), with({p.Hq, p.N, p.Dv}));
-  if (opts.return_weights) fit(res.weights, q.dtype(), with({p.Hq, p.N, p.S}));
-  if (opts.return_lse) fit(res.lse, q.dtype(), with({p.Hq, p.N}));
+  fit_tensor(res.out, q.dtype(), with({p.Hq, p.N, p.Dv}));
+  if (opts.return_weights) fit_tensor(res.weights, q.dtype(), with({p.Hq, p.N, p.S}));
+  if (opts.return_lse) fit_tensor(res.lse, q.dtype(), with({p.Hq, p.N}));
   if (kernel == Kernel::reference) {
     ref::attention_forward(res, q, k, v, p, opts.return_weights, opts.return_lse);
     return;
   }
-  const int threads = opts.threads > 0 ? opts.threads : default_threads();
   kernels::flash_forward(res, q, k, v, p, opts.return_weights, opts.return_lse, threads,
                          active_isa());
 }

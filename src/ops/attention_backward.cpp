@@ -12,11 +12,6 @@
 namespace qkv {
 namespace {
 
-// Reuses `t` when it already has this dtype and shape (as attention_into).
-void fit(Tensor& t, DType dtype, const Shape& shape) {
-  if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
-}
-
 // `t` must be a float tensor of q's dtype and exactly `shape`.
 void check_like(const Tensor& t, const char* name, DType dtype, const Shape& shape,
                 const char* layout) {
@@ -61,23 +56,15 @@ void attention_backward_into(AttentionGrads& g, const Tensor& q, const Tensor& k
     check_finite(dout, "dout");
     check_lse_values(lse);
   }
-  Kernel kernel = opts.kernel;
-  if (kernel == Kernel::automatic)
-    kernel = q.dtype() == DType::f32 ? Kernel::fast : Kernel::reference;
-  if (kernel == Kernel::fast && q.dtype() != DType::f32)
-    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(q.dtype()) +
-                " (the reference kernel, or auto, handles float64)");
-  if (opts.threads < 0)
-    throw Error("threads: expected 0 (all cores) or a positive count, found " +
-                std::to_string(opts.threads));
-  fit(g.dq, q.dtype(), q.shape());
-  fit(g.dk, q.dtype(), k.shape());
-  fit(g.dv, q.dtype(), v.shape());
+  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  const int threads = resolve_threads(opts.threads);
+  fit_tensor(g.dq, q.dtype(), q.shape());
+  fit_tensor(g.dk, q.dtype(), k.shape());
+  fit_tensor(g.dv, q.dtype(), v.shape());
   if (kernel == Kernel::reference) {
     ref::attention_backward(g, q, k, v, lse, dout, p);
     return;
   }
-  const int threads = opts.threads > 0 ? opts.threads : default_threads();
   kernels::flash_backward(g, q, k, v, out, lse, dout, p, threads, active_isa());
 }
 
