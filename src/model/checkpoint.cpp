@@ -119,19 +119,21 @@ void set_weights(GPT& model, const std::vector<float>& weights) {
   model.weights() = weights;
 }
 
-void save_train_state(const std::string& dir, AdamW& opt, int64_t next_iter,
+void save_train_state(const std::string& dir, const GPT& model, AdamW& opt, int64_t next_iter,
                       const std::string& options_json) {
-  const int64_t n = static_cast<int64_t>(opt.m().size());
-  Tensor m(DType::f32, {n}), v(DType::f32, {n});
+  const int64_t n = model.num_params();
+  Tensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n});
+  std::copy(model.weights().begin(), model.weights().end(), w.data<float>());
   std::copy(opt.m().begin(), opt.m().end(), m.data<float>());
   std::copy(opt.v().begin(), opt.v().end(), v.data<float>());
-  write_safetensors(dir + "/train_state.safetensors", {{"adam.m", &m}, {"adam.v", &v}},
+  write_safetensors(dir + "/train_state.safetensors",
+                    {{"weights", &w}, {"adam.m", &m}, {"adam.v", &v}},
                     {{"next_iter", std::to_string(next_iter)},
                      {"adam_steps", std::to_string(opt.steps())},
                      {"options", options_json}});
 }
 
-TrainState load_train_state(const std::string& dir, int64_t num_params) {
+TrainState load_train_state(const std::string& dir) {
   const std::string path = dir + "/train_state.safetensors";
   const auto meta = read_safetensors_metadata(path);
   const auto tensors = read_safetensors(path);
@@ -153,15 +155,18 @@ TrainState load_train_state(const std::string& dir, int64_t num_params) {
   auto opts = meta.find("options");
   if (opts == meta.end()) throw Error("'" + path + "': metadata lacks 'options'");
   s.options_json = opts->second;
-  for (const char* name : {"adam.m", "adam.v"}) {
+  for (auto [name, dst] : {std::pair{"weights", &s.weights}, std::pair{"adam.m", &s.m},
+                           std::pair{"adam.v", &s.v}}) {
     auto it = tensors.find(name);
-    if (it == tensors.end() || it->second.dtype() != DType::f32 || it->second.rank() != 1 ||
-        (num_params >= 0 && it->second.numel() != num_params))
-      throw Error("'" + path + "': expected a float32 vector '" + name + "'" +
-                  (num_params >= 0 ? " of " + std::to_string(num_params) + " values" : ""));
-    std::vector<float>& dst = std::string(name) == "adam.m" ? s.m : s.v;
-    dst.assign(it->second.data<float>(), it->second.data<float>() + it->second.numel());
+    if (it == tensors.end() || it->second.dtype() != DType::f32 || it->second.rank() != 1)
+      throw Error("'" + path + "': expected a float32 vector '" + name + "'");
+    const float* src = it->second.data<float>();
+    for (int64_t i = 0; i < it->second.numel(); ++i)
+      if (!std::isfinite(src[i])) throw Error("'" + path + "': '" + name + "' holds a non-finite value");
+    dst->assign(src, src + it->second.numel());
   }
+  if (s.m.size() != s.weights.size() || s.v.size() != s.weights.size())
+    throw Error("'" + path + "': 'weights', 'adam.m' and 'adam.v' differ in length");
   return s;
 }
 

@@ -4,11 +4,16 @@
 //                           config is repeated in its metadata
 //   DIR/config.json         the model's shape (GPTConfig)
 //   DIR/vocab.json          the tokenizer
-//   DIR/train_state.safetensors  AdamW's moments + the iteration and the
-//                           training options (what --resume needs)
+//   DIR/train_state.safetensors  everything --resume needs in ONE file: the
+//                           weights, AdamW's moments, the iteration and the
+//                           training options
 //
-// Every file is written atomically (temporary file, fsync, rename), state
-// last, so a checkpoint killed mid-write leaves the previous one readable.
+// Every file is written atomically (temporary file, fsync, rename), the
+// state last: it commits the checkpoint. Weights, moments and iteration
+// share one file so that a kill between two renames can never pair the
+// weights of one step with the moments of another; model.safetensors may be
+// one checkpoint newer than the state after such a kill, which sampling
+// does not mind and resuming ignores.
 #pragma once
 
 #include <string>
@@ -37,16 +42,15 @@ LoadedModel load_model(const std::string& dir);
 // Copies loaded weights into a model built from the same config.
 void set_weights(GPT& model, const std::vector<float>& weights);
 
-// The optimiser state and the iteration to continue from.
-void save_train_state(const std::string& dir, AdamW& opt, int64_t next_iter,
+// The resume point: writes DIR/train_state.safetensors.
+void save_train_state(const std::string& dir, const GPT& model, AdamW& opt, int64_t next_iter,
                       const std::string& options_json);
 struct TrainState {
   int64_t next_iter = 0;
   int64_t adam_steps = 0;
   std::string options_json;
-  std::vector<float> m, v;
+  std::vector<float> weights, m, v;  // equal lengths; the caller checks them against its model
 };
-// num_params < 0: accept any length (the caller checks it against the model).
-TrainState load_train_state(const std::string& dir, int64_t num_params);
+TrainState load_train_state(const std::string& dir);
 
 }  // namespace qkv

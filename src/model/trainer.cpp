@@ -1,11 +1,18 @@
 #include "model/trainer.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -154,6 +161,25 @@ void draw_bar(int64_t it, int64_t iters, double loss, double val, double tok_s, 
   std::fflush(stderr);
 }
 
+// Temporaries that killed runs left behind ("model.safetensors.tmp<pid>.<n>",
+// see write_file_atomic): removed, unless the process that writes them runs.
+void remove_stale_temporaries(const std::string& dir) {
+  static const char* const kFiles[] = {"model.safetensors", "config.json", "vocab.json",
+                                       "train_state.safetensors", "log.jsonl", "loss.png"};
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t tmp = name.rfind(".tmp");
+    if (tmp == std::string::npos) continue;
+    if (std::find(std::begin(kFiles), std::end(kFiles), name.substr(0, tmp)) == std::end(kFiles))
+      continue;
+    const long pid = std::strtol(name.c_str() + tmp + 4, nullptr, 10);
+    if (pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    std::error_code ignored;
+    fs::remove(it->path(), ignored);
+  }
+}
+
 }  // namespace
 
 std::string TrainOptions::to_json() const {
@@ -218,13 +244,17 @@ TrainResult train(const TrainOptions& given) {
   fs::create_directories(o.out_dir, ec);
   if (ec || !fs::is_directory(o.out_dir))
     throw Error("--out: cannot create directory '" + o.out_dir + "': " + ec.message());
+  remove_stale_temporaries(o.out_dir);
 
   o.text_hash = fnv1a(text);
   TrainState st;
   if (o.resume) {
     // The run continues with the options it started with; only where the
     // files are and how many threads run may differ.
-    st = load_train_state(o.out_dir, -1);
+    if (!fs::exists(o.out_dir + "/train_state.safetensors", ec))
+      throw Error("--resume: no checkpoint in '" + o.out_dir +
+                  "' (train_state.safetensors is missing); train without --resume to start");
+    st = load_train_state(o.out_dir);
     TrainOptions saved = TrainOptions::from_json(st.options_json, o.out_dir + "/train_state.safetensors");
     if (saved.text_hash != o.text_hash)
       throw Error("--resume: '" + o.text_path + "' is not the text the checkpoint in '" +
@@ -238,12 +268,11 @@ TrainResult train(const TrainOptions& given) {
   AdamW opt(model, o.adam);
   int64_t start = 0;
   if (o.resume) {
-    if (static_cast<int64_t>(st.m.size()) != model.num_params() || st.v.size() != st.m.size())
-      throw Error("'" + o.out_dir + "/train_state.safetensors': optimiser state for " +
-                  std::to_string(st.m.size()) + " weights, the model has " +
+    if (static_cast<int64_t>(st.weights.size()) != model.num_params())
+      throw Error("'" + o.out_dir + "/train_state.safetensors': state for " +
+                  std::to_string(st.weights.size()) + " weights, the model has " +
                   std::to_string(model.num_params()));
-    const LoadedModel m = load_model(o.out_dir);
-    set_weights(model, m.weights);
+    set_weights(model, st.weights);
     opt.m() = st.m, opt.v() = st.v;
     opt.set_steps(st.adam_steps);
     start = st.next_iter;
@@ -263,9 +292,12 @@ TrainResult train(const TrainOptions& given) {
   auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // The model files first (for qkv sample and PyTorch), then the resume
+  // point, which commits the checkpoint: everything --resume needs is in it.
   auto checkpoint = [&](int64_t next_iter) {
     save_model(o.out_dir, model, tok);
-    save_train_state(o.out_dir, opt, next_iter, o.to_json());  // last: it commits the checkpoint
+    save_train_state(o.out_dir, model, opt, next_iter, o.to_json());
+    res.next_iter = next_iter;
   };
   double val = NAN, last_loss = NAN, tok_s = 0.0;
   for (int64_t it = start; it <= o.iters; ++it) {
@@ -319,9 +351,18 @@ TrainResult train(const TrainOptions& given) {
       const double per_iter = seconds() / static_cast<double>(it - start + 1);
       draw_bar(it, o.iters, last_loss, val, tok_s, per_iter * static_cast<double>(o.iters - it - 1));
     }
+    // Checked between steps only, so the checkpoint is one an evaluation
+    // could have written: the batches of the remaining iterations and the
+    // evaluations at multiples of eval_interval are the same after --resume.
+    if (o.stop_requested && o.stop_requested->load() != 0) {
+      checkpoint(it + 1);
+      res.interrupted = true;
+      break;
+    }
   }
   if (o.progress_bar) std::fprintf(stderr, "\n");
   plot_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
+  if (res.interrupted) return res;
   std::printf("done: train loss %.4f, val loss %.4f; model in %s\n", res.final_train_loss,
               res.final_val_loss, o.out_dir.c_str());
   return res;

@@ -1,7 +1,9 @@
 #include "cli_common.h"
 
-#include <cstdlib>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "qkv/npy.h"
 
@@ -21,6 +23,21 @@ void save_npy_arg(const std::string& arg, const std::string& path, const Tensor&
   } catch (const Error& e) {
     throw Error(arg + ": " + e.what());
   }
+}
+
+double machine_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+std::string memory_shortfall(const std::string& what, double bytes) {
+  const double have = machine_memory_bytes();
+  if (have <= 0.0 || bytes <= have) return "";
+  char buf[160];
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::snprintf(buf, sizeof buf, " would take %.4g GiB, more than this machine's %.1f GiB of memory",
+                bytes / kGiB, have / kGiB);
+  return what + buf;
 }
 
 bool stdout_wants_color() {

@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "core/shape_checks.h"
 #include "qkv/attention.h"
 
 namespace qkv::cli {
@@ -88,6 +89,34 @@ void parse_number_options(const AttentionArgs& a, AttentionOptions& opts) {
         to_numbers<int>("--threads", *a.threads, 0, 1, "an integer >= 0 (0 = all cores)")[0];
 }
 
+// Refuses outputs that could not fit in memory before attention() allocates
+// them: out [..., Hq, N, Dv], and with --weights [..., Hq, N, S] (N·S floats
+// per head, the one that grows quadratically) and --lse [..., Hq, N]. The
+// inputs are already loaded, so they fit. Computed in double from q, k and v
+// as they are; only when that is too big are the shapes checked properly, so
+// that a shape error is reported as one, not as a memory error.
+void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionOptions& opts) {
+  if (q.rank() < 3 || k.rank() < 3 || v.rank() < 3) return;  // attention() says why
+  double rows = 1.0;  // B·Hq·N
+  for (int64_t i = 0; i + 1 < q.rank(); ++i) rows *= static_cast<double>(q.dim(i));
+  const double S = static_cast<double>(k.dim(-2)), Dv = static_cast<double>(v.dim(-1));
+  const double elem = static_cast<double>(dtype_size(q.dtype()));
+  const double out = rows * Dv * elem, weights = opts.return_weights ? rows * S * elem : 0.0;
+  const double lse = opts.return_lse ? rows * elem : 0.0;
+  const double inputs = static_cast<double>(q.nbytes() + k.nbytes() + v.nbytes());
+  if (memory_shortfall("", inputs + out + weights + lse).empty()) return;
+  check_attention_args(q, k, v, opts);  // throws if the shapes are wrong
+  Shape wshape = q.shape();
+  wshape.back() = k.dim(-2);
+  const std::string what =
+      opts.return_weights && weights >= out
+          ? "--weights: the attention weights " + shape_str(wshape) + " " + dtype_name(q.dtype()) +
+                " with q, k, v and out"
+          : "--out: q, k, v and the output";
+  throw Error(memory_shortfall(what, inputs + out + weights + lse));
+}
+
 int run_attention(const AttentionArgs& a) {
   AttentionOptions opts;
   parse_number_options(a, opts);  // before loading, so a typo costs no I/O
@@ -106,6 +135,7 @@ int run_attention(const AttentionArgs& a) {
   opts.scale = a.scale;
   opts.return_weights = !a.weights.empty();
   opts.return_lse = !a.lse.empty();
+  check_output_memory(q, k, v, opts);
 
   const AttentionResult res = attention(q, k, v, opts);
   save_npy_arg("--out", a.out, res.out);

@@ -63,6 +63,20 @@ BenchCase case_from(const BenchArgs& a) {
   if (!causal)
     throw UsageError("--causal: expected none, top-left or bottom-right, found '" + a.causal + "'");
   c.causal = *causal;
+  // q, k, v and out in float32, plus a second output when the reference is
+  // compared; in double, so sizes whose product overflows are refused too.
+  const double B = static_cast<double>(c.batch), N = static_cast<double>(c.n),
+               S = static_cast<double>(c.s);
+  const double D = static_cast<double>(c.d), Dv = static_cast<double>(c.dv);
+  const double floats = B * static_cast<double>(c.heads) * N * (D + 2.0 * Dv) +
+                        B * static_cast<double>(c.kv_heads) * S * (D + Dv);
+  const std::string refused = memory_shortfall(
+      "--batch " + std::to_string(c.batch) + " --heads " + std::to_string(c.heads) + " --kv-heads " +
+          std::to_string(c.kv_heads) + " --n " + std::to_string(c.n) + " --s " +
+          std::to_string(c.s) + " --d " + std::to_string(c.d) + " --dv " + std::to_string(c.dv) +
+          ": q, k, v and out in float32",
+      4.0 * floats);
+  if (!refused.empty()) throw UsageError(refused);
   return c;
 }
 

@@ -131,7 +131,11 @@ int run_explain(const ExplainArgs& a) {
       in, res, weights64, opts, row_labels, col_labels, !a.no_color && stdout_wants_color());
   if (!from_files) explain_output(in, res, opts);
   if (!a.png.empty()) {
-    write_heatmap_png(a.png, panels);
+    try {
+      write_heatmap_png(a.png, panels);
+    } catch (const Error& e) {
+      throw Error(std::string("--png: ") + e.what());
+    }
     std::cout << "wrote " << panels.size() << " heatmap panel" << (panels.size() > 1 ? "s" : "")
               << " to " << a.png << "\n";
   }

@@ -1,6 +1,9 @@
 // qkv train: a small GPT on your own text (nanoGPT's recipe by default).
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <iostream>
 
 #include "cli_common.h"
@@ -15,6 +18,43 @@ struct TrainArgs {
   std::string kernel = "auto";
   bool no_progress = false;
 };
+
+// Ctrl-C (SIGINT) or SIGTERM: the handler only records the signal; the
+// training loop finishes its step, saves a checkpoint and returns. The
+// handler is reset by its first call (SA_RESETHAND), so a second Ctrl-C
+// kills at once, which is safe too: every checkpoint file is atomic.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need a lock-free flag");
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// A lower bound of what training holds in float32 (the vocabulary is not
+// known yet, so it counts as one token): weights, gradients and AdamW's two
+// moments, 10 + 2·Hkv/H times C² per layer, and about 19 activations of
+// [B, T, C] per layer. In double, so sizes whose product overflows are
+// refused too rather than wrapped.
+void check_train_memory(const TrainOptions& o) {
+  const double L = static_cast<double>(o.model.layers), C = static_cast<double>(o.model.embd);
+  const double T = static_cast<double>(o.model.context), B = static_cast<double>(o.batch);
+  const double kv = static_cast<double>(o.model.kv_heads) / static_cast<double>(o.model.heads);
+  const double params = L * C * C * (10.0 + 2.0 * kv) + T * C;
+  const double floats = 4.0 * params + 19.0 * L * B * T * C;
+  const std::string refused = memory_shortfall(
+      "--layers " + std::to_string(o.model.layers) + " --embd " + std::to_string(o.model.embd) +
+          " --context " + std::to_string(o.model.context) + " --batch " + std::to_string(o.batch) +
+          ": the weights, optimiser state and activations",
+      4.0 * floats);
+  if (!refused.empty()) throw UsageError(refused);
+}
 
 int run_train(TrainArgs& a) {
   TrainOptions& o = a.o;
@@ -45,10 +85,17 @@ int run_train(TrainArgs& a) {
   if (o.stop_at >= 0 && o.stop_at % o.eval_interval != 0)
     throw UsageError("--stop-at: expected a multiple of --eval-interval " +
                      std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
+  check_train_memory(o);
   o.kernel = *parse_kernel(a.kernel);
   o.progress_bar = !a.no_progress && isatty(STDERR_FILENO);
-  train(o);
-  return 0;
+  catch_stop_signals();
+  o.stop_requested = &g_stop_signal;
+  const TrainResult r = train(o);
+  if (!r.interrupted) return 0;
+  std::fflush(stdout);
+  std::fprintf(stderr, "qkv train: interrupted: checkpoint saved at iteration %lld; continue with --resume\n",
+               static_cast<long long>(r.next_iter));
+  return 128 + g_stop_signal.load();  // the shell's code for death by that signal: 130 for Ctrl-C
 }
 
 }  // namespace

@@ -1,0 +1,240 @@
+"""Runs every row of docs/bad-inputs.md, so the table cannot drift from the
+code: each row's id names a setup below that writes the input the row
+describes and returns the command line; the command must exit with the row's
+code and print one line containing the row's message fragments (the parts in
+backticks, in order; what lies between them is a path that varies)."""
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+TABLE = ROOT / "docs" / "bad-inputs.md"
+ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|(.*)\|(.*)\|(.*)\|\s*(\d+)\s*\|\s*$")
+
+
+def table_rows():
+    rows = {}
+    for line in TABLE.read_text().splitlines():
+        m = ROW.match(line)
+        if m:
+            row_id, _command, _input, message, code = m.groups()
+            assert row_id not in rows, f"row {row_id} appears twice"
+            rows[row_id] = (re.findall(r"`([^`]+)`", message), int(code))
+    return rows
+
+
+ROWS = table_rows()
+
+
+# --- inputs -----------------------------------------------------------------
+
+def npy_header(shape, descr="<f4", length=None, version=b"\x01\x00"):
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    n = len(header) if length is None else length
+    return b"\x93NUMPY" + version + n.to_bytes(2, "little") + header.encode()
+
+
+def safetensors_bytes(header: bytes, data=b"", length=None):
+    n = len(header) if length is None else length
+    return struct.pack("<Q", n) + header + data
+
+
+class Inputs:
+    """Writes the files a row needs under tmp and builds command lines."""
+
+    def __init__(self, tmp: Path, model: Path):
+        self.tmp, self._model = tmp, model
+        rng = np.random.default_rng(0)
+        self.q = rng.normal(size=(2, 3, 4)).astype(np.float32)
+        self.k = rng.normal(size=(1, 5, 4)).astype(np.float32)
+        self.v = rng.normal(size=(1, 5, 4)).astype(np.float32)
+
+    def file(self, name, content):
+        path = self.tmp / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content)
+        else:
+            np.save(path, content)
+        return str(path)
+
+    def attention(self, *extra, q=None, k=None, v=None, out=None):
+        paths = {name: self.file(f"{name}.npy", self.__dict__[name] if x is None else x)
+                 if not isinstance(x, Path) else str(x)
+                 for name, x in (("q", q), ("k", k), ("v", v))}
+        return ["attention", "--q", paths["q"], "--k", paths["k"], "--v", paths["v"],
+                "-o", str(out or self.tmp / "out.npy"), *extra]
+
+    def text(self, content=None):
+        words = "the cat sat on a mat while the dog ran far away".split()
+        body = " ".join(words[i % len(words)] for i in range(400)) if content is None else content
+        return self.file("text.txt", body)
+
+    def train(self, *extra, text=None, out=None, **options):
+        """A tiny run; options override its sizes (context=10**8 -> --context 100000000)."""
+        sizes = {"layers": 1, "heads": 2, "embd": 8, "context": 8, "iters": 2, "eval_iters": 1,
+                 "threads": 1, **options}
+        flags = [x for k, v in sizes.items() for x in ("--" + k.replace("_", "-"), str(v))]
+        return ["train", "--text", text or self.text(), "--out", str(out or self.tmp / "run"),
+                *flags, "--no-progress", *extra]
+
+    def model(self):
+        """A copy of a trained checkpoint, to damage."""
+        copy = self.tmp / "model"
+        shutil.copytree(self._model, copy)
+        return copy
+
+    def sample(self, model, *extra, tokens="1"):
+        return ["sample", "--model", str(model), "--tokens=" + tokens, *extra]
+
+
+def damaged_weights(i: Inputs, damage):
+    model = i.model()
+    path = model / "model.safetensors"
+    path.write_bytes(damage(path.read_bytes()))
+    return i.sample(model)
+
+
+def nan_weights(i: Inputs):
+    model = i.model()
+    path = model / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    header_end = 8 + struct.unpack("<Q", data[:8])[0]
+    data[header_end:header_end + 4] = struct.pack("<f", float("nan"))
+    path.write_bytes(bytes(data))
+    return i.sample(model)
+
+
+def edited(i: Inputs, name, content):
+    model = i.model()
+    (model / name).write_text(content)
+    return i.sample(model)
+
+
+def resumed_on_other_text(i: Inputs):
+    out = i.tmp / "run"
+    shutil.copytree(i._model, out)
+    return i.train("--resume", text=i.text("a different text " * 40), out=out)
+
+
+HUGE = 1_000_000  # N = S = 10^6: the weights [1, 10^6, 10^6] float32 are 3.6 TiB
+
+SETUP = {
+    # qkv attention: the .npy loader
+    "npy-not-numpy": lambda i: i.attention(q=b"hello world, this is not numpy"),
+    "npy-empty-file": lambda i: i.attention(k=b""),
+    "npy-truncated-header": lambda i: i.attention(q=npy_header("(2, 3, 4)")[:20]),
+    "npy-truncated-data": lambda i: i.attention(q=npy_header("(2, 3, 4)") + b"\0" * 10),
+    "npy-header-length-past-end": lambda i: i.attention(
+        q=npy_header("(2, 3, 4)", length=60000)),
+    "npy-oversized-header": lambda i: i.attention(
+        q=b"\x93NUMPY\x02\x00" + (2**31).to_bytes(4, "little") + b"{" * 64),
+    "npy-malformed-header": lambda i: i.attention(q=b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'\n"),
+    "npy-shape-overflow": lambda i: i.attention(
+        q=npy_header("(4294967296, 4294967296, 4294967296)")),
+    "npy-negative-dim": lambda i: i.attention(q=npy_header("(2, -3, 4)")),
+    "npy-int64": lambda i: i.attention(q=np.zeros((2, 3, 4), np.int64)),
+    "npy-big-endian": lambda i: i.attention(q=np.zeros((2, 3, 4), ">f4")),
+    "npy-fortran-order": lambda i: i.attention(k=np.asfortranarray(np.zeros((1, 5, 4), np.float32))),
+    "npy-missing-file": lambda i: i.attention(v=i.tmp / "nope.npy"),
+    "npy-directory": lambda i: i.attention(k=i.tmp),
+    # qkv attention: values, shapes, options, output
+    "attention-nan-in-q": lambda i: i.attention(q=np.full((2, 3, 4), np.nan, np.float32)),
+    "attention-inf-in-v": lambda i: i.attention(
+        v=np.where(np.arange(20).reshape(1, 5, 4) == 7, np.inf, 0).astype(np.float32)),
+    "attention-head-dim-differs": lambda i: i.attention(k=np.zeros((1, 5, 3), np.float32)),
+    "attention-empty-keys": lambda i: i.attention(k=np.zeros((1, 0, 4), np.float32),
+                                                 v=np.zeros((1, 0, 4), np.float32)),
+    "attention-mask-nan": lambda i: i.attention(
+        "--mask", i.file("mask.npy", np.full((3, 5), np.nan, np.float32))),
+    "attention-weights-exceed-memory": lambda i: i.attention(
+        "--weights", str(i.tmp / "w.npy"), q=np.zeros((1, HUGE, 1), np.float32),
+        k=np.zeros((1, HUGE, 1), np.float32), v=np.zeros((1, HUGE, 1), np.float32)),
+    "attention-unwritable-output": lambda i: i.attention(out=i.tmp / "no" / "dir" / "out.npy"),
+    "attention-output-is-directory": lambda i: i.attention(out=i.tmp),
+    "attention-window-one-side": lambda i: i.attention("--window", "128"),
+    "attention-key-length-above-s": lambda i: i.attention("--key-lengths", "6"),
+    "attention-threads-out-of-range": lambda i: i.attention("--threads", "99999999999"),
+    "attention-unknown-flag": lambda i: i.attention("--frobnicate"),
+    "attention-missing-option": lambda i: ["attention", "--q", "q.npy"],
+    # qkv bench
+    "bench-n-zero": lambda i: ["bench", "--n", "0"],
+    "bench-kv-heads-not-divisor": lambda i: ["bench", "--heads", "8", "--kv-heads", "3"],
+    "bench-exceeds-memory": lambda i: ["bench", "--n", "100000000", "--heads", "64"],
+    "bench-size-overflow": lambda i: ["bench", "--n", "4000000000000", "--d", "4000000000000"],
+    "bench-reps-zero": lambda i: ["bench", "--reps", "0"],
+    "bench-bad-kernel": lambda i: ["bench", "--kernel", "turbo"],
+    # qkv train
+    "train-empty-text": lambda i: i.train(text=i.text("")),
+    "train-invalid-utf8": lambda i: i.train(text=i.file("bad.txt", b"hello \xff world " * 100)),
+    "train-text-too-short": lambda i: i.train(text=i.text("to be or not to be")),
+    "train-text-is-directory": lambda i: i.train(text=str(i.tmp)),
+    "train-text-missing": lambda i: i.train(text=str(i.tmp / "nope.txt")),
+    "train-out-is-file": lambda i: i.train(out=Path(i.file("taken", "x"))),
+    "train-context-exceeds-memory": lambda i: i.train(context=100_000_000),
+    "train-embd-overflow": lambda i: i.train(embd=4_000_000_000, heads=1),
+    "train-batch-zero": lambda i: i.train("--batch", "0"),
+    "train-lr-negative": lambda i: i.train("--lr=-1"),
+    "train-heads-not-divisor": lambda i: i.train(heads=3),
+    "train-stop-at-off-interval": lambda i: i.train("--stop-at", "7"),
+    "train-resume-without-checkpoint": lambda i: i.train("--resume"),
+    "train-resume-other-text": resumed_on_other_text,
+    # qkv sample: the checkpoint loader
+    "sample-missing-model": lambda i: i.sample(i.tmp / "nowhere"),
+    "sample-truncated-weights": lambda i: damaged_weights(i, lambda d: d[:len(d) // 2]),
+    "sample-oversized-header": lambda i: damaged_weights(
+        i, lambda d: struct.pack("<Q", 2**62) + d[8:]),
+    "sample-header-not-json": lambda i: damaged_weights(i, lambda d: d[:8] + b"#" + d[9:]),
+    "sample-empty-weights": lambda i: damaged_weights(i, lambda d: b""),
+    "sample-nan-weights": nan_weights,
+    "sample-config-not-json": lambda i: edited(i, "config.json", "{not json"),
+    "sample-config-wrong-type": lambda i: edited(i, "config.json", '{"vocab": "many"}'),
+    "sample-vocab-not-json": lambda i: edited(i, "vocab.json", "[1, 2"),
+    "sample-tokens-negative": lambda i: i.sample(i._model, tokens="-1"),
+    "sample-temperature-zero": lambda i: i.sample(i._model, "--temperature", "0"),
+    # qkv explain, qkv demo, qkv itself
+    "explain-heads-not-divisor": lambda i: ["explain", "--heads", "3"],
+    "explain-blank-tokens": lambda i: ["explain", "--tokens", "   "],
+    "explain-png-unwritable": lambda i: ["explain", "--png", str(i.tmp / "no" / "dir" / "a.png")],
+    "demo-unknown-flag": lambda i: ["demo", "--frobnicate"],
+    "qkv-unknown-command": lambda i: ["attend"],
+}
+
+
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory, qkv_bin):
+    import subprocess
+    tmp = tmp_path_factory.mktemp("table")
+    i = Inputs(tmp, tmp / "unused")
+    r = subprocess.run([qkv_bin, *i.train(out=tmp / "model")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return tmp / "model"
+
+
+def test_table_and_setups_match():
+    assert len(ROWS) >= 30
+    assert sorted(ROWS) == sorted(SETUP), (set(ROWS) ^ set(SETUP))
+
+
+@pytest.mark.parametrize("row_id", sorted(SETUP))
+def test_row(row_id, run, tmp_path, trained_model):
+    assert row_id in ROWS, f"{row_id} has a setup but no row in {TABLE.name}"
+    fragments, code = ROWS[row_id]
+    args = SETUP[row_id](Inputs(tmp_path, trained_model))
+    r = run(*args)
+    assert r.returncode == code, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    at = 0
+    for fragment in fragments:
+        found = lines[0].find(fragment, at)
+        assert found >= 0, f"{fragment!r} not in {lines[0]!r} (after column {at})"
+        at = found + len(fragment)
