@@ -7,6 +7,8 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   # oneDNN, the GEMM; its CMake package also wants OpenCL's, which
                   # apt only recommends
                   libdnnl-dev ocl-icd-opencl-dev
+                  # the tsan preset: clang with LLVM's OpenMP runtime and Archer
+                  clang libomp-dev
                   python3 python3-venv)
 missing=()
 for p in "${QKV_APT_PACKAGES[@]}"; do

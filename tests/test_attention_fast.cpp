@@ -25,6 +25,7 @@
 #include "core/shape_checks.h"
 #include "qkv/attention.h"
 #include "qkv/runtime.h"
+#include "test_scale.h"
 
 namespace qkv {
 // Test names and ctest list the path by name, not as raw bytes.
@@ -378,8 +379,11 @@ class FastKernel : public ::testing::TestWithParam<Isa> {
 }  // namespace
 
 TEST_P(FastKernel, MatchesTheReferenceOnRandomCases) {
-  constexpr uint64_t kCases = 300;
-  for (uint64_t seed = 0; seed < kCases; ++seed) {
+  // At least 36 under QKV_TEST_SCALE: seeds 0..35 meet every mask kind with
+  // every causal alignment (seed % 6, seed / 6 % 3) twice, N = 1 (seed % 9)
+  // four times and S = 1 (seed % 11) four times.
+  const uint64_t cases = qkv_test::scaled_count(300, 36);
+  for (uint64_t seed = 0; seed < cases; ++seed) {
     check_case(random_case(seed));
     if (HasFailure()) break;  // one case's report is enough to start from
   }
