@@ -27,4 +27,10 @@ if [ "${QKV_SANITIZERS:-0}" = 1 ] || [ "${CI:-}" = true ]; then
     ctest --preset "$preset" -j2
   done
   echo "sanitizers: $((SECONDS - start)) s"
+  # A short run of every loader's fuzz target (fuzz/README.md); a crash fails CI.
+  start=$SECONDS
+  for target in npy checkpoint vocab tokenizer; do
+    bash fuzz/run.sh "$target" 30
+  done
+  echo "fuzzing: $((SECONDS - start)) s"
 fi

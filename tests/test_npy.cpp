@@ -158,6 +158,11 @@ TEST(NpyParse, RejectsUnsupportedArrays) {
   expect_error(str(npy_fixtures::object), "unsupported dtype '|O' (Python objects)");
   expect_error(str(npy_fixtures::structured), "structured dtypes (a list of fields in 'descr') are not supported");
   expect_error(make_npy(dict("=f4", "(1,)"), std::string(4, '\0')), "unsupported dtype '=f4' (float32)");
+  // An item size whose bit count overflows an int was undefined behaviour in
+  // the message (UBSan: 294967296 * 8); found by fuzz/fuzz_npy.
+  expect_error(make_npy(dict("<i400000000", "(1,)"), std::string(4, '\0')),
+               "unsupported dtype '<i400000000' (int); qkv reads");
+  expect_error(make_npy(dict("<f99999999999999999999", "(1,)"), ""), "(float)");
 }
 
 TEST(NpyParse, RejectsWrongDataSize) {

@@ -44,7 +44,12 @@ std::string numpy_type_name(const std::string& descr) {
   std::string_view d = descr;
   if (!d.empty() && (d[0] == '<' || d[0] == '>' || d[0] == '|' || d[0] == '=')) d.remove_prefix(1);
   if (d.empty()) return "empty dtype";
-  const std::string bits = std::to_string(std::atoi(std::string(d.substr(1)).c_str()) * 8);
+  // The item size in bits from the digits after the letter; none for a size
+  // no real dtype has (more than 4 digits would overflow * 8 in an int).
+  const std::string_view size = d.substr(1);
+  const bool sized = !size.empty() && size.size() <= 4 &&
+                     size.find_first_not_of("0123456789") == std::string_view::npos;
+  const std::string bits = sized ? std::to_string(std::atoi(std::string(size).c_str()) * 8) : "";
   switch (d[0]) {
     case 'b': return "bool";
     case 'i': return "int" + bits;

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""fuzz/make_corpus.py: writes the seed corpus under fuzz/corpus/<target>/.
+
+Plain Python (no NumPy): small valid files of each kind, and slightly broken
+ones next to them. Rerun after changing it; the files are committed.
+"""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def npy(descr, shape, payload, version=(1, 0), fortran=False, header=None):
+    """The bytes np.save writes (header padded to 64 with spaces and a newline)."""
+    if header is None:
+        dims = f"{shape[0]}," if len(shape) == 1 else ", ".join(map(str, shape))
+        header = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': ({dims}), }}"
+    lenfmt = "<H" if version == (1, 0) else "<I"
+    pre = 6 + 2 + struct.calcsize(lenfmt)
+    h = header.encode("latin1")
+    pad = (64 - (pre + len(h) + 1) % 64) % 64
+    h = h + b" " * pad + b"\n"
+    return b"\x93NUMPY" + bytes(version) + struct.pack(lenfmt, len(h)) + h + payload
+
+
+def f32(*xs):
+    return struct.pack(f"<{len(xs)}f", *xs)
+
+
+def f64(*xs):
+    return struct.pack(f"<{len(xs)}d", *xs)
+
+
+def corpus_npy():
+    put("npy", "f4_2x3.npy", npy("<f4", (2, 3), f32(1, 2, 3, 4, 5, 6)))
+    put("npy", "f8_4.npy", npy("<f8", (4,), f64(0.5, -1, float("inf"), float("nan"))))
+    put("npy", "b1_2x2.npy", npy("|b1", (2, 2), bytes([1, 0, 0, 1])))
+    put("npy", "f4_scalar.npy", npy("<f4", (), f32(3.5)))
+    put("npy", "f4_empty_0x3.npy", npy("<f4", (0, 3), b""))
+    put("npy", "f4_v2.npy", npy("<f4", (1, 2), f32(1, 2), version=(2, 0)))
+    put("npy", "f8_v3.npy", npy("<f8", (1,), f64(7), version=(3, 0)))
+    put("npy", "f4_2x2x2.npy", npy("<f4", (2, 2, 2), f32(*range(8))))
+    # Slightly broken.
+    put("npy", "bad_fortran.npy", npy("<f4", (2, 2), f32(1, 2, 3, 4), fortran=True))
+    put("npy", "bad_bigendian.npy", npy(">f4", (2,), struct.pack(">2f", 1, 2)))
+    put("npy", "bad_i4.npy", npy("<i4", (2,), struct.pack("<2i", 1, 2)))
+    put("npy", "bad_truncated.npy", npy("<f4", (2, 3), f32(1, 2, 3)))
+    put("npy", "bad_overflow_shape.npy", npy("<f4", (), b"", header=
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }"))
+    put("npy", "bad_bool_value.npy", npy("|b1", (2,), bytes([1, 2])))
+    put("npy", "bad_header_keys.npy", npy("<f4", (), f32(1), header=
+        "{'descr': '<f4', 'shape': (), 'fortran_order': False, 'extra': 1, }"))
+    put("npy", "bad_huge_itemsize.npy", npy("<i400000000", (1,), b"\0" * 4))
+    put("npy", "bad_magic.npy", b"\x93NUMPZ\x01\x00" + b"\x00" * 8)
+
+
+def safetensors(entries, metadata=None):
+    """entries: (name, dtype, shape, payload); written in order, contiguous."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def raw_safetensors(header_text, data=b""):
+    h = header_text.encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+CONFIG = {"vocab": 66, "context": 64, "layers": 4, "heads": 4, "kv_heads": 4, "embd": 128,
+          "rope": False, "bias": False, "arch": "gpt"}
+
+
+def corpus_checkpoint():
+    t = "checkpoint"
+    put(t, "model.safetensors", safetensors(
+        [("transformer.wte.weight", "F32", (3, 2), f32(*range(6))),
+         ("transformer.ln_f.weight", "F32", (2,), f32(1, 1))],
+        {"format": "pt", "qkv_config": json.dumps(CONFIG)}))
+    put(t, "train_state.safetensors", safetensors(
+        [("adam.m", "F32", (3,), f32(0, 0.1, 0.2)), ("adam.v", "F32", (3,), f32(0, 1e-3, 2e-3))],
+        {"next_iter": "10", "adam_steps": "10", "options": "{\"lr\": 0.001}"}))
+    put(t, "mixed.safetensors", safetensors(
+        [("a", "F64", (2,), f64(1, 2)), ("b", "BOOL", (2, 1), bytes([0, 1])),
+         ("c", "F32", (), f32(5)), ("d", "F32", (0, 4), b"")]))
+    put(t, "empty.safetensors", raw_safetensors("{}      "))
+    put(t, "config.json", json.dumps(CONFIG, indent=2) + "\n")
+    put(t, "config_rope_gqa.json", json.dumps(dict(CONFIG, rope=True, kv_heads=2, vocab=1)))
+    # Slightly broken.
+    put(t, "bad_overlap.safetensors", raw_safetensors(
+        '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+        '"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', f32(1, 2)))
+    put(t, "bad_gap.safetensors", raw_safetensors(
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', f32(1, 2)))
+    put(t, "bad_dtype.safetensors", raw_safetensors(
+        '{"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}', b"\0" * 8))
+    put(t, "bad_shape_overflow.safetensors", raw_safetensors(
+        '{"a":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,4]}}', f32(1)))
+    put(t, "bad_duplicate.safetensors", raw_safetensors(
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        '"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', f32(1, 2)))
+    put(t, "bad_metadata.safetensors", raw_safetensors('{"__metadata__":{"x":1}}'))
+    put(t, "bad_header_len.safetensors", struct.pack("<Q", 1 << 40) + b"{}")
+    put(t, "bad_truncated.safetensors",
+        safetensors([("a", "F32", (4,), f32(1, 2, 3, 4))])[:-3])
+    put(t, "bad_config_heads.json", json.dumps(dict(CONFIG, heads=3)))
+    put(t, "bad_config_missing.json", '{"vocab": 5, "context": 8}')
+    put(t, "bad_config_types.json", json.dumps(dict(CONFIG, rope=1, embd=1.5)))
+    put(t, "bad_config_negative.json", json.dumps(dict(CONFIG, layers=-9223372036854775808)))
+
+
+def corpus_vocab():
+    t = "vocab"
+    put(t, "shakespeare.json", '{"type": "char", "chars": ["\\n", " ", "!", "A", "a", "z"], '
+        '"unknown": "\\uFFFD"}\n')
+    put(t, "unicode.json", '{"type":"char","chars":["a","\\u00e9","\\u4e2d","\\ud83d\\ude00"],'
+        '"unknown":"\\ufffd"}')
+    put(t, "one.json", '{"type":"char","chars":["x"],"unknown":"\\uFFFD"}')
+    put(t, "bad_unsorted.json", '{"type":"char","chars":["b","a"],"unknown":"\\uFFFD"}')
+    put(t, "bad_two_chars.json", '{"type":"char","chars":["ab"],"unknown":"\\uFFFD"}')
+    put(t, "bad_dup_key.json", '{"type":"char","type":"char","chars":["a"],"unknown":"\\uFFFD"}')
+    put(t, "bad_lone_surrogate.json", '{"type":"char","chars":["\\ud800"],"unknown":"\\uFFFD"}')
+    put(t, "bad_empty.json", '{"type":"char","chars":[],"unknown":"\\uFFFD"}')
+    put(t, "bad_type.json", '{"type":"bpe","chars":["a"],"unknown":"\\uFFFD"}')
+    put(t, "bad_truncated.json", '{"type":"char","chars":["a","b"')
+
+
+def corpus_tokenizer():
+    t = "tokenizer"
+    put(t, "ascii", b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
+        b"\xffhear me, Citizen!")
+    put(t, "unicode", "na\u00efve caf\u00e9 \u4e2d\u6587 \U0001F600 \u00e9t\u00e9".encode()
+        + b"\xff" + "caf\u00e9 \U0001F601 \u00df".encode())
+    put(t, "only_train", "\u00ff\u0100\u07ff\u0800\uffff\U00010000\U0010FFFF".encode())
+    put(t, "bad_overlong", b"ab\xc0\xafcd\xffab")
+    put(t, "bad_surrogate", b"ab\xed\xa0\x80\xffab")
+    put(t, "bad_truncated", b"ab\xe4\xb8\xffab\xe4")
+    put(t, "bad_above_max", b"x\xf4\x90\x80\x80\xffx")
+    put(t, "bad_stray_cont", b"\x80abc\xffabc")
+
+
+if __name__ == "__main__":
+    corpus_npy()
+    corpus_checkpoint()
+    corpus_vocab()
+    corpus_tokenizer()
