@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/json_strict.h"
 #include "qkv/safetensors.h"
 
 namespace qkv {
@@ -40,9 +41,10 @@ std::string config_to_json(const GPTConfig& c) {
 GPTConfig config_from_json(const std::string& text, const std::string& name) {
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error("'" + name + "': not valid JSON (" + e.what() + ")");
+    // Strict: a repeated key is refused, not silently resolved to its last value.
+    j = parse_json_strict(text, 2);
+  } catch (const Error& e) {
+    throw Error("'" + name + "': " + e.what());
   }
   if (!j.is_object()) throw Error("'" + name + "': expected a JSON object");
   GPTConfig c;

@@ -196,6 +196,7 @@ SETUP = {
     "sample-nan-weights": nan_weights,
     "sample-config-not-json": lambda i: edited(i, "config.json", "{not json"),
     "sample-config-wrong-type": lambda i: edited(i, "config.json", '{"vocab": "many"}'),
+    "sample-config-duplicate-key": lambda i: edited(i, "config.json", '{"layers": 1, "layers": 2}'),
     "sample-vocab-not-json": lambda i: edited(i, "vocab.json", "[1, 2"),
     "sample-tokens-negative": lambda i: i.sample(i._model, tokens="-1"),
     "sample-temperature-zero": lambda i: i.sample(i._model, "--temperature", "0"),
