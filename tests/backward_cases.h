@@ -12,10 +12,12 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "random_inputs.h"
 
 namespace backward_cases {
 
 using namespace qkv;
+using namespace qkv::test_inputs;
 
 struct Case {
   std::string name;
@@ -43,19 +45,6 @@ inline std::string describe(const Case& c) {
   if (c.opts.scale) s << " scale " << *c.opts.scale;
   s << " threads " << c.opts.threads;
   return s.str();
-}
-
-inline Tensor normal(Shape shape, std::mt19937_64& gen, DType dt = DType::f32) {
-  std::normal_distribution<double> nd;
-  Tensor t(DType::f64, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = nd(gen);
-  return t.to(dt);
-}
-
-inline Shape join(const Shape& lead, std::initializer_list<int64_t> tail) {
-  Shape s = lead;
-  s.insert(s.end(), tail);
-  return s;
 }
 
 inline Case make_case(std::string name, Shape lead, int64_t Hq, int64_t Hkv, int64_t N, int64_t S,
@@ -96,26 +85,7 @@ inline Case random_case(uint64_t seed) {
   const int64_t Hq = Hkv * group, B = shape_numel(lead);
   Case c = make_case("seed " + std::to_string(seed), lead, Hq, Hkv, N, S, D, Dv, gen);
   // 0 none, 1 bool, 2 float32, 3 float64, 4 bool broadcast, 5 float32 broadcast.
-  const int kind = static_cast<int>(seed % 6);
-  if (kind != 0) {
-    Shape shape = join(lead, {Hq, N, S});
-    if (kind >= 4) {
-      shape.erase(shape.begin(), shape.begin() + uniform(0, static_cast<int64_t>(shape.size()) - 1));
-      for (int64_t& d : shape)
-        if (chance(0.5)) d = 1;
-    }
-    if (kind == 1 || kind == 4) {
-      const double density = std::array{0.8, 0.3, 0.05}[uniform(0, 2)];  // sparse: empty rows
-      Tensor m(DType::boolean, shape);
-      for (int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = chance(density);
-      c.mask = std::move(m);
-    } else {
-      Tensor m = normal(shape, gen, DType::f64);
-      for (int64_t i = 0; i < m.numel(); ++i)
-        if (chance(0.15)) m.data<double>()[i] = -INFINITY;
-      c.mask = m.to(kind == 3 ? DType::f64 : DType::f32);
-    }
-  }
+  c.mask = random_mask(static_cast<int>(seed % 6), lead, Hq, N, S, gen);
   c.opts.causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[(seed / 6) % 3];
   constexpr std::array<int64_t, 7> kSides = {-1, 0, 1, 2, 16, 64, 200};
   if (chance(0.4)) c.opts.window = SlidingWindow{kSides[uniform(0, 6)], kSides[uniform(0, 6)]};

@@ -24,6 +24,7 @@
 
 #include "core/shape_checks.h"
 #include "qkv/attention.h"
+#include "random_inputs.h"
 #include "qkv/runtime.h"
 #include "test_scale.h"
 
@@ -33,6 +34,7 @@ void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
 }  // namespace qkv
 
 using namespace qkv;
+using namespace qkv::test_inputs;
 using ::testing::HasSubstr;
 
 namespace {
@@ -68,19 +70,6 @@ std::string describe(const Case& c) {
   if (c.opts.return_lse) s << " +lse";
   s << " threads " << c.opts.threads;
   return s.str();
-}
-
-Tensor normal(Shape shape, std::mt19937_64& gen, DType dt = DType::f32) {
-  std::normal_distribution<double> nd;
-  Tensor t(DType::f64, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = nd(gen);
-  return t.to(dt);
-}
-
-Shape join(const Shape& lead, std::initializer_list<int64_t> tail) {
-  Shape s = lead;
-  s.insert(s.end(), tail);
-  return s;
 }
 
 // The ALiBi paper's slopes for a power-of-two head count (enough for tests).
@@ -127,28 +116,7 @@ Case random_case(uint64_t seed) {
   c.k = normal(join(lead, {Hkv, S, D}), gen);
   c.v = normal(join(lead, {Hkv, S, Dv}), gen);
   // 0 none, 1 bool, 2 float32, 3 float64, 4 bool broadcast, 5 float32 broadcast.
-  const int kind = static_cast<int>(seed % 6);
-  if (kind != 0) {
-    Shape shape = join(lead, {Hq, N, S});
-    if (kind >= 4) {
-      const int64_t drop = uniform(0, static_cast<int64_t>(shape.size()) - 1);
-      shape.erase(shape.begin(), shape.begin() + drop);
-      for (int64_t& d : shape)
-        if (chance(0.5)) d = 1;
-    }
-    if (kind == 1 || kind == 4) {
-      // Sparse masks leave rows with no visible key.
-      const double density = std::array{0.8, 0.3, 0.05}[uniform(0, 2)];
-      Tensor m(DType::boolean, shape);
-      for (int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = chance(density);
-      c.mask = std::move(m);
-    } else {
-      Tensor m = normal(shape, gen, DType::f64);
-      for (int64_t i = 0; i < m.numel(); ++i)
-        if (chance(0.15)) m.data<double>()[i] = -INFINITY;
-      c.mask = m.to(kind == 3 ? DType::f64 : DType::f32);
-    }
-  }
+  c.mask = random_mask(static_cast<int>(seed % 6), lead, Hq, N, S, gen);
   c.opts.causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[(seed / 6) % 3];
   constexpr std::array<int64_t, 7> kSides = {-1, 0, 1, 2, 16, 64, 200};
   if (chance(0.4)) c.opts.window = SlidingWindow{kSides[uniform(0, 6)], kSides[uniform(0, 6)]};
