@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "qkv/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 

@@ -22,7 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "backward_cases.h"
-#include "core/shape_checks.h"
+#include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
 #include "qkv/runtime.h"
 #include "test_scale.h"

@@ -22,7 +22,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/shape_checks.h"
+#include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
 #include "random_inputs.h"
 #include "qkv/runtime.h"

@@ -1,6 +1,6 @@
 // The GPT layers (qkv/nn.h) and the GEMM they run on (kernels/gemm.h).
 //
-// 1. Gradient checks: every reference backward (src/nn/nn_ref.h, in float64)
+// 1. Gradient checks: every reference backward (src/model/layers/nn_ref.h, in float64)
 //    against central finite differences of its own forward.
 // 2. The float32 layers against that reference, forward and backward, with
 //    gradient buffers that already hold values (backward must ADD). Rule
@@ -24,8 +24,8 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/gemm.h"
-#include "nn/nn_ref.h"
+#include "model/gemm.h"
+#include "model/layers/nn_ref.h"
 #include "qkv/error.h"
 #include "qkv/nn.h"
 #include "test_scale.h"

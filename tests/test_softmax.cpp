@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "qkv/softmax.h"
-#include "ref/softmax_ref.h"
+#include "core/ref/softmax_ref.h"
 
 using namespace qkv;
 using ::testing::HasSubstr;

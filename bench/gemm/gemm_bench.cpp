@@ -10,7 +10,7 @@
 // MLP up, (512, 128) MLP down, (128, 65) the tied LM head. The binary is built
 // once per backend (OpenBLAS and BLIS both export cblas_sgemm, so they cannot
 // share one), times each case at 1 and 2 threads, and prints GFLOP/s against
-// the FMA peak the same binary measures (src/runtime/peak.cpp).
+// the FMA peak the same binary measures (src/core/runtime/peak.cpp).
 //
 // Fixed seed, a warm-up, then the best of kTrials trials, each as many calls
 // as fill ~25 ms. The best, not the median: on a shared machine another job
@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/peak.h"
+#include "qkv/peak.h"
 
 #if defined(QKV_BENCH_QKV)
-#include "kernels/gemm.h"
+#include "model/gemm.h"
 #elif defined(QKV_BENCH_DNNL)
 #include <oneapi/dnnl/dnnl.h>
 #elif defined(QKV_BENCH_OPENBLAS) || defined(QKV_BENCH_BLIS)
@@ -45,7 +45,7 @@
 namespace {
 
 #if defined(QKV_BENCH_QKV)
-// What qkv ships (src/kernels/gemm.cpp): oneDNN on one thread per fixed
+// What qkv ships (src/model/gemm.cpp): oneDNN on one thread per fixed
 // panel of C, our OpenMP threads over the panels.
 const char* kName = "qkv::kernels::sgemm (oneDNN, fixed panels)";
 void set_threads(int t) { omp_set_num_threads(t); }

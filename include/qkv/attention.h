@@ -97,6 +97,17 @@ struct AttentionResult {
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& opts = {});
 
+// The shapes attention() would return for these arguments, after the same
+// checks (it throws qkv::Error as attention() would); nothing is computed or
+// allocated, so a caller can size or refuse a problem first.
+struct AttentionShapes {
+  Shape out;      // [..., Hq, N, Dv]
+  Shape weights;  // [..., Hq, N, S]
+  Shape lse;      // [..., Hq, N]
+};
+AttentionShapes attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const AttentionOptions& opts = {});
+
 // The same, writing into `res`: tensors already of the right dtype and shape
 // are reused, so a loop of same-shaped calls (decoding, benchmarking)
 // allocates nothing.

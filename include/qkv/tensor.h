@@ -33,6 +33,9 @@ size_t dtype_size(DType dt);
 std::string shape_str(const Shape& shape);
 // Product of the dims; throws qkv::Error if a dim is negative or it overflows.
 int64_t shape_numel(const Shape& shape);
+// The index of flat element i of a C-ordered `shape`, as "[0, 2, 1]" (for
+// error messages that point at one element).
+std::string index_str(const Shape& shape, int64_t i);
 
 namespace detail {
 // Tensor storage: 64-byte aligned (whole cache lines, aligned SIMD loads),

@@ -112,4 +112,13 @@ Tensor Tensor::reshaped(Shape shape) const {
   return out;
 }
 
+std::string index_str(const Shape& shape, int64_t i) {
+  Shape idx(shape.size());
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    idx[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  return shape_str(idx);
+}
+
 }  // namespace qkv

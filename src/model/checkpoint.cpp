@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "qkv/checkpoint.h"
 
 #include <cmath>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "model/optim.h"
+#include "qkv/optim.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "model/trainer.h"
+#include "qkv/trainer.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -19,11 +19,10 @@
 #include <omp.h>
 
 #include "io/atomic_file.h"
-#include "model/checkpoint.h"
+#include "qkv/checkpoint.h"
 #include "qkv/rng.h"
 #include "qkv/runtime.h"
 #include "qkv/tokenizer.h"
-#include "viz/plot.h"
 
 namespace qkv {
 namespace {
@@ -125,20 +124,6 @@ uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-// The loss curve of the whole run (resumed or not) from log.jsonl.
-void plot_log(const std::string& log_path, const std::string& png_path) {
-  std::vector<double> ti, tl, vi, vl;
-  std::ifstream in(log_path);
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("iter")) continue;
-    const double it = j["iter"].get<double>();
-    if (j.contains("train_loss")) ti.push_back(it), tl.push_back(j["train_loss"].get<double>());
-    if (j.contains("val_loss")) vi.push_back(it), vl.push_back(j["val_loss"].get<double>());
-  }
-  write_loss_png(png_path, ti, tl, vi, vl);
 }
 
 std::string format_eta(double seconds) {
@@ -361,7 +346,6 @@ TrainResult train(const TrainOptions& given) {
     }
   }
   if (o.progress_bar) std::fprintf(stderr, "\n");
-  plot_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
   if (res.interrupted) return res;
   std::printf("done: train loss %.4f, val loss %.4f; model in %s\n", res.final_train_loss,
               res.final_val_loss, o.out_dir.c_str());

@@ -1,8 +1,11 @@
-#include "viz/plot.h"
+#include "qkv/plot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
 #include "viz/raster.h"
@@ -76,6 +79,20 @@ void write_loss_png(const std::string& path, const std::vector<double>& ti,
   cv.fill(lx + 100, 16, lx + 120, 19, kVal);
   draw_text(cv, lx + 126, 11, "val", 2, kAxis);
   write_png(path, cv);
+}
+
+void plot_training_log(const std::string& log_jsonl, const std::string& png_path) {
+  using nlohmann::json;
+  std::vector<double> ti, tl, vi, vl;
+  std::ifstream in(log_jsonl);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("iter")) continue;
+    const double it = j["iter"].get<double>();
+    if (j.contains("train_loss")) ti.push_back(it), tl.push_back(j["train_loss"].get<double>());
+    if (j.contains("val_loss")) vi.push_back(it), vl.push_back(j["val_loss"].get<double>());
+  }
+  write_loss_png(png_path, ti, tl, vi, vl);
 }
 
 }  // namespace qkv

@@ -7,7 +7,6 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "core/shape_checks.h"
 #include "qkv/attention.h"
 
 namespace qkv::cli {
@@ -106,9 +105,7 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
   const double lse = opts.return_lse ? rows * elem : 0.0;
   const double inputs = static_cast<double>(q.nbytes() + k.nbytes() + v.nbytes());
   if (memory_shortfall("", inputs + out + weights + lse).empty()) return;
-  check_attention_args(q, k, v, opts);  // throws if the shapes are wrong
-  Shape wshape = q.shape();
-  wshape.back() = k.dim(-2);
+  const Shape wshape = attention_shapes(q, k, v, opts).weights;  // throws if the shapes are wrong
   const std::string what =
       opts.return_weights && weights >= out
           ? "--weights: the attention weights " + shape_str(wshape) + " " + dtype_name(q.dtype()) +

@@ -21,7 +21,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "qkv/runtime.h"
-#include "runtime/peak.h"
+#include "qkv/peak.h"
 
 namespace qkv::cli {
 namespace {

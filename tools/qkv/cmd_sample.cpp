@@ -4,8 +4,8 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "model/checkpoint.h"
-#include "model/sampler.h"
+#include "qkv/checkpoint.h"
+#include "qkv/sampler.h"
 
 namespace qkv::cli {
 namespace {

@@ -8,7 +8,8 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "model/trainer.h"
+#include "qkv/plot.h"
+#include "qkv/trainer.h"
 
 namespace qkv::cli {
 namespace {
@@ -91,6 +92,7 @@ int run_train(TrainArgs& a) {
   catch_stop_signals();
   o.stop_requested = &g_stop_signal;
   const TrainResult r = train(o);
+  plot_training_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
   if (!r.interrupted) return 0;
   std::fflush(stdout);
   std::fprintf(stderr, "qkv train: interrupted: checkpoint saved at iteration %lld; continue with --resume\n",

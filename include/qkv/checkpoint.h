@@ -1,0 +1,56 @@
+// qkv/checkpoint.h: a trained model on disk, loadable by qkv and by PyTorch.
+//
+//   DIR/model.safetensors   the weights by nanoGPT's names (float32); the
+//                           config is repeated in its metadata
+//   DIR/config.json         the model's shape (GPTConfig)
+//   DIR/vocab.json          the tokenizer
+//   DIR/train_state.safetensors  everything --resume needs in ONE file: the
+//                           weights, AdamW's moments, the iteration and the
+//                           training options
+//
+// Every file is written atomically (temporary file, fsync, rename), the
+// state last: it commits the checkpoint. Weights, moments and iteration
+// share one file so that a kill between two renames can never pair the
+// weights of one step with the moments of another; model.safetensors may be
+// one checkpoint newer than the state after such a kill, which sampling
+// does not mind and resuming ignores.
+#pragma once
+
+#include <string>
+
+#include "qkv/optim.h"
+#include "qkv/gpt.h"
+#include "qkv/tokenizer.h"
+
+namespace qkv {
+
+GPTConfig config_from_json(const std::string& json, const std::string& name_for_errors);
+std::string config_to_json(const GPTConfig& cfg);
+
+// Writes DIR/model.safetensors, DIR/config.json and DIR/vocab.json.
+void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok);
+
+// Reads what save_model wrote; every missing, truncated or tampered file is a
+// qkv::Error naming it.
+struct LoadedModel {
+  GPTConfig config;
+  CharTokenizer tokenizer;
+  std::vector<float> weights;  // in GPT::params() order
+};
+LoadedModel load_model(const std::string& dir);
+
+// Copies loaded weights into a model built from the same config.
+void set_weights(GPT& model, const std::vector<float>& weights);
+
+// The resume point: writes DIR/train_state.safetensors.
+void save_train_state(const std::string& dir, const GPT& model, AdamW& opt, int64_t next_iter,
+                      const std::string& options_json);
+struct TrainState {
+  int64_t next_iter = 0;
+  int64_t adam_steps = 0;
+  std::string options_json;
+  std::vector<float> weights, m, v;  // equal lengths; the caller checks them against its model
+};
+TrainState load_train_state(const std::string& dir);
+
+}  // namespace qkv

@@ -1,0 +1,239 @@
+// flash_backward.cpp: the tiled, threaded backward around the micro-kernels
+// (FlashAttention-2's algorithm: recompute each score tile from lse).
+//
+// A panel is up to kBR positions of one query head h of batch element b; a
+// key tile is up to kBC keys of its key/value head g = h / group. In the
+// transposed layout of flash_kernels.h (keys in rows, queries in columns):
+//   P  = exp(St - lse)                 St = K·(scale·Q)ᵀ, masked as the forward
+//   dP = V·dOᵀ                         (qk, with V for K and dO for Q)
+//   dS = P ∘ (dP - D) · cap' · scale   D_i = dout_i · out_i, per panel
+//   dV_j += Σ_i P[j][i] dO_i,   dK_j += Σ_i dS[j][i] q_i,   dQ_i += Σ_j dS[j][i] k_j
+//
+// Determinism. Every gradient element is one chain of multiply-adds (mac) in
+// a fixed order: dQ_i over its visible keys in ascending order; dK_j and dV_j
+// over the group's heads, then positions, ascending. A score, weight or dS
+// element does not depend on how tiles are cut (qk, qk_rows and the
+// element-wise kernels work per element; which of qk and qk_rows depends on
+// the panel alone), so two schedules give the same bits:
+//   one pass   - one item per (b, g) runs every (panel, key tile) pair of the
+//                group and owns all of its dQ, dK and dV: 5 products a pair,
+//                but only B x Hkv items to spread over the threads;
+//   two passes - items (b, g, key tile) accumulate dK and dV (4 products a
+//                pair), then items (b, h, query tile) recompute P and dS and
+//                accumulate dQ (3 more): 7 products against 5, far more
+//                items.
+// The schedule follows B x Hkv and the thread count (flash_backward), never
+// the bits.
+#include "core/kernels/flash_backward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/kernels/flash_kernels.h"
+#include "core/kernels/flash_tiles.h"
+#include "core/runtime/scratch.h"
+
+namespace qkv::kernels {
+namespace {
+
+struct Ctx {
+  const AttentionProblem& p;
+  const FlashKernels& kern;
+  const float* Q;    // [B, Hq, N, D]
+  const float* K;    // [B, Hkv, S, D]
+  const float* V;    // [B, Hkv, S, Dv]
+  const float* dO;   // [B, Hq, N, Dv]
+  const float* O;    // [B, Hq, N, Dv]: the forward's out
+  const float* lse;  // [B, Hq, N]
+  float* dQ;         // [B, Hq, N, D]
+  float* dK;         // [B, Hkv, S, D]
+  float* dV;         // [B, Hkv, S, Dv]
+  bool elementwise;  // mask, ALiBi or soft-cap touch every tile
+};
+
+// Positions [i0, i0+npos) of query head h, batch element b. by_rows: the
+// scores come from qk_rows, as in the forward (forward_scores_by_rows).
+struct Panel {
+  int64_t b, h, i0;
+  int npos;
+  bool by_rows;
+  int64_t row0(const AttentionProblem& p) const { return (b * p.Hq + h) * p.N + i0; }
+  int64_t kv(const AttentionProblem& p) const { return b * p.Hkv + h / p.group; }
+};
+
+// A thread's scratch, cut into the packed panel and three tiles.
+struct Workspace {
+  float* Qt;    // [D][kBR]  q · scale, transposed, zero padding columns;
+                //   or, by_rows, Q [npos][D] · scale for qk_rows
+  float* dOt;   // [Dv][kBR] dout transposed; zero padding columns
+  float* lse;   // [kBR], -inf padding: padding columns get P = 0
+  float* Dd;    // [kBR] D_i = dout_i · out_i; 0 padding
+  float* P;     // [kBC][kBR] scores, then weights
+  float* dS;    // [kBC][kBR] dP, then dS
+  float* dcap;  // [kBC][kBR] soft-cap's derivative; null without soft-cap
+};
+
+Workspace make_workspace(const AttentionProblem& p) {
+  const size_t floats = static_cast<size_t>((p.D + p.Dv + 2) * kBR + 3 * kBC * kBR);
+  Workspace ws;
+  ws.Qt = thread_scratch(floats);
+  ws.dOt = ws.Qt + p.D * kBR;
+  ws.lse = ws.dOt + p.Dv * kBR;
+  ws.Dd = ws.lse + kBR;
+  ws.P = ws.Dd + kBR;
+  ws.dS = ws.P + kBC * kBR;
+  ws.dcap = p.softcap > 0.0 ? ws.dS + kBC * kBR : nullptr;
+  // mask_tile fills only a panel's columns; dscores also reads the padding
+  // columns (results never used), which must not hold stray denormals.
+  if (ws.dcap) std::fill(ws.dcap, ws.dcap + kBC * kBR, 0.0f);
+  return ws;
+}
+
+// Packs the panel: Qt, dOt, lse and D of its rows. D is summed in double,
+// one chain per row, so it is the same whichever pass packs the panel.
+void pack(const Ctx& c, const Panel& pn, const Workspace& ws) {
+  const AttentionProblem& p = c.p;
+  const float scale = static_cast<float>(p.scale);  // as the forward packs it
+  const int64_t row0 = pn.row0(p);
+  for (int r = 0; r < kBR; ++r) {
+    double d = 0.0;
+    for (int64_t e = 0; r < pn.npos && e < p.Dv; ++e)
+      d += static_cast<double>(c.dO[(row0 + r) * p.Dv + e]) * c.O[(row0 + r) * p.Dv + e];
+    ws.Dd[r] = static_cast<float>(d);
+    ws.lse[r] = r < pn.npos ? c.lse[row0 + r] : -INFINITY;
+  }
+  for (int r = 0; r < pn.npos; ++r) {
+    const float* q = c.Q + (row0 + r) * p.D;
+    const float* o = c.dO + (row0 + r) * p.Dv;
+    for (int64_t d = 0; d < p.D; ++d) ws.Qt[pn.by_rows ? r * p.D + d : d * kBR + r] = q[d] * scale;
+    for (int64_t e = 0; e < p.Dv; ++e) ws.dOt[e * kBR + r] = o[e];
+  }
+  for (int r = pn.npos; r < kBR; ++r) {
+    if (!pn.by_rows)
+      for (int64_t d = 0; d < p.D; ++d) ws.Qt[d * kBR + r] = 0.0f;
+    for (int64_t e = 0; e < p.Dv; ++e) ws.dOt[e * kBR + r] = 0.0f;
+  }
+}
+
+// The packed panel against keys [j0, j0+nj): P and dS of the tile, then
+// dV and dK (kv) and dQ (q) accumulate.
+void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
+          bool q) {
+  const AttentionProblem& p = c.p;
+  const FlashKernels& f = c.kern;
+  const int64_t g = pn.kv(p), row0 = pn.row0(p);
+  const float* K = c.K + (g * p.S + j0) * p.D;    // [nj, D]
+  const float* V = c.V + (g * p.S + j0) * p.Dv;   // [nj, Dv]
+  // P [nj][kBR] = exp(mask(K · Qt) - lse): the forward's weights exactly.
+  if (pn.by_rows)  // padding columns stay unset; probs zeroes them (lse = -inf)
+    f.qk_rows(ws.P, K, p.D, nj, ws.Qt, p.D, pn.npos);
+  else
+    f.qk(ws.P, K, p.D, nj, ws.Qt, p.D, pn.npos);
+  if (!tile_is_interior(p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
+    mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
+  f.probs(ws.P, nj, pn.npos, ws.lse);
+  // dS [nj][kBR] = P ∘ (V · dOt - D) · cap' · scale.
+  f.qk(ws.dS, V, p.Dv, nj, ws.dOt, p.Dv, pn.npos);
+  f.dscores(ws.dS, ws.P, nj, pn.npos, ws.Dd, ws.dcap, static_cast<float>(p.scale));
+  if (kv) {
+    // dV [nj][Dv] += P [nj][npos] · dO [npos][Dv];  dK [nj][D] += dS · Q [npos][D].
+    f.mac(c.dV + (g * p.S + j0) * p.Dv, p.Dv, ws.P, kBR, 1, c.dO + row0 * p.Dv, p.Dv, nj,
+          pn.npos, p.Dv);
+    f.mac(c.dK + (g * p.S + j0) * p.D, p.D, ws.dS, kBR, 1, c.Q + row0 * p.D, p.D, nj, pn.npos,
+          p.D);
+  }
+  // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D].
+  if (q) f.mac(c.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, p.D, pn.npos, nj, p.D);
+}
+
+// The panel against its visible keys within [kbeg, kend), in tiles of kBC
+// from the first visible key (the forward's walk).
+void walk(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t kbeg, int64_t kend, bool kv,
+          bool q) {
+  int64_t first, end;
+  visible_keys(c.p, pn.b, pn.i0, pn.npos, kbeg, kend, first, end);
+  if (first >= end) return;
+  pack(c, pn, ws);
+  for (int64_t j0 = first; j0 < end; j0 += kBC)
+    step(c, pn, ws, j0, std::min<int64_t>(kBC, end - j0), kv, q);
+}
+
+Panel panel(const AttentionProblem& p, int64_t b, int64_t h, int64_t qt) {
+  const int npos = static_cast<int>(std::min<int64_t>(kBR, p.N - qt * kBR));
+  return Panel{b, h, qt * kBR, npos, forward_scores_by_rows(p, npos)};
+}
+
+void zero(float* x, int64_t n) { std::fill(x, x + n, 0.0f); }
+
+// One item per (b, g): all of the group's panels against all their keys.
+void one_pass(const Ctx& c, int threads) {
+  const AttentionProblem& p = c.p;
+  const int64_t n_qt = (p.N + kBR - 1) / kBR;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t bg = 0; bg < p.B * p.Hkv; ++bg) {
+    const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
+    zero(c.dK + bg * p.S * p.D, p.S * p.D);
+    zero(c.dV + bg * p.S * p.Dv, p.S * p.Dv);
+    zero(c.dQ + (b * p.Hq + h0) * p.N * p.D, p.group * p.N * p.D);
+    const Workspace ws = make_workspace(p);
+    for (int64_t h = h0; h < h0 + p.group; ++h)
+      for (int64_t qt = 0; qt < n_qt; ++qt) walk(c, panel(p, b, h, qt), ws, 0, p.S, true, true);
+  }
+}
+
+// dK, dV by (b, g, key tile), then dQ by (b, h, query tile).
+void two_passes(const Ctx& c, int threads) {
+  const AttentionProblem& p = c.p;
+  const int64_t n_qt = (p.N + kBR - 1) / kBR, n_kt = (p.S + kBC - 1) / kBC;
+  const int64_t BG = p.B * p.Hkv, BH = p.B * p.Hq;
+  // First key tiles first: under a causal mask the most queries see them.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t it = 0; it < BG * n_kt; ++it) {
+    const int64_t bg = it % BG, j0 = it / BG * kBC, nj = std::min<int64_t>(kBC, p.S - j0);
+    const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
+    zero(c.dK + (bg * p.S + j0) * p.D, nj * p.D);
+    zero(c.dV + (bg * p.S + j0) * p.Dv, nj * p.Dv);
+    const Workspace ws = make_workspace(p);
+    for (int64_t h = h0; h < h0 + p.group; ++h)
+      for (int64_t qt = 0; qt < n_qt; ++qt)
+        walk(c, panel(p, b, h, qt), ws, j0, j0 + nj, true, false);
+  }
+  // Last query tiles first, for the same reason.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t it = 0; it < BH * n_qt; ++it) {
+    const int64_t bh = it % BH, qt = n_qt - 1 - it / BH;
+    const Panel pn = panel(p, bh / p.Hq, bh % p.Hq, qt);
+    zero(c.dQ + pn.row0(p) * p.D, pn.npos * p.D);
+    walk(c, pn, make_workspace(p), 0, p.S, false, true);
+  }
+}
+
+}  // namespace
+
+void flash_backward(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& out, const Tensor& lse, const Tensor& dout,
+                    const AttentionProblem& p, int threads, Isa isa) {
+  const Ctx c{p,
+              flash_kernels(isa),
+              q.data<float>(),
+              k.data<float>(),
+              v.data<float>(),
+              dout.data<float>(),
+              out.data<float>(),
+              lse.data<float>(),
+              g.dq.data<float>(),
+              g.dk.data<float>(),
+              g.dv.data<float>(),
+              needs_elementwise(p)};
+  // Two passes cost 1.58x one pass on one thread (B=1, H=8, N=S=1024,
+  // D=64: 86 ms against 54.7 ms), but spread over far more items. One pass
+  // wins unless its B x Hkv items would leave over a third of the thread
+  // time idle (rounds x threads > 1.5 x items).
+  const int64_t items = p.B * p.Hkv, rounds = (items + threads - 1) / threads;
+  if (2 * rounds * threads <= 3 * items)
+    one_pass(c, threads);
+  else
+    two_passes(c, threads);
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,309 @@
+// flash_forward.cpp: the tiled, threaded algorithm around the micro-kernels.
+//
+// Work is split into blocks of up to kBR query rows of one batch element and
+// one key/value head g, covering all query heads of g's GQA group, so each
+// K/V tile is loaded once and used by every head that reads it. A block walks
+// its visible keys in tiles of kBC with the online softmax (running max m,
+// running sum l, accumulator O rescaled by alpha), so no N x S matrix exists.
+//
+// Decode (N <= kDecodeRows) has too few rows to keep two cores busy, so S is
+// cut into chunks of kSplitKeys; each chunk yields a partial (m, l, O) and the
+// partials merge by their log-sum-exp. The chunk size is a constant, not a
+// function of the thread count, which keeps results bitwise reproducible.
+#include "core/kernels/flash_forward.h"
+
+#include <cmath>
+#include <vector>
+
+#include <omp.h>
+
+#include "core/kernels/flash_kernels.h"
+#include "core/kernels/flash_tiles.h"
+#include "core/runtime/scratch.h"
+
+namespace qkv::kernels {
+namespace {
+
+constexpr int64_t kSplitKeys = 512;
+
+struct Ctx {
+  const AttentionProblem& p;
+  const FlashKernels& kern;
+  const float* Q;  // [B, Hq, N, D]
+  const float* K;  // [B, Hkv, S, D]
+  const float* V;  // [B, Hkv, S, Dv]
+  bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
+};
+
+// A block of work: positions [i0, i0+npos) of batch b against keys
+// [kbeg, kend), for every query head of key/value head g.
+struct Block {
+  int64_t b, g, i0;
+  int npos;
+  int64_t kbeg, kend;
+};
+
+// The rows one pass of the micro-kernels handles: heads [h0, h0+nheads) x
+// the block's positions, row r = (head h0 + r / npos, position i0 + r % npos).
+// Prefill runs one panel per head; decode stacks a whole GQA group into one
+// panel (group x N <= kBR rows), so each K and V row is loaded once for all
+// the heads that read it.
+struct Panel {
+  int64_t h0;
+  int nheads, npos;
+  float* Qp;  // packed queries: Qt [D][kBR] or, for qk_rows, Q [rows][D]
+  float* O;   // [kBR][Dv]
+  float* m;   // [kBR]
+  float* l;   // [kBR]
+  int rows() const { return nheads * npos; }
+};
+
+size_t panel_floats(const AttentionProblem& p) {
+  return static_cast<size_t>(p.D * kBR + kBR * p.Dv + 2 * kBR);
+}
+
+bool stacks_group(const AttentionProblem& p, const Block& blk) {
+  return blk.npos == p.N && p.N <= kDecodeRows && p.group * p.N <= kBR;
+}
+
+// The thread's scratch cut into the block's panels, then St and alpha.
+struct Workspace {
+  std::vector<Panel> panels;
+  float* St;
+  float* alpha;
+};
+
+void make_workspace(const AttentionProblem& p, const Block& blk, Workspace& ws) {
+  const bool stacked = stacks_group(p, blk);
+  const int64_t n = stacked ? 1 : p.group;
+  const size_t per = panel_floats(p);
+  float* base = thread_scratch(per * n + kBC * kBR + kBR);
+  ws.panels.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    Panel pn;
+    pn.h0 = blk.g * p.group + (stacked ? 0 : t);
+    pn.nheads = stacked ? static_cast<int>(p.group) : 1;
+    pn.npos = blk.npos;
+    pn.Qp = base + t * per;
+    pn.O = pn.Qp + p.D * kBR;
+    pn.m = pn.O + kBR * p.Dv;
+    pn.l = pn.m + kBR;
+    ws.panels.push_back(pn);
+  }
+  ws.St = base + per * n;
+  ws.alpha = ws.St + kBC * kBR;
+}
+
+// Flat row index (b, h, i) in [B, Hq, N] of panel row r.
+int64_t out_row(const AttentionProblem& p, const Block& blk, const Panel& pn, int r) {
+  return (blk.b * p.Hq + pn.h0 + r / pn.npos) * p.N + blk.i0 + r % pn.npos;
+}
+
+// Qt[d][r] = q_r[d] * scale, zero for padding columns (so qk's padding lanes
+// compute 0, never garbage); or Q [rows][D] scaled, for qk_rows.
+void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
+  const AttentionProblem& p = c.p;
+  const float scale = static_cast<float>(p.scale);
+  const int rows = pn.rows();
+  for (int r = 0; r < rows; ++r) {
+    const float* q = c.Q + out_row(p, blk, pn, r) * p.D;
+    if (rows <= kRowsForQkRows)
+      for (int64_t d = 0; d < p.D; ++d) pn.Qp[r * p.D + d] = q[d] * scale;
+    else
+      for (int64_t d = 0; d < p.D; ++d) pn.Qp[d * kBR + r] = q[d] * scale;
+  }
+  if (rows > kRowsForQkRows)
+    for (int64_t d = 0; d < p.D; ++d)
+      for (int r = rows; r < kBR; ++r) pn.Qp[d * kBR + r] = 0.0f;
+}
+
+// The scaled, masked score tile of the panel for keys [j0, j0+nj).
+void score_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int64_t nj, float* St) {
+  const AttentionProblem& p = c.p;
+  const float* K = c.K + ((blk.b * p.Hkv + blk.g) * p.S + j0) * p.D;
+  if (pn.rows() <= kRowsForQkRows)
+    c.kern.qk_rows(St, K, p.D, nj, pn.Qp, p.D, pn.rows());
+  else
+    c.kern.qk(St, K, p.D, nj, pn.Qp, p.D, pn.rows());
+  // Interior tiles of an unmasked problem need no per-element work: every
+  // row sees every key of the tile.
+  if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
+    mask_tile(p, TileRows{blk.b, pn.h0, blk.i0, pn.npos, pn.rows()}, j0, nj, St);
+}
+
+// The keys [first, end) any row of the block may see (first_key and
+// last_key both rise with the position), clipped to the block's range.
+void visible_range(const Ctx& c, const Block& blk, int64_t& first, int64_t& end) {
+  visible_keys(c.p, blk.b, blk.i0, blk.npos, blk.kbeg, blk.kend, first, end);
+}
+
+// Online softmax of every panel of the block over its key range; leaves the
+// unnormalised (m, l, O) in the panels.
+void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
+  const AttentionProblem& p = c.p;
+  for (Panel& pn : ws.panels) {
+    pack_queries(c, blk, pn);
+    for (int r = 0; r < kBR; ++r) pn.m[r] = -INFINITY, pn.l[r] = 0.0f;
+    for (int64_t x = 0; x < pn.rows() * p.Dv; ++x) pn.O[x] = 0.0f;
+  }
+  int64_t first, end;
+  visible_range(c, blk, first, end);
+  const float* Vg = c.V + (blk.b * p.Hkv + blk.g) * p.S * p.Dv;
+  // Decode reads each K and V row once, straight from memory. The micro-
+  // kernels prefetch rows ahead within a stream, but the first V rows of a
+  // tile would still be cold when P·V starts: ask for the whole V tile
+  // before Q·Kᵀ, which then hides its latency.
+  const bool stream_v = blk.npos <= kDecodeRows;
+  for (int64_t j0 = first; j0 < end; j0 += kBC) {
+    const int64_t nj = std::min<int64_t>(kBC, end - j0);
+    if (stream_v)
+      for (int64_t x = 0; x < nj * p.Dv; x += 16) __builtin_prefetch(Vg + j0 * p.Dv + x, 0, 2);
+    for (Panel& pn : ws.panels) {
+      score_tile(c, blk, pn, j0, nj, ws.St);
+      c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
+      c.kern.pv(pn.O, ws.St, nj, pn.rows(), Vg + j0 * p.Dv, p.Dv, p.Dv, ws.alpha);
+    }
+  }
+}
+
+// out = O / l and lse = m + log l for the block's rows; 0 and -inf for a row
+// that saw no key.
+void finalize(const Ctx& c, const Block& blk, const Workspace& ws, float* out, float* lse) {
+  const AttentionProblem& p = c.p;
+  for (const Panel& pn : ws.panels)
+    for (int r = 0; r < pn.rows(); ++r) {
+      const int64_t row = out_row(p, blk, pn, r);
+      const float l = pn.l[r];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[r * p.Dv + e] * inv;
+      if (lse) lse[row] = l > 0.0f ? pn.m[r] + std::log(l) : -INFINITY;
+    }
+}
+
+// Query tiles of every (batch, key/value head), last tiles first: under a
+// causal mask they see the most keys, so scheduling them early balances
+// the threads. `body` runs once per block on some thread.
+template <class Body>
+void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
+  const int64_t n_qt = (p.N + kBR - 1) / kBR;
+  const int64_t items = p.B * p.Hkv * n_qt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t qt = n_qt - 1 - it % n_qt, bg = it / n_qt;
+    Block blk{bg / p.Hkv, bg % p.Hkv, qt * kBR, 0, 0, p.S};
+    blk.npos = static_cast<int>(std::min<int64_t>(kBR, p.N - blk.i0));
+    body(blk);
+  }
+}
+
+void prefill(const Ctx& c, float* out, float* lse, int threads) {
+  for_each_query_block(c.p, threads, [&](const Block& blk) {
+    thread_local Workspace ws;
+    make_workspace(c.p, blk, ws);
+    run_block(c, blk, ws);
+    finalize(c, blk, ws, out, lse);
+  });
+}
+
+// Split-KV decode: every (batch, key/value head, chunk of kSplitKeys keys)
+// leaves per-row partials (m, l, O[Dv]); they merge per row in chunk order.
+void decode(const Ctx& c, float* out, float* lse, int threads) {
+  const AttentionProblem& p = c.p;
+  const int64_t chunks = (p.S + kSplitKeys - 1) / kSplitKeys;
+  const int64_t rows = p.group * p.N;  // per (batch, key/value head)
+  const int64_t rec = 2 + p.Dv;        // m, l, O
+  float* partial = thread_scratch_outer(static_cast<size_t>(p.B * p.Hkv * chunks * rows * rec));
+  const int64_t items = p.B * p.Hkv * chunks;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t bg = it / chunks, ch = it % chunks;
+    const Block blk{bg / p.Hkv, bg % p.Hkv, 0, static_cast<int>(p.N), ch * kSplitKeys,
+                    std::min(p.S, (ch + 1) * kSplitKeys)};
+    thread_local Workspace ws;
+    make_workspace(p, blk, ws);
+    run_block(c, blk, ws);
+    // Partial rows in (head, position) order, whatever the panel layout.
+    float* dst = partial + it * rows * rec;
+    for (const Panel& pn : ws.panels)
+      for (int r = 0; r < pn.rows(); ++r, dst += rec) {
+        dst[0] = pn.m[r];
+        dst[1] = pn.l[r];
+        for (int64_t e = 0; e < p.Dv; ++e) dst[2 + e] = pn.O[r * p.Dv + e];
+      }
+  }
+  // Merge: M = max_c m_c, L = sum_c l_c e^(m_c - M), O = sum_c O_c e^(m_c - M) / L.
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t bg = 0; bg < p.B * p.Hkv; ++bg)
+    for (int64_t r = 0; r < rows; ++r) {
+      auto part = [&](int64_t ch) { return partial + ((bg * chunks + ch) * rows + r) * rec; };
+      // Row r of key/value head g is query head g*group + r/N, position r%N.
+      const int64_t row = ((bg / p.Hkv) * p.Hq + (bg % p.Hkv) * p.group) * p.N + r;
+      float* o = out + row * p.Dv;
+      float M = -INFINITY;
+      for (int64_t ch = 0; ch < chunks; ++ch) M = std::fmax(M, part(ch)[0]);
+      for (int64_t e = 0; e < p.Dv; ++e) o[e] = 0.0f;
+      float L = 0.0f;
+      for (int64_t ch = 0; ch < chunks && M != -INFINITY; ++ch) {
+        const float* pc = part(ch);
+        if (pc[1] == 0.0f) continue;
+        const float w = std::exp(pc[0] - M);
+        L += pc[1] * w;
+        for (int64_t e = 0; e < p.Dv; ++e) o[e] += pc[2 + e] * w;
+      }
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;  // no chunk saw a key: 0
+      for (int64_t e = 0; e < p.Dv; ++e) o[e] *= inv;
+      if (lse) lse[row] = L > 0.0f ? M + std::log(L) : -INFINITY;
+    }
+}
+
+// weights[b, h, i, j] = exp(s_ij - lse_i), recomputing each score tile: the
+// exact weights without ever holding more than a tile of scores. Panel rows
+// are consecutive rows of W (a stacked panel covers all N positions of
+// consecutive heads).
+void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
+  const AttentionProblem& p = c.p;
+  for_each_query_block(p, threads, [&](const Block& blk) {
+    thread_local Workspace ws;
+    make_workspace(p, blk, ws);
+    int64_t first, end;
+    visible_range(c, blk, first, end);
+    for (Panel& pn : ws.panels) {
+      const int64_t row0 = out_row(p, blk, pn, 0);
+      float* Wp = W + row0 * p.S;
+      for (int64_t x = 0; x < pn.rows() * p.S; ++x) Wp[x] = 0.0f;
+      pack_queries(c, blk, pn);
+      // `weights` reads lse in whole vectors: a padded copy (alpha is free
+      // here), never past the end of the caller's lse.
+      for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
+      for (int64_t j0 = first; j0 < end; j0 += kBC) {
+        const int64_t nj = std::min<int64_t>(kBC, end - j0);
+        score_tile(c, blk, pn, j0, nj, ws.St);
+        c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void flash_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttentionProblem& p, bool want_weights, bool want_lse, int threads,
+                   Isa isa) {
+  const Ctx c{p, flash_kernels(isa), q.data<float>(), k.data<float>(), v.data<float>(),
+              needs_elementwise(p)};
+  // The weights pass needs each row's lse even when the caller does not.
+  std::vector<float> own_lse;
+  float* lse = want_lse ? res.lse.data<float>() : nullptr;
+  if (want_weights && !lse) {
+    own_lse.resize(static_cast<size_t>(p.B * p.Hq * p.N));
+    lse = own_lse.data();
+  }
+  float* out = res.out.data<float>();
+  if (p.N <= kDecodeRows)
+    decode(c, out, lse, threads);
+  else
+    prefill(c, out, lse, threads);
+  if (want_weights) weights_pass(c, lse, res.weights.data<float>(), threads);
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,18 @@
+// flash_forward.h: the fast exact attention forward (float32).
+#pragma once
+
+#include "core/attention_problem.h"
+#include "qkv/runtime.h"
+
+namespace qkv::kernels {
+
+// Same contract as ref::attention_forward (semantics in qkv/attention.h) for
+// float32 tensors: tiled online softmax, no N x S matrix, extra memory
+// bounded by threads x tile sizes. Results are bitwise identical for any
+// thread count: every output row is computed by one thread in a fixed order,
+// and the split-KV partials of the decode path merge in a fixed order.
+void flash_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttentionProblem& p, bool want_weights, bool want_lse, int threads,
+                   Isa isa);
+
+}  // namespace qkv::kernels

@@ -1,0 +1,106 @@
+// gemm.cpp: sgemm on oneDNN, in fixed panels so results do not depend on the
+// thread count; sgemm_ref in plain loops.
+#include "model/gemm.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "qkv/error.h"
+
+namespace qkv::kernels {
+namespace {
+
+// C is cut along its longer side (M rows or N columns) into panels; each
+// panel is one oneDNN call on one thread, which packs its own copy of the
+// shared operand, so panels should be few and large, but there must be enough
+// of them for the threads. Up to 8 panels, at least 64 rows (or columns) each,
+// a multiple of 16: 768 rows make 8 panels of 96, 384 make 6 of 64, 128 make 2.
+// Measured at the GPT's shapes (bench/gemm): 93% of the FMA peak on 1 thread,
+// 91–92% on 2, against 96% and 89–92% for oneDNN threading itself; 64-row panels
+// throughout cost 1–2 points more, 128-row panels left a thread idle at 384.
+int64_t panel_size(int64_t dim) {
+  const int64_t eighth = (dim + 7) / 8;
+  return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
+}
+
+void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  auto fail = [](const std::string& what) { throw Error("sgemm: " + what); };
+  if (M < 0 || N < 0 || K < 0)
+    fail("expected sizes >= 0, found M = " + std::to_string(M) + ", N = " + std::to_string(N) +
+         ", K = " + std::to_string(K));
+  const int64_t min_lda = std::max<int64_t>(1, trans_a ? M : K);
+  const int64_t min_ldb = std::max<int64_t>(1, trans_b ? K : N);
+  const int64_t min_ldc = std::max<int64_t>(1, N);
+  if (lda < min_lda) fail("lda: expected >= " + std::to_string(min_lda) + ", found " + std::to_string(lda));
+  if (ldb < min_ldb) fail("ldb: expected >= " + std::to_string(min_ldb) + ", found " + std::to_string(ldb));
+  if (ldc < min_ldc) fail("ldc: expected >= " + std::to_string(min_ldc) + ", found " + std::to_string(ldc));
+}
+
+// C = beta · C, with beta = 0 writing zeros (C may hold NaN).
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    if (beta == 0.0f) std::fill(c, c + N, 0.0f);
+    else for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+  }
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
+  if (K == 0 || alpha == 0.0f) {
+    if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  const bool split_m = M >= N;
+  const int64_t dim = split_m ? M : N;
+  const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  int status = dnnl_success;  // the worst status of any panel (an enum cannot be reduced)
+  // Inside this region oneDNN sees omp_in_parallel() and runs each call on
+  // the calling thread. With one panel the region still runs (one thread
+  // works) so that oneDNN never threads, and splits K, on its own.
+#pragma omp parallel for schedule(static) reduction(max : status)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t lo = p * panel, n = std::min(panel, dim - lo);
+    int s;
+    if (split_m)  // rows lo..lo+n of op(A) and C
+      s = dnnl_sgemm(ta, tb, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+                     C + lo * ldc, ldc);
+    else  // columns lo..lo+n of op(B) and C
+      s = dnnl_sgemm(ta, tb, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+                     C + lo, ldc);
+    status = std::max(status, s);
+  }
+  if (status != dnnl_success)
+    throw Error("sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(status)));
+}
+
+void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = trans_a ? A[k * lda + i] : A[i * lda + k];
+        const double b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+        acc += a * b;
+      }
+      float& c = C[i * ldc + j];
+      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c;
+      c = static_cast<float>(static_cast<double>(alpha) * acc + prior);
+    }
+}
+
+}  // namespace qkv::kernels

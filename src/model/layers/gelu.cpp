@@ -1,0 +1,91 @@
+// gelu.cpp: GELU, tanh form, forward and backward.
+//
+// 0.5 x (1 + tanh u) = x · σ(2u), σ the logistic function, so with
+// e = exp(-2u):  gelu(x) = x / (1 + e)  and, with s = 1 / (1 + e),
+//   gelu'(x) = s + 2 x s (1 - s) u',  1 - s = e · s,  u' = √(2/π) (1 + 3 · 0.044715 x²).
+// One exp per element and no tanh: glibc's tanhf does not vectorise and cost
+// 13 ns per element here (5.2 ms for one [768, 512] MLP activation, about a
+// third of the whole step's GEMM time); the polynomial exp below runs the same
+// activation in 0.21 ms on one core with AVX-512. Error against the float64
+// formula: under 2e-6 relative.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "model/layers/nn_common.h"
+#include "model/layers/nn_ref.h"
+#include "qkv/nn.h"
+
+namespace qkv::nn {
+namespace {
+
+// e^x for float, branch-free so loops of it vectorise: x = n ln2 + r with
+// |r| ≤ ln2/2, e^r by Cephes' expf polynomial (~1 ulp), 2^n built in the
+// exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float;
+// NaN passes the clamps and comes out NaN.
+inline float exp_poly(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  // Round x / ln2 to nearest by adding and removing 1.5 · 2^23.
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+constexpr float kScale = static_cast<float>(ref::kGeluScale);
+constexpr float kCubic = static_cast<float>(ref::kGeluCubic);
+
+// The element loops, compiled for AVX-512, AVX2 and baseline x86-64 and
+// picked when the program loads (GCC function multi-versioning); the clamps
+// in exp_poly keep the baseline version scalar, which only CPUs older than
+// AVX2 run. FMA contraction in the wider versions changes the last bits only.
+__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+void gelu_span(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = x / (1.0f + exp_poly(-2.0f * kScale * (x + kCubic * x * x * x)));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float e = exp_poly(-2.0f * kScale * (x + kCubic * x * x * x));
+    const float s = 1.0f / (1.0f + e);
+    const float du = kScale * (1.0f + 3.0f * kCubic * x * x);
+    dinp[i] += dout[i] * (s + 2.0f * x * (s * (e * s)) * du);
+  }
+}
+
+// Threads take fixed chunks; every element is computed alone, so the split
+// changes nothing in the result.
+constexpr int64_t kChunk = 4096;
+
+}  // namespace
+
+// out [N] = gelu(inp [N])
+void gelu_forward(float* out, const float* inp, int64_t N) {
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
+  for (int64_t k = 0; k < chunks; ++k)
+    gelu_span(out + k * kChunk, inp + k * kChunk, std::min(kChunk, N - k * kChunk));
+}
+
+// dinp [N] += gelu'(inp) · dout
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
+  for (int64_t k = 0; k < chunks; ++k)
+    gelu_backward_span(dinp + k * kChunk, inp + k * kChunk, dout + k * kChunk,
+                       std::min(kChunk, N - k * kChunk));
+}
+
+}  // namespace qkv::nn
