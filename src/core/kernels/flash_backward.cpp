@@ -73,10 +73,15 @@ struct Workspace {
   float* dcap;  // [kBC][kBR] soft-cap's derivative; null without soft-cap
 };
 
-Workspace make_workspace(const AttentionProblem& p) {
-  const size_t floats = static_cast<size_t>((p.D + p.Dv + 2) * kBR + 3 * kBC * kBR);
+size_t workspace_floats(const AttentionProblem& p) {
+  return static_cast<size_t>((p.D + p.Dv + 2) * kBR + 3 * kBC * kBR);
+}
+
+// The calling OpenMP thread's workspace, in its slice of the team's scratch
+// (sized before the parallel region: nothing inside it allocates).
+Workspace make_workspace(const AttentionProblem& p, const TeamScratch& team) {
   Workspace ws;
-  ws.Qt = thread_scratch(floats);
+  ws.Qt = team.slot();
   ws.dOt = ws.Qt + p.D * kBR;
   ws.lse = ws.dOt + p.Dv * kBR;
   ws.Dd = ws.lse + kBR;
@@ -169,13 +174,14 @@ void zero(float* x, int64_t n) { std::fill(x, x + n, 0.0f); }
 void one_pass(const Ctx& c, int threads) {
   const AttentionProblem& p = c.p;
   const int64_t n_qt = (p.N + kBR - 1) / kBR;
+  const TeamScratch team(threads, workspace_floats(p));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t bg = 0; bg < p.B * p.Hkv; ++bg) {
     const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
     zero(c.dK + bg * p.S * p.D, p.S * p.D);
     zero(c.dV + bg * p.S * p.Dv, p.S * p.Dv);
     zero(c.dQ + (b * p.Hq + h0) * p.N * p.D, p.group * p.N * p.D);
-    const Workspace ws = make_workspace(p);
+    const Workspace ws = make_workspace(p, team);
     for (int64_t h = h0; h < h0 + p.group; ++h)
       for (int64_t qt = 0; qt < n_qt; ++qt) walk(c, panel(p, b, h, qt), ws, 0, p.S, true, true);
   }
@@ -186,6 +192,7 @@ void two_passes(const Ctx& c, int threads) {
   const AttentionProblem& p = c.p;
   const int64_t n_qt = (p.N + kBR - 1) / kBR, n_kt = (p.S + kBC - 1) / kBC;
   const int64_t BG = p.B * p.Hkv, BH = p.B * p.Hq;
+  const TeamScratch team(threads, workspace_floats(p));
   // First key tiles first: under a causal mask the most queries see them.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t it = 0; it < BG * n_kt; ++it) {
@@ -193,7 +200,7 @@ void two_passes(const Ctx& c, int threads) {
     const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
     zero(c.dK + (bg * p.S + j0) * p.D, nj * p.D);
     zero(c.dV + (bg * p.S + j0) * p.Dv, nj * p.Dv);
-    const Workspace ws = make_workspace(p);
+    const Workspace ws = make_workspace(p, team);
     for (int64_t h = h0; h < h0 + p.group; ++h)
       for (int64_t qt = 0; qt < n_qt; ++qt)
         walk(c, panel(p, b, h, qt), ws, j0, j0 + nj, true, false);
@@ -204,7 +211,7 @@ void two_passes(const Ctx& c, int threads) {
     const int64_t bh = it % BH, qt = n_qt - 1 - it / BH;
     const Panel pn = panel(p, bh / p.Hq, bh % p.Hq, qt);
     zero(c.dQ + pn.row0(p) * p.D, pn.npos * p.D);
-    walk(c, pn, make_workspace(p), 0, p.S, false, true);
+    walk(c, pn, make_workspace(p, team), 0, p.S, false, true);
   }
 }
 

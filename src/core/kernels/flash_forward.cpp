@@ -73,11 +73,28 @@ struct Workspace {
   float* alpha;
 };
 
-void make_workspace(const AttentionProblem& p, const Block& blk, Workspace& ws) {
+// Floats of one thread's workspace for the largest block: a panel per head
+// of the group (or one stacked panel), St and alpha.
+size_t workspace_floats(const AttentionProblem& p) {
+  return panel_floats(p) * static_cast<size_t>(p.group) + kBC * kBR + kBR;
+}
+
+// The team's workspaces, sized before the parallel region (nothing inside
+// it allocates): ws[t] is OpenMP thread t's, over its slice of `scratch`.
+struct TeamWorkspaces {
+  TeamScratch scratch;
+  std::vector<Workspace> ws;
+  TeamWorkspaces(const AttentionProblem& p, int threads)
+      : scratch(threads, workspace_floats(p)), ws(threads) {
+    for (Workspace& w : ws) w.panels.reserve(p.group);
+  }
+  Workspace& mine() { return ws[omp_get_thread_num()]; }
+};
+
+void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Workspace& ws) {
   const bool stacked = stacks_group(p, blk);
   const int64_t n = stacked ? 1 : p.group;
   const size_t per = panel_floats(p);
-  float* base = thread_scratch(per * n + kBC * kBR + kBR);
   ws.panels.clear();
   for (int64_t t = 0; t < n; ++t) {
     Panel pn;
@@ -197,9 +214,10 @@ void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
 }
 
 void prefill(const Ctx& c, float* out, float* lse, int threads) {
+  TeamWorkspaces team(c.p, threads);
   for_each_query_block(c.p, threads, [&](const Block& blk) {
-    thread_local Workspace ws;
-    make_workspace(c.p, blk, ws);
+    Workspace& ws = team.mine();
+    make_workspace(c.p, blk, team.scratch.slot(), ws);
     run_block(c, blk, ws);
     finalize(c, blk, ws, out, lse);
   });
@@ -212,15 +230,16 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
   const int64_t chunks = (p.S + kSplitKeys - 1) / kSplitKeys;
   const int64_t rows = p.group * p.N;  // per (batch, key/value head)
   const int64_t rec = 2 + p.Dv;        // m, l, O
-  float* partial = thread_scratch_outer(static_cast<size_t>(p.B * p.Hkv * chunks * rows * rec));
+  float* partial = caller_scratch(static_cast<size_t>(p.B * p.Hkv * chunks * rows * rec));
+  TeamWorkspaces team(p, threads);
   const int64_t items = p.B * p.Hkv * chunks;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t bg = it / chunks, ch = it % chunks;
     const Block blk{bg / p.Hkv, bg % p.Hkv, 0, static_cast<int>(p.N), ch * kSplitKeys,
                     std::min(p.S, (ch + 1) * kSplitKeys)};
-    thread_local Workspace ws;
-    make_workspace(p, blk, ws);
+    Workspace& ws = team.mine();
+    make_workspace(p, blk, team.scratch.slot(), ws);
     run_block(c, blk, ws);
     // Partial rows in (head, position) order, whatever the panel layout.
     float* dst = partial + it * rows * rec;
@@ -262,9 +281,10 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
 // consecutive heads).
 void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
   const AttentionProblem& p = c.p;
+  TeamWorkspaces team(p, threads);
   for_each_query_block(p, threads, [&](const Block& blk) {
-    thread_local Workspace ws;
-    make_workspace(p, blk, ws);
+    Workspace& ws = team.mine();
+    make_workspace(p, blk, team.scratch.slot(), ws);
     int64_t first, end;
     visible_range(c, blk, first, end);
     for (Panel& pn : ws.panels) {

@@ -1,8 +1,11 @@
 #include "core/runtime/scratch.h"
 
+#include <omp.h>
+
 #include <cstdlib>
-#include <cstring>
-#include <new>
+#include <string>
+
+#include "qkv/error.h"
 
 namespace qkv {
 namespace {
@@ -20,7 +23,9 @@ struct Buffer {
     if (want < floats) want = floats;
     const size_t bytes = (want * sizeof(float) + 63) / 64 * 64;
     float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) throw std::bad_alloc();
+    if (!p)
+      throw Error("out of memory: the attention kernels' scratch needs " +
+                  std::to_string(floats * sizeof(float) >> 20) + " MiB");
     std::free(data);
     data = p;
     capacity = bytes / sizeof(float);
@@ -28,12 +33,20 @@ struct Buffer {
   }
 };
 
-thread_local Buffer t_inner;
-thread_local Buffer t_outer;
+thread_local Buffer t_team;
+thread_local Buffer t_caller;
 
 }  // namespace
 
-float* thread_scratch(size_t floats) { return t_inner.get(floats); }
-float* thread_scratch_outer(size_t floats) { return t_outer.get(floats); }
+TeamScratch::TeamScratch(int threads, size_t floats)
+    : base_(nullptr), stride_((floats + 15) / 16 * 16) {
+  base_ = t_team.get(stride_ * static_cast<size_t>(threads < 1 ? 1 : threads));
+}
+
+float* TeamScratch::slot() const {
+  return base_ + stride_ * static_cast<size_t>(omp_get_thread_num());
+}
+
+float* caller_scratch(size_t floats) { return t_caller.get(floats); }
 
 }  // namespace qkv
