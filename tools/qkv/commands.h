@@ -16,5 +16,6 @@ Runner add_explain(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_sample(CLI::App& app);
+Runner add_size(CLI::App& app);
 
 }  // namespace qkv::cli
