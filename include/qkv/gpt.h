@@ -83,6 +83,11 @@ class GPT {
   const float* decode_step(int32_t token, KVCache& cache);
   KVCache new_cache() const;
 
+  // What the model looks at: the attention weights of every layer and head
+  // for one sequence tokens [T] (T <= context), as its forward computes them
+  // (causal, after RoPE when on): [layers, heads, T, T], rows summing to 1.
+  Tensor attention_maps(const int32_t* tokens, int64_t T);
+
   // Kernel and threads for attention (forward and backward).
   void set_attention(Kernel kernel, int threads);
 

@@ -30,10 +30,12 @@ struct HeatmapPanel {
   std::vector<std::string> row_labels, col_labels;
 };
 
-// PNG view: the panels side by side (four to a row, then wrapping), each cell
+// PNG view: the panels side by side (`per_row` to a row, then wrapping: a
+// model's layers x heads grid is per_row = heads), each cell
 // a square coloured with a viridis-like map (dark purple 0 to yellow 1), token
 // labels on both axes, a title per panel and a 0..1 colour bar at the right.
 // Text is ASCII; other characters are drawn as '?'. Written atomically.
-void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels);
+void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
+                       int per_row = 4);
 
 }  // namespace qkv

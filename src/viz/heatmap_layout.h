@@ -24,6 +24,6 @@ struct HeatmapLayout {
 };
 
 // Checks the panels (qkv::Error) and places them.
-HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels);
+HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels, int per_row = 4);
 
 }  // namespace qkv

@@ -16,9 +16,9 @@ namespace {
 constexpr int kMargin = 16;
 constexpr int kGap = 40;          // between panels
 constexpr int kPad = 6;           // between a label and what it labels
-constexpr int kPanelsPerRow = 4;
 constexpr int kGridTarget = 480;  // pixels for the longest side of a grid
 constexpr int kMaxCell = 48;
+constexpr int64_t kReadableTokens = 64;
 constexpr int kTitleScale = 2;
 constexpr int kBarWidth = 16;
 constexpr int kMinBarHeight = 120;
@@ -92,7 +92,9 @@ void draw_colorbar(Canvas& cv, const HeatmapLayout& L) {
 
 }  // namespace
 
-HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
+HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels, int per_row_max) {
+  if (per_row_max < 1)
+    throw Error("write_heatmap_png: panels per row must be >= 1, found " + std::to_string(per_row_max));
   if (panels.empty()) throw Error("write_heatmap_png: no panels to draw");
   int64_t max_rows = 0, max_cols = 0;
   for (size_t i = 0; i < panels.size(); ++i) {
@@ -105,7 +107,13 @@ HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
     throw Error("write_heatmap_png: " + std::to_string(max_rows) + " x " + std::to_string(max_cols) +
                 " weights are too many to draw");
   HeatmapLayout L;
-  L.cell = static_cast<int>(std::clamp<int64_t>(kGridTarget / std::max(max_rows, max_cols), 1, kMaxCell));
+  // Up to kReadableTokens per side every token keeps a cell tall enough for
+  // its own label (a trained model's 64-token context stays readable); past
+  // that the grid shrinks towards kGridTarget and labels thin out.
+  const int64_t longest = std::max(max_rows, max_cols);
+  const int64_t fit = kGridTarget / longest;
+  const int64_t floor = longest <= kReadableTokens ? kLineHeight + 1 : 1;
+  L.cell = static_cast<int>(std::clamp<int64_t>(std::max(fit, floor), 1, kMaxCell));
   // Labels at twice the font size need 2 * kLineHeight pixels per cell; on
   // smaller cells use the plain size, and on tiny ones label only every
   // k-th token so that labels never overlap.
@@ -133,7 +141,7 @@ HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
   const int64_t slot_w = L.row_label_w + max_cols * L.cell;
   const int64_t slot_h = L.title_h + L.col_label_h + max_rows * L.cell;
   const int64_t n = static_cast<int64_t>(panels.size());
-  const int64_t per_row = std::min<int64_t>(n, kPanelsPerRow), grid_rows = (n + kPanelsPerRow - 1) / kPanelsPerRow;
+  const int64_t per_row = std::min<int64_t>(n, per_row_max), grid_rows = (n + per_row_max - 1) / per_row_max;
   const int64_t bar_x = kMargin + per_row * (slot_w + kGap);
   const int64_t bar_h = std::max<int64_t>(max_rows * L.cell, kMinBarHeight);
   const int64_t width = bar_x + kBarWidth + kPad + 2 + text_width("0.5", kTitleScale) + kMargin;
@@ -147,8 +155,8 @@ HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
   L.height = static_cast<int>(height);
   for (int64_t i = 0; i < n; ++i) {
     HeatmapLayout::Panel at;
-    at.x = static_cast<int>(kMargin + (i % kPanelsPerRow) * (slot_w + kGap));
-    at.y = static_cast<int>(kMargin + (i / kPanelsPerRow) * (slot_h + kGap));
+    at.x = static_cast<int>(kMargin + (i % per_row_max) * (slot_w + kGap));
+    at.y = static_cast<int>(kMargin + (i / per_row_max) * (slot_h + kGap));
     at.grid_x = at.x + L.row_label_w;
     at.grid_y = at.y + L.title_h + L.col_label_h;
     L.panels.push_back(at);
@@ -160,8 +168,9 @@ HeatmapLayout layout_heatmap(const std::vector<HeatmapPanel>& panels) {
   return L;
 }
 
-void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels) {
-  const HeatmapLayout L = layout_heatmap(panels);
+void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
+                       int per_row) {
+  const HeatmapLayout L = layout_heatmap(panels, per_row);
   Canvas cv(L.width, L.height);
   for (size_t i = 0; i < panels.size(); ++i) draw_panel(cv, L, L.panels[i], panels[i]);
   draw_colorbar(cv, L);
