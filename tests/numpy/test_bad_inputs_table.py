@@ -202,8 +202,17 @@ SETUP = {
     "sample-temperature-zero": lambda i: i.sample(i._model, "--temperature", "0"),
     # qkv explain, qkv demo, qkv itself
     "explain-heads-not-divisor": lambda i: ["explain", "--heads", "3"],
+    "explain-mask-missing-file": lambda i: ["explain", "--mask", str(i.tmp / "m.npy")],
+    "explain-mask-wrong-length": lambda i: ["explain", "--tokens", "the cat sat", "--mask",
+                                            i.file("pad.npy", np.array([1, 1, 1, 0, 0], bool))],
+    "explain-mask-empty": lambda i: ["explain", "--mask", i.file("m.npy", np.zeros(0, bool))],
+    "explain-d-k-zero": lambda i: ["explain", "--d-k", "0"],
+    "explain-d-k-with-files": lambda i: ["explain", *i.attention()[1:7], "--d-k", "4"],
+    "explain-scale-infinite": lambda i: ["explain", "--scale", "inf"],
     "explain-blank-tokens": lambda i: ["explain", "--tokens", "   "],
     "explain-png-unwritable": lambda i: ["explain", "--png", str(i.tmp / "no" / "dir" / "a.png")],
+    "demo-unknown-section": lambda i: ["demo", "--section", "2.9"],
+    "demo-precision-out-of-range": lambda i: ["demo", "--precision", "13"],
     "demo-unknown-flag": lambda i: ["demo", "--frobnicate"],
     "qkv-unknown-command": lambda i: ["attend"],
 }
