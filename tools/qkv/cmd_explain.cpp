@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "explain_stages.h"
+#include "one_head.h"
 #include "qkv/attention.h"
 #include "qkv/heatmap.h"
 #include "qkv/modules.h"
@@ -146,6 +147,8 @@ int run_explain(const ExplainArgs& a) {
     in.q = load_npy_arg("--q", a.q);
     in.k = load_npy_arg("--k", a.k);
     in.v = load_npy_arg("--v", a.v);
+    if (lift_one_head(in.q, in.k, in.v))
+      std::cout << "q, k, v are 2-D (N, D): one head\n";
   } else {
     in = inputs_from_tokens(a, tokens);
   }
@@ -200,9 +203,11 @@ Runner add_explain(CLI::App& app) {
   cmd->add_option("--causal", a->causal, "none, top-left or bottom-right (see qkv attention --help)")
       ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
       ->capture_default_str();
-  cmd->add_option("--q", a->q, "explain these queries [..., Hq, N, D] (.npy) instead of --tokens");
-  cmd->add_option("--k", a->k, "keys [..., Hkv, S, D] (.npy)");
-  cmd->add_option("--v", a->v, "values [..., Hkv, S, Dv] (.npy)");
+  cmd->add_option("--q", a->q,
+                  "explain these queries [..., Hq, N, D] or 2-D (N, D), one head (.npy), "
+                  "instead of --tokens");
+  cmd->add_option("--k", a->k, "keys [..., Hkv, S, D] or (S, D) (.npy)");
+  cmd->add_option("--v", a->v, "values [..., Hkv, S, Dv] or (S, Dv) (.npy)");
   cmd->add_option("--mask", a->mask,
                   "bool (true = may attend) or additive mask broadcastable to [..., Hq, N, S] "
                   "(.npy); with --tokens, to [heads, words, words], e.g. one bool per word");
