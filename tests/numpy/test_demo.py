@@ -205,7 +205,7 @@ def test_demo_bad_options(run, args, fragment):
     assert fragment in r.stderr
 
 
-@pytest.mark.parametrize("precision", ["2", "6"])
+@pytest.mark.parametrize("precision", ["2", "6", "12"])  # 12: rows wrap at 75 columns
 def test_numpy_twin_in_lessons_prints_the_same(run, precision):
     """lessons/self_attention.py, the NumPy version of the demo for learners,
     prints qkv demo's text line for line."""

@@ -1,6 +1,7 @@
 #include "print.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -11,14 +12,21 @@ namespace {
 // NumPy's default print width; longer rows wrap.
 constexpr size_t kLineWidth = 75;
 
-// "%.Pf" with trailing zeros trimmed but the point kept: 1.0 -> "1.", 0.25 ->
-// "0.25". glibc's printf rounds the exact binary value half-to-even, which is
-// what NumPy's Dragon4 does in its 'maxprec' mode (checked on 200,000 random
-// values at precisions 1-8), so the digits agree.
+// x with at most `precision` decimals, trailing zeros trimmed but the point
+// kept: 1.0 -> "1.", 0.25 -> "0.25", as NumPy's Dragon4 writes it in its
+// 'maxprec' mode: the shortest digits that read back as x when there are no
+// more than `precision` of them (std::to_chars), else x rounded to
+// `precision` decimals. glibc's printf rounds the exact binary value
+// half-to-even, as Dragon4 does (checked on 200,000 random values).
 std::string trimmed(double x, int precision) {
   char buf[400];
+  const auto shortest = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed);
+  std::string s(buf, shortest.ptr);
+  const size_t dot = s.find('.');
+  if (dot == std::string::npos) return s + ".";
+  if (s.size() - dot - 1 <= static_cast<size_t>(precision)) return s;
   std::snprintf(buf, sizeof buf, "%.*f", precision, x);
-  std::string s = buf;
+  s = buf;
   while (s.back() == '0') s.pop_back();
   return s;
 }
