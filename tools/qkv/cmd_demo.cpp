@@ -131,7 +131,9 @@ void section_sizes(Lesson2&, const Printer& p) {
   for (const Model& m : models) {
     const int64_t d_head = m.d_model / m.heads;
     // K and V, every layer, 2 bytes per number.
-    auto kib = [&](int64_t heads) { return std::to_string(2 * m.layers * heads * d_head * 2 / 1024); };
+    auto kib = [&](int64_t heads) {
+      return std::to_string(2 * m.layers * heads * d_head * 2 / 1024);
+    };
     std::string cache = kib(m.kv_heads) + " KiB";
     if (m.kv_heads != m.heads) cache += " (" + kib(m.heads) + " KiB without GQA)";
     p.line(pad(m.name, 12, true) + pad(std::to_string(m.d_model), 8, false) +

@@ -189,9 +189,12 @@ Runner add_explain(CLI::App& app) {
       "heatmap in the terminal and, with --png, as a picture.");
   cmd->add_option("--tokens", a->tokens, "words to attend over, split on spaces")->capture_default_str();
   cmd->add_option("--d-model", a->d_model, "embedding width C")->capture_default_str();
-  cmd->add_option("--heads", a->heads, "query heads (must divide --d-model)")->capture_default_str();
+  cmd->add_option("--heads", a->heads, "query heads (must divide --d-model unless --d-k is given)")
+      ->capture_default_str();
   cmd->add_option("--kv-heads", a->kv_heads, "key/value heads for GQA (default: --heads)");
-  cmd->add_option("--seed", a->seed, "seed for embeddings and weights (NumPy default_rng)")
+  cmd->add_option("--seed", a->seed,
+                  "seed of the weights (NumPy default_rng) and, mixed with each word, of its "
+                  "embedding")
       ->capture_default_str();
   cmd->add_option("--d-k", a->d_k, "head dim of the words form (default d_model / heads)");
   cmd->add_option("--scale", a->scale, "score scale (default 1/sqrt(head dim); 1 = no scaling)");

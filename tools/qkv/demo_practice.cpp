@@ -95,7 +95,8 @@ void practice_padding(const Lesson2& l, const Printer& p) {
   p.line("Weights with the mask (np.where(mask, scores, -inf) before softmax):");
   p.array(masked);
   Tensor on_pad(DType::f64, {6});
-  for (int64_t i = 0; i < 6; ++i) on_pad.data<double>()[i] = masked.get(i * 6 + 4) + masked.get(i * 6 + 5);
+  for (int64_t i = 0; i < 6; ++i)
+    on_pad.data<double>()[i] = masked.get(i * 6 + 4) + masked.get(i * 6 + 5);
   p.line("weight every row gives to the <pad> keys:");
   p.array(on_pad);
 
