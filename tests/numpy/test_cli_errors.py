@@ -58,8 +58,11 @@ CASES = {
     "empty key sequence": (dict(k=np.zeros((1, 0, 4), np.float32),
                                 v=np.zeros((1, 0, 4), np.float32)), [], DATA,
                            "key length S must be at least 1"),
-    "q has two dims": (dict(q=np.zeros((3, 4), np.float32)), [], DATA,
-                       "q: expected at least 3 dims [..., Hq, N, D], found [3, 4]"),
+    "q 2-D, k and v 3-D": (dict(q=np.zeros((3, 4), np.float32)), [], DATA,
+                           "q, k, v: expected all three 2-D (N, D) for one head, or all "
+                           "[..., H, N, D], found q [3, 4]"),
+    "q has one dim": (dict(q=np.zeros(4, np.float32)), [], DATA,
+                      "q: expected at least 3 dims [..., Hq, N, D], found [4]"),
     "batch dims differ": (dict(q=np.zeros((2, 2, 3, 4), np.float32)), [], DATA,
                           "k, v: expected the leading batch dims of q [2]"),
     "dtypes differ": (dict(k=np.zeros((1, 5, 4), np.float64)), [], DATA,
@@ -190,7 +193,7 @@ def test_every_command_has_help(run):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--heads", "3"], "--heads: expected a divisor of --d-model 8, found 3"),
+    (["--heads", "3"], "--heads: expected a divisor of --d-model 8 (or give --d-k), found 3"),
     (["--heads", "0"], "--heads: expected a positive integer, found 0"),
     (["--kv-heads", "3", "--heads", "4"], "--kv-heads: expected a divisor of --heads 4, found 3"),
     (["--tokens", "   "], "--tokens: expected at least one word"),

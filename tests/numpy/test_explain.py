@@ -67,3 +67,115 @@ def test_explain_png_unwritable(run, tmp_path):
     r = run("explain", "--png", tmp_path / "missing" / "x.png", "--no-color")
     assert r.returncode == 1
     assert "cannot write" in r.stderr
+
+
+def printed_matrix(text, title, head=0):
+    """The matrix printed under the line starting with `title` in head `head`'s
+    block, as a float array (NumPy's text, 4 decimals)."""
+    block = text.split(f"-- head {head}")[1]
+    lines = block.split("\n" + title, 1)[1].splitlines()[1:]
+    rows = []
+    for line in lines:
+        if not line.lstrip().startswith("["):
+            break
+        rows.append([float(x) for x in line.strip(" []").split()])
+    return np.array(rows)
+
+
+def save_bool(path, values):
+    np.save(path, np.array(values, dtype=bool))
+    return path
+
+
+def test_explain_words_with_a_padding_mask(run, tmp_path):
+    """Regression: the words form never loaded --mask and passed an empty
+    tensor on, a SIGSEGV. Now one bool per word keeps every row off <pad>."""
+    pad = save_bool(tmp_path / "pad.npy", [1, 1, 1, 0, 0])
+    r = run("explain", "--tokens", "the cat sat <pad> <pad>", "--mask", pad, "--no-color")
+    assert r.returncode == 0, r.stderr
+    assert "mask: from --mask" in r.stdout
+    for head in (0, 1):
+        w = printed_matrix(r.stdout, "weights = softmax", head)
+        assert w.shape == (5, 5)
+        assert np.all(w[:, 3:] == 0)
+        np.testing.assert_allclose(w.sum(axis=1), 1, atol=3e-4)
+    # A full [T, T] mask works as well, and combines with --causal.
+    full = save_bool(tmp_path / "full.npy", np.tril(np.ones((5, 5))) * [1, 1, 1, 0, 0])
+    r = run("explain", "--tokens", "the cat sat <pad> <pad>", "--mask", full, "--causal",
+            "top-left", "--no-color")
+    assert r.returncode == 0, r.stderr
+    w = printed_matrix(r.stdout, "weights = softmax")
+    assert np.all(np.triu(w, 1) == 0) and np.all(w[:, 3:] == 0)
+
+
+def test_explain_mask_alone_missing_file_is_an_error_not_a_crash(run, tmp_path):
+    r = run("explain", "--mask", tmp_path / "m.npy")
+    assert r.returncode == 1
+    assert r.stderr.startswith("qkv explain: error: --mask: cannot open")
+
+
+def test_explain_mask_that_does_not_fit_the_words(run, tmp_path):
+    r = run("explain", "--tokens", "the cat sat", "--mask",
+            save_bool(tmp_path / "pad.npy", [1, 1, 1, 0, 0]))
+    assert r.returncode == 1
+    assert "mask: expected a shape broadcastable to [2, 3, 3]" in r.stderr
+
+
+def weights_by_word(run, sentence, *extra):
+    """Head 0's weights as {(query word, key word): weight}."""
+    r = run("explain", "--tokens", sentence, "--no-color", *extra)
+    assert r.returncode == 0, r.stderr
+    w = printed_matrix(r.stdout, "weights = softmax")
+    words = sentence.split()
+    return {(a, b): w[i, j] for i, a in enumerate(words) for j, b in enumerate(words)}
+
+
+def test_word_order_matters_by_default(run):
+    """Attention alone is order-blind: with --positions none, "man bites dog"
+    gives "dog bites man"'s weights, rows and columns permuted. Positions are
+    on by default, so the two sentences get different rows."""
+    a = weights_by_word(run, "dog bites man", "--positions", "none")
+    b = weights_by_word(run, "man bites dog", "--positions", "none")
+    assert a == b
+    a = weights_by_word(run, "dog bites man")
+    b = weights_by_word(run, "man bites dog")
+    assert max(abs(a[key] - b[key]) for key in a) > 0.01
+
+
+def test_word_embedding_depends_on_the_word_only(run):
+    """A word keeps its embedding whatever the sentence: its row of X is the
+    same in "the cat" and "a cat"."""
+    def x_rows(sentence):
+        out = run("explain", "--tokens", sentence, "--positions", "none", "--no-color").stdout
+        lines = out.split("token embeddings X")[1].splitlines()[1:]
+        return [line.strip(" []") for line in lines if line.lstrip().startswith("[")]
+    assert x_rows("the cat")[1] == x_rows("a cat")[1]
+    assert x_rows("the cat")[0] != x_rows("a cat")[0]
+
+
+def test_explain_d_k_scale_and_raw_scores(run):
+    """The practice task on one's own words: d_k = 16 and no scaling."""
+    r = run("explain", "--d-k", "16", "--scale", "1", "--raw-scores", "--no-color")
+    assert r.returncode == 0, r.stderr
+    assert "Q = X W_q [2, 4, 16]" in r.stdout
+    assert "scale = 1.0" in r.stdout
+    raw = printed_matrix(r.stdout, "raw scores = q kᵀ, before scaling")
+    scaled = printed_matrix(r.stdout, "scores = q kᵀ · scale")
+    np.testing.assert_array_equal(raw, scaled)
+    w = printed_matrix(r.stdout, "weights = softmax")
+    e = np.exp(raw - raw.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(w, e / e.sum(axis=1, keepdims=True), atol=2e-4)
+    peak = r.stdout.split("-- head 0")[1].split("largest weight in each row: [")[1].split("]")[0]
+    np.testing.assert_allclose([float(x) for x in peak.split()], w.max(axis=1), atol=1e-4)
+    # The default scale is 1/sqrt(d_k): the same raw scores, divided by 4.
+    r = run("explain", "--d-k", "16", "--raw-scores", "--no-color")
+    np.testing.assert_allclose(printed_matrix(r.stdout, "scores = q kᵀ · scale"),
+                               printed_matrix(r.stdout, "raw scores = q kᵀ") / 4, atol=1e-4)
+    assert "max |diff| = 0)" in r.stdout or re.search(r"max \|diff\| = \d\.?\d*e-1\d", r.stdout)
+
+
+def test_explain_rope_does_not_claim_a_comparison_it_cannot_make(run):
+    r = run("explain", "--positions", "rope", "--no-color")
+    assert r.returncode == 0, r.stderr
+    assert "MultiHeadAttention::forward gives the same output" not in r.stdout
+    assert "not compared with MultiHeadAttention::forward" in r.stdout

@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "one_head.h"
 #include "qkv/attention.h"
 
 namespace qkv::cli {
@@ -117,9 +118,10 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
 int run_attention(const AttentionArgs& a) {
   AttentionOptions opts;
   parse_number_options(a, opts);  // before loading, so a typo costs no I/O
-  const Tensor q = load_npy_arg("--q", a.q);
-  const Tensor k = load_npy_arg("--k", a.k);
-  const Tensor v = load_npy_arg("--v", a.v);
+  Tensor q = load_npy_arg("--q", a.q);
+  Tensor k = load_npy_arg("--k", a.k);
+  Tensor v = load_npy_arg("--v", a.v);
+  const bool one_head = lift_one_head(q, k, v);  // 2-D (N, D): out, weights, lse 2-D too
   Tensor mask;
   if (!a.mask.empty()) {
     mask = load_npy_arg("--mask", a.mask);
@@ -135,10 +137,12 @@ int run_attention(const AttentionArgs& a) {
   check_output_memory(q, k, v, opts);
 
   const AttentionResult res = attention(q, k, v, opts);
-  save_npy_arg("--out", a.out, res.out);
-  if (opts.return_weights) save_npy_arg("--weights", a.weights, res.weights);
-  if (opts.return_lse) save_npy_arg("--lse", a.lse, res.lse);
-  std::cout << "out " << shape_str(res.out.shape()) << " " << dtype_name(res.out.dtype())
+  auto as_given = [&](const Tensor& t) { return one_head ? drop_head(t) : t; };
+  const Tensor out = as_given(res.out);
+  save_npy_arg("--out", a.out, out);
+  if (opts.return_weights) save_npy_arg("--weights", a.weights, as_given(res.weights));
+  if (opts.return_lse) save_npy_arg("--lse", a.lse, as_given(res.lse));
+  std::cout << "out " << shape_str(out.shape()) << " " << dtype_name(out.dtype())
             << " -> " << a.out << "\n";
   return 0;
 }
@@ -151,7 +155,8 @@ Runner add_attention(CLI::App& app) {
       "attention",
       "Attention on .npy files: out = softmax(cap(q kᵀ · scale) + alibi + mask) v.\n"
       "Shapes: q [..., Hq, N, D], k [..., Hkv, S, D], v [..., Hkv, S, Dv] -> out [..., Hq, N, Dv];\n"
-      "Hq must be a multiple of Hkv (GQA). float32 or float64; output in the input's dtype.");
+      "Hq must be a multiple of Hkv (GQA). float32 or float64; output in the input's dtype.\n"
+      "2-D q (N, D), k (S, D), v (S, Dv), as in the lessons, are one head: out (N, Dv).");
   cmd->add_option("--q", args->q, "queries [..., Hq, N, D] (.npy)")->required();
   cmd->add_option("--k", args->k, "keys [..., Hkv, S, D] (.npy)")->required();
   cmd->add_option("--v", args->v, "values [..., Hkv, S, Dv] (.npy)")->required();

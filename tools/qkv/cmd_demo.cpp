@@ -1,205 +1,270 @@
-// qkv demo: the self-attention lesson (lessons/self_attention.py), step by
-// step, printing the same text as NumPy digit for digit. The random numbers
-// come from qkv's re-implementations of NumPy's generators, so W_q, W_k, W_v
-// are the very matrices the lesson draws with default_rng(42).
+// qkv demo: the two seed lessons, "Self-attention from scratch" (sections 2.2
+// to 2.5, then its practice tasks) and lesson 5 of the LLM course, printing
+// every number they print from their own inputs and random streams. NumPy's
+// generators are re-implemented bit for bit in qkv/rng.h, so W_q, W_k, W_v are
+// the very matrices the lessons draw, and arrays are printed the way NumPy
+// prints them (tests/numpy/test_demo.py reads the expected numbers from the
+// lesson texts themselves).
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli_common.h"
 #include "commands.h"
-#include "print.h"
+#include "demo_lesson.h"
+#include "demo_maths.h"
 #include "qkv/attention.h"
 #include "qkv/modules.h"
-#include "qkv/rng.h"
-#include "qkv/softmax.h"
 
 namespace qkv::cli {
+namespace demo {
 namespace {
 
-Tensor normal(NumpyGenerator& rng, int64_t rows, int64_t cols) {
-  Tensor t(DType::f64, {rows, cols});
-  rng.normal(t.data<double>(), static_cast<size_t>(t.numel()));
-  return t;
-}
+void section_2_2(Lesson2& l, const Printer& p) {
+  l.tokens = {"the", "cat", "sat", "down"};
+  l.X = lesson2_x();
+  p.line("Four tokens, each already an embedding of d_model = 4 numbers: X " +
+         tuple_str(l.X.shape()));
+  p.array(l.X);
+  l.W_q = normal(l.rng, {4, 3});
+  l.W_k = normal(l.rng, {4, 3});
+  l.W_v = normal(l.rng, {4, 3});
+  l.Q = matmul(l.X, l.W_q), l.K = matmul(l.X, l.W_k), l.V = matmul(l.X, l.W_v);
+  p.line("W_q, W_k, W_v (4 x 3, d_k = 3) drawn from np.random.default_rng(42); the shapes of "
+         "Q = X W_q, K = X W_k, V = X W_v:");
+  p.line(tuple_str(l.Q.shape()) + " " + tuple_str(l.K.shape()) + " " + tuple_str(l.V.shape()));
 
-Tensor randn_scaled(NumpyRandomState& rs, int64_t rows, int64_t cols, double divisor) {
-  Tensor t(DType::f64, {rows, cols});
-  rs.randn(t.data<double>(), static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] /= divisor;
-  return t;
-}
+  p.line("Step 1: scores = Q Kᵀ, one dot product per (query token, key token):");
+  const Tensor scores = matmul(l.Q, transpose(l.K));
+  p.array(scores);
 
-Tensor map(const Tensor& t, const std::function<double(double)>& f) {
-  Tensor out(DType::f64, t.shape());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<double>()[i] = f(t.get(i));
-  return out;
-}
+  const double sqrt_dk = std::sqrt(3.0);
+  l.scaled = map(scores, [&](double s) { return s / sqrt_dk; });
+  l.weights = softmax_rows(l.scaled);
+  p.line("Steps 2 and 3: weights = softmax(scores / √d_k) by rows, then each row's sum:");
+  p.array(l.weights);
+  p.array(row_sums(l.weights));
 
-// m [R, C] -> [C, R]
-Tensor transpose(const Tensor& m) {
-  const int64_t R = m.dim(0), C = m.dim(1);
-  Tensor out(DType::f64, {C, R});
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) out.data<double>()[c * R + r] = m.get(r * C + c);
-  return out;
-}
-
-// The lower-triangular "may attend" mask of lesson part 7: [T, T] bool.
-Tensor causal_mask(int64_t T) {
-  Tensor m(DType::boolean, {T, T});
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j <= i; ++j) m.data<bool>()[i * T + j] = true;
-  return m;
-}
-
-Tensor masked(const Tensor& scores, const Tensor& mask) {
-  Tensor out = map(scores, [](double x) { return x; });
-  for (int64_t i = 0; i < out.numel(); ++i)
-    if (!mask.data<bool>()[i]) out.data<double>()[i] = -INFINITY;
-  return out;
-}
-
-// np.allclose(a, b): |a - b| <= atol + rtol * |b| everywhere.
-bool allclose(const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel()) return false;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (!(std::fabs(a.get(i) - b.get(i)) <= 1e-8 + 1e-5 * std::fabs(b.get(i)))) return false;
-  return true;
-}
-
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
-
-void print(const std::string& title, const Tensor& t) {
-  if (!title.empty()) std::cout << title << "\n";
-  std::cout << numpy_str(t) << "\n";
-}
-
-int run_demo() {
-  std::cout << "== 1. Four tokens, four numbers each ==\n";
-  const std::vector<std::string> tokens = {"the", "cat", "sat", "down"};
-  const Tensor X = Tensor::from<double>({4, 4}, {1.0, 0.2, 0.0, 0.5,    // the
-                                                 0.1, 0.9, 0.3, 0.0,    // cat
-                                                 0.0, 0.8, 1.0, 0.2,    // sat
-                                                 0.4, 0.0, 0.6, 0.9});  // down
-  print("X " + tuple_str(X.shape()), X);
-
-  std::cout << "\n== 2. Queries, keys and values: three projections of X ==\n";
-  NumpyGenerator rng(42);
-  const int64_t d_k = 3;
-  const Tensor W_q = normal(rng, 4, d_k), W_k = normal(rng, 4, d_k), W_v = normal(rng, 4, d_k);
-  const Tensor Q = matmul(X, W_q), K = matmul(X, W_k), V = matmul(X, W_v);
-  print("W_q", W_q);
-  std::cout << "Q " << tuple_str(Q.shape()) << " K " << tuple_str(K.shape()) << " V "
-            << tuple_str(V.shape()) << "\n";
-  print("Q", Q);
-
-  std::cout << "\n== 3. Scores: every query against every key ==\n";
-  const Tensor scores = matmul(Q, transpose(K));
-  print("scores = Q @ K.T " + tuple_str(scores.shape()), scores);
-  const double sqrt_dk = std::sqrt(static_cast<double>(d_k));
-  const Tensor scaled = map(scores, [&](double s) { return s / sqrt_dk; });
-  print("scaled = scores / sqrt(d_k), sqrt(3) = " + round4_str(sqrt_dk), scaled);
-
-  std::cout << "\n== 4. Softmax: scores become weights ==\n";
-  const Tensor weights = softmax(scaled);
-  print("", weights);
-  Tensor row_sums(DType::f64, {4});
-  for (int64_t i = 0; i < 16; ++i) row_sums.data<double>()[i / 4] += weights.get(i);
-  std::cout << "row sums: " << numpy_str(row_sums) << "\n";
+  p.line("Step 4: out = weights V, the shape of out, and the key each token weighs most:");
+  const Tensor out = matmul(l.weights, l.V);
+  p.line(tuple_str(out.shape()));
   for (int64_t i = 0; i < 4; ++i) {
-    int64_t best = 0;
-    for (int64_t j = 1; j < 4; ++j)
-      if (weights.get(i * 4 + j) > weights.get(i * 4 + best)) best = j;
-    std::string tok = tokens[i];
-    tok.resize(5, ' ');
-    std::cout << tok << " attends most to '" << tokens[best] << "' ("
-              << fmt("%.0f", 100.0 * weights.get(i * 4 + best)) << "%)\n";
+    std::string token = l.tokens[static_cast<size_t>(i)];
+    token.resize(std::max<size_t>(token.size(), 5), ' ');  // Python's f"{t:5}"
+    const int64_t best = row_argmax(l.weights, i);
+    p.line(token + " attends most to '" + l.tokens[static_cast<size_t>(best)] + "' (" +
+           p.percent(l.weights.get(i * 4 + best)) + ")");
   }
 
-  std::cout << "\n== 5. Output: a weighted average of the values ==\n";
-  const Tensor output = matmul(weights, V);
-  print("", output);
-  // The one-formula path: qkv::attention on one head, [Hq=1, N=4, D=3].
-  const Tensor fused = attention(Q.reshaped({1, 4, 3}), K.reshaped({1, 4, 3}),
-                                 V.reshaped({1, 4, 3})).out;
-  std::cout << "attention(Q, K, V) matches the step-by-step result: "
-            << (allclose(fused, output) ? "True" : "False") << "\n";
+  // The one-formula version is qkv's own attention on one head [1, N, D].
+  AttentionOptions opts;
+  opts.kernel = Kernel::reference;
+  const Tensor fused = attention(l.Q.reshaped({1, 4, 3}), l.K.reshaped({1, 4, 3}),
+                                 l.V.reshaped({1, 4, 3}), opts).out;
+  p.line("The one formula, attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, equals out (np.allclose):");
+  p.line(allclose(fused, out) ? "True" : "False");
+}
 
-  std::cout << "\n== 6. Why divide by sqrt(d_k)? ==\n";
-  std::cout << "d_k   std(q.k)   std(q.k / sqrt(d_k))   (1000 random pairs each)\n";
-  for (int64_t d : {4, 64, 1024}) {
-    const Tensor q = normal(rng, 1000, d), k = normal(rng, 1000, d);
-    std::vector<double> dots(1000);
-    double mean = 0.0;
-    for (int64_t p = 0; p < 1000; ++p) {
-      for (int64_t e = 0; e < d; ++e) dots[p] += q.get(p * d + e) * k.get(p * d + e);
-      mean += dots[p] / 1000.0;
+void section_2_3(Lesson2& l, const Printer& p) {
+  p.line("For each d, 1000 random pairs (q, k) drawn where 2.2 left default_rng(42); the spread "
+         "of q·k, before and after dividing by √d:");
+  for (const int64_t d : {4, 64, 1024}) {
+    const Tensor q = normal(l.rng, {1000, d}), k = normal(l.rng, {1000, d});
+    Tensor dots(DType::f64, {1000});
+    std::vector<double> prod(static_cast<size_t>(d));
+    for (int64_t i = 0; i < 1000; ++i) {
+      for (int64_t e = 0; e < d; ++e)
+        prod[static_cast<size_t>(e)] = q.get(i * d + e) * k.get(i * d + e);
+      dots.data<double>()[i] = pairwise_sum(prod.data(), d);  // (q * k).sum(axis=1)
     }
-    double var = 0.0;
-    for (double x : dots) var += (x - mean) * (x - mean) / 1000.0;
-    const double sd = std::sqrt(var), sd_scaled = sd / std::sqrt(static_cast<double>(d));
-    std::string dd = std::to_string(d);
-    dd.resize(5, ' ');
-    std::cout << dd << " " << fmt("%8.2f", sd) << "   " << fmt("%8.2f", sd_scaled) << "\n";
+    const double sqrt_d = std::sqrt(static_cast<double>(d));
+    const Tensor dots_scaled = map(dots, [&](double x) { return x / sqrt_d; });
+    p.line("d=" + fixed_str(static_cast<double>(d), 0, 5) + "  std of q·k = " +
+           p.fixed(numpy_std(dots), 1, 6) + "   after /√d = " + p.fixed(numpy_std(dots_scaled), 2));
   }
+  p.line("The raw spread grows like √d; scaled, it stays near 1 and softmax stays soft.");
+}
 
-  std::cout << "\n== 7. Causal mask: no peeking at later tokens ==\n";
-  const Tensor mask = causal_mask(4);
-  std::cout << numpy_int_str(mask) << "\n";
-  const Tensor masked_scores = masked(scaled, mask);
-  print("", masked_scores);
-  print("", softmax(masked_scores));
+void section_2_4(Lesson2& l, const Printer& p) {
+  const Tensor causal = causal_mask(4);
+  p.line("The causal mask (1 = may attend: itself and earlier tokens), then the weights with "
+         "every later token's score set to -inf:");
+  p.ints(causal);
+  p.array(softmax_rows(where_allowed(causal, l.scaled)));
+}
 
-  std::cout << "\n== 8. Multi-head attention: split, attend, concatenate, project ==\n";
-  const int64_t n_tokens = 5, d_model = 8, n_heads = 2, d_head = d_model / n_heads;
-  const Tensor X5 = normal(rng, n_tokens, d_model);
+void section_2_5(Lesson2& l, const Printer& p) {
+  const int64_t n = 5, d_model = 8, n_heads = 2;
+  const Tensor X8 = normal(l.rng, {n, d_model});
   MultiHeadAttention mha;
   mha.heads = mha.kv_heads = n_heads;
-  mha.head_dim = d_head;
-  for (Linear* w : {&mha.wq, &mha.wk, &mha.wv, &mha.wo}) w->weight = normal(rng, d_model, d_model);
-  const Tensor out5 = mha.forward(X5, X5);
-  std::cout << "input " << tuple_str(X5.shape()) << " -> heads "
-            << tuple_str({n_heads, n_tokens, d_head}) << " -> concat "
-            << tuple_str({n_tokens, n_heads * d_head}) << " -> output " << tuple_str(out5.shape())
-            << "\n";
+  mha.head_dim = d_model / n_heads;
+  // W_q, W_k, W_v, W_o in that order, each N(0, 1/d_model) like the lesson's.
+  for (Linear* w : {&mha.wq, &mha.wk, &mha.wv, &mha.wo})
+    w->weight = normal(l.rng, {d_model, d_model}, std::pow(static_cast<double>(d_model), -0.5));
+  AttentionOptions opts;
+  opts.causal = Causal::top_left;
+  const Tensor Y = mha.forward(X8, X8, opts);
+  p.line("Five more tokens X8 (d_model = 8) from the same generator, through 2 causal heads of "
+         "d_head = 4, concatenated and mixed by W_o; input shape → output shape:");
+  p.line(tuple_str(X8.shape()) + " → " + tuple_str(Y.shape()));
+}
 
-  std::cout << "\n== 9. Lesson 5: one causal head, np.random.seed(0) ==\n";
-  NumpyRandomState legacy(0);
+// The lesson's table of real sizes, with d_head computed rather than copied,
+// and the key/value heads each model publishes: with GQA the KV cache keeps
+// only kv_heads heads per layer.
+void section_sizes(Lesson2&, const Printer& p) {
+  struct Model { const char* name; int64_t d_model, heads, layers, kv_heads; };
+  const Model models[] = {{"BERT-base", 768, 12, 12, 12},
+                          {"GPT-2 small", 768, 12, 12, 12},
+                          {"Llama 3 8B", 4096, 32, 32, 8},
+                          {"Llama 3 70B", 8192, 64, 80, 8}};
+  auto pad = [](std::string s, size_t w, bool left) {
+    while (s.size() < w) s = left ? s + " " : " " + s;
+    return s;
+  };
+  p.line(pad("Model", 12, true) + pad("d_model", 8, false) + pad("Heads", 7, false) +
+         pad("d_head", 8, false) + pad("Layers", 8, false) + pad("KV heads", 10, false) +
+         "   KV cache per token (16-bit)");
+  for (const Model& m : models) {
+    const int64_t d_head = m.d_model / m.heads;
+    // K and V, every layer, 2 bytes per number.
+    auto kib = [&](int64_t heads) {
+      return std::to_string(2 * m.layers * heads * d_head * 2 / 1024);
+    };
+    std::string cache = kib(m.kv_heads) + " KiB";
+    if (m.kv_heads != m.heads) cache += " (" + kib(m.heads) + " KiB without GQA)";
+    p.line(pad(m.name, 12, true) + pad(std::to_string(m.d_model), 8, false) +
+           pad(std::to_string(m.heads), 7, false) + pad(std::to_string(d_head), 8, false) +
+           pad(std::to_string(m.layers), 8, false) + pad(std::to_string(m.kv_heads), 10, false) +
+           "   " + cache);
+  }
+}
+
+void section_lesson5(Lesson2&, const Printer& p) {
+  NumpyRandomState rs(0);
   const int64_t T = 4, d = 8;
   const double sqrt_d = std::sqrt(static_cast<double>(d));
-  const Tensor x = randn_scaled(legacy, T, d, 1.0);
-  const Tensor W_query = randn_scaled(legacy, d, d, sqrt_d);
-  const Tensor W_key = randn_scaled(legacy, d, d, sqrt_d);
-  const Tensor W_value = randn_scaled(legacy, d, d, sqrt_d);
-  const Tensor q = matmul(x, W_query), k = matmul(x, W_key), v = matmul(x, W_value);
-  const Tensor wei_scores = map(matmul(q, transpose(k)), [&](double s) { return s / sqrt_d; });
-  const Tensor wei = softmax(masked(wei_scores, causal_mask(T)));
-  print("causal weights, rounded to 2 decimals",
-        map(wei, [](double w) { return std::nearbyint(w * 100.0) / 100.0; }));
-  const Tensor out = matmul(wei, v);
-  std::cout << "out " << tuple_str(out.shape()) << "\n";
-  Tensor last(DType::f64, {d});
-  for (int64_t e = 0; e < d; ++e) last.data<double>()[e] = out.get((T - 1) * d + e);
-  std::cout << numpy_str(last) << "\n";
+  const Tensor x = randn(rs, {T, d});
+  Tensor W[3];  // Wq, Wk, Wv: randn(d, d) / √d, drawn in that order
+  for (Tensor& w : W) w = map(randn(rs, {d, d}), [&](double v) { return v / sqrt_d; });
+  const Tensor Q = matmul(x, W[0]), K = matmul(x, W[1]), V = matmul(x, W[2]);
+  const Tensor scores = map(matmul(Q, transpose(K)), [&](double s) { return s / sqrt_d; });
+  const Tensor weights = softmax_rows(where_allowed(causal_mask(T), scores));
+  const Tensor out = matmul(weights, V);
+  const double f = std::pow(10.0, p.precision);  // np.round: rint(x * 10^P) / 10^P
+  p.line("np.random.seed(0): x = randn(4, 8), Wq, Wk, Wv = randn(8, 8) / √8, causal weights "
+         "rounded to " + std::to_string(p.precision) + " decimals, then the shape of out:");
+  p.array(map(weights, [&](double w) { return std::nearbyint(w * f) / f; }));
+  p.line(tuple_str(out.shape()));
 
-  std::cout << "\nNext: qkv explain --tokens \"the cat sat down\" --heads 2 --png attention.png\n";
+  // The lesson's PyTorch Head(d_model=32, d_head=16) on 2 sequences of 10
+  // tokens. PyTorch's random numbers are not NumPy's, so only the shape is
+  // the lesson's; qkv::Head draws its weights from default_rng(0).
+  NumpyGenerator rng(0);
+  const Tensor xb = normal(rng, {2, 10, 32});
+  const Head head = Head::init(32, 16, rng);
+  const Tensor y = head.forward(xb);
+  std::string dims;
+  for (int64_t s : y.shape()) dims += (dims.empty() ? "" : ", ") + std::to_string(s);
+  p.line("The same head as a module, qkv::Head(C = 32, Dh = 16), on 2 sequences of 10 tokens "
+         "(x " + tuple_str(xb.shape()) + "):");
+  p.line("torch.Size([" + dims + "])");
+}
+
+struct Section {
+  const char* name;
+  const char* heading;
+  void (*run)(Lesson2&, const Printer&);
+};
+
+// In the lessons' order; each part starts where the previous one left the
+// random stream.
+const Section kSections[] = {
+    {"2.2", "Self-attention from scratch, 2.2: step by step on \"the cat sat down\"", section_2_2},
+    {"2.3", "Self-attention from scratch, 2.3: why divide by √d_k", section_2_3},
+    {"2.4", "Self-attention from scratch, 2.4: the causal mask", section_2_4},
+    {"2.5", "Self-attention from scratch, 2.5: multi-head attention", section_2_5},
+    {"sizes", "Self-attention from scratch, 2.5: real model sizes", section_sizes},
+    {"lesson5", "LLM course lesson 5: attention on four tokens with NumPy", section_lesson5},
+    {"practice-unscaled", "Self-attention from scratch, practice 1: d_k = 16 without √d_k scaling",
+     [](Lesson2& l, const Printer& p) { practice_unscaled(l, p); }},
+    {"practice-padding", "Self-attention from scratch, practice 2: a padding mask",
+     [](Lesson2& l, const Printer& p) { practice_padding(l, p); }},
+};
+
+std::string section_names() {
+  std::string names;
+  for (const Section& s : kSections) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
+}
+
+constexpr int kMaxPrecision = 12;
+
+struct DemoArgs {
+  std::string section;
+  int precision = kLessonPrecision;
+};
+
+int run_demo(const DemoArgs& a) {
+  bool known = a.section.empty();
+  for (const Section& s : kSections) known = known || a.section == s.name;
+  if (!known)
+    throw UsageError("--section: expected one of " + section_names() + ", found '" + a.section +
+                     "'");
+  // Up to 12 digits qkv prints NumPy's digits; beyond that the last ones can
+  // differ, because NumPy's matrix products run through BLAS (fused
+  // multiply-adds, its own summation order).
+  if (a.precision < kLessonPrecision || a.precision > kMaxPrecision)
+    throw UsageError("--precision: expected an integer from 2 (the lessons') to " +
+                     std::to_string(kMaxPrecision) + ", found " + std::to_string(a.precision));
+  // Every part runs, so that the random stream reaches a later part exactly
+  // as it does in the lesson; the parts not asked for print into nothing.
+  std::ostream nowhere(nullptr);
+  Lesson2 lesson;
+  bool first = true;
+  for (const Section& s : kSections) {
+    const bool shown = a.section.empty() || a.section == s.name;
+    std::ostream& out = shown ? std::cout : nowhere;
+    if (shown) {
+      out << (first ? "" : "\n") << "== " << s.heading << " (--section " << s.name << ") ==\n";
+      first = false;
+    }
+    s.run(lesson, Printer{out, a.precision});
+  }
+  if (a.section.empty())
+    std::cout << "\nNext: qkv explain --tokens \"the cat sat down\" shows every stage for your own "
+                 "words.\n";
   return 0;
 }
 
 }  // namespace
 
+Tensor lesson2_x() {
+  return Tensor::from<double>({4, 4}, {0.1, 0.0, 0.2, 0.0,    // the
+                                       0.9, 0.8, 0.1, 0.3,    // cat
+                                       0.2, 0.9, 0.7, 0.1,    // sat
+                                       0.1, 0.3, 0.9, 0.4});  // down
+}
+
+}  // namespace demo
+
 Runner add_demo(CLI::App& app) {
-  app.add_subcommand("demo",
-                     "The self-attention lesson step by step, with the same numbers as its "
-                     "NumPy version (lessons/self_attention.py).");
-  return [] { return run_demo(); };
+  auto a = std::make_shared<demo::DemoArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo",
+      "The seed lessons' numbers, digit for digit, from their own inputs and NumPy random "
+      "streams: \"Self-attention from scratch\" 2.2-2.5 and its practice tasks, and lesson 5 of "
+      "the LLM course.");
+  cmd->add_option("--section", a->section,
+                  "print one part only: " + demo::section_names());
+  cmd->add_option("--precision", a->precision,
+                  "digits after the point (2, the lessons', up to 12); the lessons' other "
+                  "numbers get as many more")
+      ->capture_default_str();
+  return [a] { return demo::run_demo(*a); };
 }
 
 }  // namespace qkv::cli

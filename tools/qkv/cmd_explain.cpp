@@ -1,14 +1,17 @@
 // qkv explain: every stage of attention for the user's own words (seeded
 // random embeddings and weights) or their own q/k/v .npy files, and the
 // weights as a picture: shaded in the terminal, and a PNG with --png.
-#include <algorithm>
+// Both forms take a --mask, --scale and --raw-scores, so the lessons' practice
+// tasks (no √d_k scaling, a padding mask) can be tried on one's own words.
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "explain_stages.h"
+#include "one_head.h"
 #include "qkv/attention.h"
 #include "qkv/heatmap.h"
 #include "qkv/modules.h"
@@ -21,9 +24,13 @@ namespace {
 struct ExplainArgs {
   std::string tokens = "the cat sat down";
   int64_t d_model = 8, heads = 2, kv_heads = 0, seed = 0;
-  std::string causal = "none", positions = "none";
+  std::optional<int64_t> d_k;   // head dim; default d_model / heads
+  std::optional<double> scale;  // default 1/sqrt(head dim)
+  // Words form: attention alone is order-blind, so without positions "dog
+  // bites man" and "man bites dog" would give the same rows, only permuted.
+  std::string causal = "none", positions = "sinusoidal";
   std::string q, k, v, mask, png;
-  bool no_color = false;
+  bool no_color = false, raw_scores = false;
 };
 
 std::vector<std::string> split_words(const std::string& s) {
@@ -43,6 +50,20 @@ std::vector<std::string> labels_for(const std::vector<std::string>& tokens, int6
   return out;
 }
 
+// The seed of a word's embedding: a hash of the word (64-bit FNV-1a) mixed
+// with --seed. Like a row of a trained model's embedding table, a word's
+// vector then depends on the word alone, not on the sentence or the word's
+// place in it, so that only position information tells "dog bites man" from
+// "man bites dog".
+uint64_t word_seed(const std::string& word, int64_t seed) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : word) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h ^ static_cast<uint64_t>(seed);
+}
+
 // Token mode: embeddings, projections and heads from a seed; returns q, k, v
 // [Hq or Hkv, T, Dh] after printing the stages that lead to them.
 ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::string>& tokens) {
@@ -50,38 +71,44 @@ ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::st
   const int64_t kv_heads = a.kv_heads ? a.kv_heads : a.heads;
   if (a.d_model < 1) throw UsageError("--d-model: expected a positive integer, found " + std::to_string(a.d_model));
   if (a.heads < 1) throw UsageError("--heads: expected a positive integer, found " + std::to_string(a.heads));
-  if (a.d_model % a.heads != 0)
+  if (a.d_k && *a.d_k < 1)
+    throw UsageError("--d-k: expected a positive integer, found " + std::to_string(*a.d_k));
+  // With --d-k the heads need not split d_model: W_q is then [d_model, heads * d_k].
+  if (!a.d_k && a.d_model % a.heads != 0)
     throw UsageError("--heads: expected a divisor of --d-model " + std::to_string(a.d_model) +
-                     ", found " + std::to_string(a.heads));
+                     " (or give --d-k), found " + std::to_string(a.heads));
   if (kv_heads < 1 || a.heads % kv_heads != 0)
     throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(a.heads) +
                      ", found " + std::to_string(kv_heads));
-  if (a.positions == "rope" && (a.d_model / a.heads) % 2 != 0)
-    throw UsageError("--positions rope: expected an even head dim, found d_model / heads = " +
-                     std::to_string(a.d_model / a.heads));
+  const int64_t d_head = a.d_k.value_or(a.d_model / a.heads);
+  if (a.positions == "rope" && d_head % 2 != 0)
+    throw UsageError("--positions rope: expected an even head dim, found " +
+                     std::string(a.d_k ? "--d-k " : "d_model / heads = ") + std::to_string(d_head));
 
-  NumpyGenerator rng(static_cast<uint64_t>(a.seed));
-  // One embedding per distinct word, so a repeated word gets the same vector.
-  std::vector<std::string> vocab;
-  std::vector<int64_t> ids;
-  for (const auto& t : tokens) {
-    auto it = std::find(vocab.begin(), vocab.end(), t);
-    ids.push_back(it - vocab.begin());
-    if (it == vocab.end()) vocab.push_back(t);
-  }
-  Tensor table(DType::f64, {static_cast<int64_t>(vocab.size()), a.d_model});
-  rng.normal(table.data<double>(), static_cast<size_t>(table.numel()));
   Tensor X(DType::f64, {T, a.d_model});
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t c = 0; c < a.d_model; ++c)
-      X.data<double>()[t * a.d_model + c] = table.get(ids[t] * a.d_model + c);
-  print_stage("token embeddings X (seed " + std::to_string(a.seed) + ", one row per token)", X);
+  for (int64_t t = 0; t < T; ++t) {
+    NumpyGenerator word_rng(word_seed(tokens[static_cast<size_t>(t)], a.seed));
+    word_rng.normal(X.data<double>() + t * a.d_model, static_cast<size_t>(a.d_model));
+  }
+  print_stage("token embeddings X (one row per word, drawn from the word and seed " +
+                  std::to_string(a.seed) + ")",
+              X);
   if (a.positions == "sinusoidal") {
     const Tensor pe = sinusoidal_encoding(T, a.d_model);
     for (int64_t i = 0; i < X.numel(); ++i) X.data<double>()[i] += pe.get(i);
     print_stage("X + sinusoidal position encoding", X);
   }
-  const MultiHeadAttention mha = MultiHeadAttention::init(a.d_model, a.heads, kv_heads, rng);
+  NumpyGenerator rng(static_cast<uint64_t>(a.seed));
+  // W_q, W_k, W_v, W_o drawn in that order, as MultiHeadAttention::init does,
+  // so that without --d-k the weights are exactly init's.
+  MultiHeadAttention mha;
+  mha.heads = a.heads;
+  mha.kv_heads = kv_heads;
+  mha.head_dim = d_head;
+  mha.wq = Linear::init(a.d_model, a.heads * d_head, false, rng);
+  mha.wk = Linear::init(a.d_model, kv_heads * d_head, false, rng);
+  mha.wv = Linear::init(a.d_model, kv_heads * d_head, false, rng);
+  mha.wo = Linear::init(a.heads * d_head, a.d_model, false, rng);
   ExplainInputs in;
   in.q = split_heads(matmul(X, mha.wq.weight), a.heads);
   in.k = split_heads(matmul(X, mha.wk.weight), kv_heads);
@@ -103,23 +130,32 @@ int run_explain(const ExplainArgs& a) {
   const bool from_files = !a.q.empty() || !a.k.empty() || !a.v.empty();
   if (from_files && (a.q.empty() || a.k.empty() || a.v.empty()))
     throw UsageError("--q, --k, --v: expected all three .npy files together, found only some");
+  if (from_files && a.d_k)
+    throw UsageError("--d-k: sets the head dim of the words form; with --q it is q's last dim");
   const std::vector<std::string> tokens = split_words(a.tokens);
   if (!from_files && tokens.empty())
     throw UsageError("--tokens: expected at least one word, found an empty string");
+  if (a.scale && !std::isfinite(*a.scale))
+    throw UsageError("--scale: expected a finite number, found " + std::to_string(*a.scale));
 
-  ExplainInputs in;
+  // The mask is read in both forms, before anything is printed: in the words
+  // form it is broadcast against [Hq, T, T], e.g. one bool per word for padding.
   Tensor mask;
+  if (!a.mask.empty()) mask = load_npy_arg("--mask", a.mask);
+  ExplainInputs in;
   if (from_files) {
     in.q = load_npy_arg("--q", a.q);
     in.k = load_npy_arg("--k", a.k);
     in.v = load_npy_arg("--v", a.v);
-    if (!a.mask.empty()) mask = load_npy_arg("--mask", a.mask);
+    if (lift_one_head(in.q, in.k, in.v))
+      std::cout << "q, k, v are 2-D (N, D): one head\n";
   } else {
     in = inputs_from_tokens(a, tokens);
   }
   AttentionOptions opts;
   opts.causal = *parse_causal(a.causal);
   if (!a.mask.empty()) opts.mask = &mask;
+  opts.scale = a.scale;
   opts.return_weights = true;
   const AttentionResult res = attention(in.q, in.k, in.v, opts);
 
@@ -127,9 +163,10 @@ int run_explain(const ExplainArgs& a) {
   const auto row_labels = labels_for(tokens, N, "q");
   const auto col_labels = labels_for(tokens, S, "k");
   const Tensor weights64 = res.weights.to(DType::f64);
-  const std::vector<HeatmapPanel> panels = explain_heads(
-      in, res, weights64, opts, row_labels, col_labels, !a.no_color && stdout_wants_color());
-  if (!from_files) explain_output(in, res, opts);
+  const std::vector<HeatmapPanel> panels =
+      explain_heads(in, res, weights64, opts, row_labels, col_labels,
+                    !a.no_color && stdout_wants_color(), a.raw_scores);
+  if (!from_files) explain_output(in, res, opts, a.positions == "rope");
   if (!a.png.empty()) {
     try {
       write_heatmap_png(a.png, panels);
@@ -152,20 +189,31 @@ Runner add_explain(CLI::App& app) {
       "heatmap in the terminal and, with --png, as a picture.");
   cmd->add_option("--tokens", a->tokens, "words to attend over, split on spaces")->capture_default_str();
   cmd->add_option("--d-model", a->d_model, "embedding width C")->capture_default_str();
-  cmd->add_option("--heads", a->heads, "query heads (must divide --d-model)")->capture_default_str();
-  cmd->add_option("--kv-heads", a->kv_heads, "key/value heads for GQA (default: --heads)");
-  cmd->add_option("--seed", a->seed, "seed for embeddings and weights (NumPy default_rng)")
+  cmd->add_option("--heads", a->heads, "query heads (must divide --d-model unless --d-k is given)")
       ->capture_default_str();
-  cmd->add_option("--positions", a->positions, "position information added to the tokens")
+  cmd->add_option("--kv-heads", a->kv_heads, "key/value heads for GQA (default: --heads)");
+  cmd->add_option("--seed", a->seed,
+                  "seed of the weights (NumPy default_rng) and, mixed with each word, of its "
+                  "embedding")
+      ->capture_default_str();
+  cmd->add_option("--d-k", a->d_k, "head dim of the words form (default d_model / heads)");
+  cmd->add_option("--scale", a->scale, "score scale (default 1/sqrt(head dim); 1 = no scaling)");
+  cmd->add_flag("--raw-scores", a->raw_scores, "also print q kᵀ before scaling, for each head");
+  cmd->add_option("--positions", a->positions,
+                  "position information added to the tokens (none makes word order invisible)")
       ->check(CLI::IsMember({"none", "sinusoidal", "rope"}))
       ->capture_default_str();
   cmd->add_option("--causal", a->causal, "none, top-left or bottom-right (see qkv attention --help)")
       ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
       ->capture_default_str();
-  cmd->add_option("--q", a->q, "explain these queries [..., Hq, N, D] (.npy) instead of --tokens");
-  cmd->add_option("--k", a->k, "keys [..., Hkv, S, D] (.npy)");
-  cmd->add_option("--v", a->v, "values [..., Hkv, S, Dv] (.npy)");
-  cmd->add_option("--mask", a->mask, "bool or additive mask broadcastable to [..., Hq, N, S] (.npy)");
+  cmd->add_option("--q", a->q,
+                  "explain these queries [..., Hq, N, D] or 2-D (N, D), one head (.npy), "
+                  "instead of --tokens");
+  cmd->add_option("--k", a->k, "keys [..., Hkv, S, D] or (S, D) (.npy)");
+  cmd->add_option("--v", a->v, "values [..., Hkv, S, Dv] or (S, Dv) (.npy)");
+  cmd->add_option("--mask", a->mask,
+                  "bool (true = may attend) or additive mask broadcastable to [..., Hq, N, S] "
+                  "(.npy); with --tokens, to [heads, words, words], e.g. one bool per word");
   cmd->add_option("--png", a->png, "also draw the weights to this PNG file, one panel per head");
   cmd->add_flag("--no-color", a->no_color, "shade the terminal heatmap with characters, not colour");
   return [a] { return run_explain(*a); };

@@ -39,7 +39,8 @@ Tensor split_heads(const Tensor& m, int64_t heads) {
 std::vector<HeatmapPanel> explain_heads(const ExplainInputs& in, const AttentionResult& res,
                                         const Tensor& weights64, const AttentionOptions& opts,
                                         const std::vector<std::string>& row_labels,
-                                        const std::vector<std::string>& col_labels, bool color) {
+                                        const std::vector<std::string>& col_labels, bool color,
+                                        bool raw_scores) {
   const int64_t Hq = in.q.dim(-3), Hkv = in.k.dim(-3), N = in.q.dim(-2), S = in.k.dim(-2);
   const int64_t D = in.q.dim(-1), Dv = in.v.dim(-1);
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
@@ -56,17 +57,24 @@ std::vector<HeatmapPanel> explain_heads(const ExplainInputs& in, const Attention
     std::cout << " --\n";
     const Tensor qh = slice2d(in.q, h * N * D, N, D);
     const Tensor kh = slice2d(in.k, g * S * D, S, D);
-    Tensor scores(DType::f64, {N, S});
+    Tensor raw(DType::f64, {N, S}), scores(DType::f64, {N, S});
     for (int64_t i = 0; i < N; ++i)
       for (int64_t j = 0; j < S; ++j) {
         double dot = 0.0;
         for (int64_t e = 0; e < D; ++e) dot += qh.get(i * D + e) * kh.get(j * D + e);
+        raw.data<double>()[i * S + j] = dot;
         scores.data<double>()[i * S + j] = dot * scale;
       }
+    if (raw_scores) print_stage("raw scores = q kᵀ, before scaling", raw);
     print_stage("scores = q kᵀ · scale, before masking", scores);
     const double* w = weights64.data<double>() + h * N * S;
-    print_stage("weights = softmax(scores + mask), each row sums to 1",
-                slice2d(weights64, h * N * S, N, S));
+    const Tensor wh = slice2d(weights64, h * N * S, N, S);
+    print_stage("weights = softmax(scores + mask), each row sums to 1", wh);
+    Tensor peak(DType::f64, {N});
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < S; ++j)
+        peak.data<double>()[i] = std::fmax(peak.get(i), wh.get(i * S + j));
+    if (N <= kMaxPrinted) std::cout << "largest weight in each row: " << numpy_str(peak) << "\n";
     std::cout << heatmap_text(w, N, S, row_labels, col_labels, color);
     print_stage("head output = weights · v", slice2d(res.out, h * N * Dv, N, Dv));
     panels.push_back({"head " + std::to_string(h), w, N, S, row_labels, col_labels});
@@ -75,7 +83,7 @@ std::vector<HeatmapPanel> explain_heads(const ExplainInputs& in, const Attention
 }
 
 void explain_output(const ExplainInputs& in, const AttentionResult& res,
-                    const AttentionOptions& opts) {
+                    const AttentionOptions& opts, bool rope) {
   const int64_t Hq = res.out.dim(-3), T = res.out.dim(-2), Dv = res.out.dim(-1);
   Tensor concat(DType::f64, {T, Hq * Dv});
   for (int64_t h = 0; h < Hq; ++h)
@@ -86,6 +94,10 @@ void explain_output(const ExplainInputs& in, const AttentionResult& res,
   print_stage("heads concatenated", concat);
   const Tensor y = matmul(concat, in.mha.wo.weight);
   print_stage("output = concat · W_o", y);
+  if (rope) {
+    std::cout << "(not compared with MultiHeadAttention::forward, which applies no RoPE)\n";
+    return;
+  }
   const Tensor ref = in.mha.forward(in.x, in.x, opts);
   double diff = 0.0;
   for (int64_t i = 0; i < y.numel(); ++i) diff = std::fmax(diff, std::fabs(y.get(i) - ref.get(i)));
