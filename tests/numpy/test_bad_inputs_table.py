@@ -218,6 +218,10 @@ SETUP = {
     "demo-unknown-section": lambda i: ["demo", "--section", "2.9"],
     "demo-precision-out-of-range": lambda i: ["demo", "--precision", "13"],
     "demo-unknown-flag": lambda i: ["demo", "--frobnicate"],
+    "size-unknown-preset": lambda i: ["size", "gpt-5"],
+    "size-heads-do-not-divide": lambda i: ["size", "--layers", "2", "--embd", "100", "--heads", "3",
+                                           "--vocab", "5"],
+    "size-preset-and-shape": lambda i: ["size", "gpt2", "--layers", "2"],
     "qkv-unknown-command": lambda i: ["attend"],
 }
 
