@@ -1,0 +1,57 @@
+// qkv/model.h: a trained model, ready to use, in one object.
+//
+// What `qkv sample`, `qkv explain --model`, `qkv logits` and the Python
+// package do with a model directory, for C++ callers: load it (checked),
+// run it on token ids, look at its attention, generate text. The pieces
+// underneath stay public for finer control: the checkpoint files
+// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
+// (qkv/sampler.h) and training (qkv/trainer.h).
+//
+//   qkv::Model m = qkv::Model::load("shakespeare");
+//   qkv::Tensor logits = m.logits(m.tokenizer().encode("ROMEO:"));   // [T, vocab]
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/checkpoint.h"
+#include "qkv/gpt.h"
+#include "qkv/sampler.h"
+#include "qkv/tokenizer.h"
+
+namespace qkv {
+
+class Model {
+ public:
+  // Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
+  // truncated or inconsistent file is a qkv::Error naming it.
+  static Model load(const std::string& dir);
+
+  const GPTConfig& config() const { return gpt_->config(); }
+  const CharTokenizer& tokenizer() const { return tokenizer_; }
+  GPT& gpt() { return *gpt_; }
+
+  // Threads for everything the model runs (0 = all cores) and the attention
+  // kernel; the default is all cores and the automatic kernel.
+  void set_threads(int threads, Kernel kernel = Kernel::automatic);
+
+  // The next-token logits after each prefix of `tokens` (1 <= T <= context,
+  // ids < vocab): [T, vocab] float32. qkv::Error on bad ids or lengths.
+  Tensor logits(const std::vector<int32_t>& tokens);
+  // Every layer's and head's attention weights over `tokens`: [layers,
+  // heads, T, T] float32 (GPT::attention_maps).
+  Tensor attention_maps(const std::vector<int32_t>& tokens);
+  // Generates after opts.prompt, streaming each piece of text to on_token;
+  // returns the generated ids (qkv/sampler.h).
+  std::vector<int32_t> generate(const SampleOptions& opts,
+                                const std::function<void(const std::string&)>& on_token = {});
+
+ private:
+  Model(std::unique_ptr<GPT> gpt, CharTokenizer tok) : gpt_(std::move(gpt)), tokenizer_(std::move(tok)) {}
+  std::unique_ptr<GPT> gpt_;  // heavy and address-stable: scratch points into it
+  CharTokenizer tokenizer_;
+};
+
+}  // namespace qkv

@@ -1,0 +1,34 @@
+// model.cpp: qkv::Model, a loaded checkpoint behind one object.
+#include "qkv/model.h"
+
+#include <cstring>
+
+namespace qkv {
+
+Model Model::load(const std::string& dir) {
+  LoadedModel m = load_model(dir);
+  auto gpt = std::make_unique<GPT>(m.config);
+  set_weights(*gpt, m.weights);
+  return Model(std::move(gpt), std::move(m.tokenizer));
+}
+
+void Model::set_threads(int threads, Kernel kernel) { gpt_->set_attention(kernel, threads); }
+
+Tensor Model::logits(const std::vector<int32_t>& tokens) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), V = config().vocab;
+  gpt_->forward(tokens.data(), nullptr, 1, T);  // checks T and every id
+  Tensor out(DType::f32, {T, V});
+  std::memcpy(out.data<float>(), gpt_->logits(), sizeof(float) * static_cast<size_t>(T * V));
+  return out;
+}
+
+Tensor Model::attention_maps(const std::vector<int32_t>& tokens) {
+  return gpt_->attention_maps(tokens.data(), static_cast<int64_t>(tokens.size()));
+}
+
+std::vector<int32_t> Model::generate(const SampleOptions& opts,
+                                     const std::function<void(const std::string&)>& on_token) {
+  return sample(*gpt_, tokenizer_, opts, on_token ? on_token : [](const std::string&) {});
+}
+
+}  // namespace qkv
