@@ -1,12 +1,12 @@
 # CheckLayers.cmake: fails if a file includes a header of a layer above its
 # own (run by CTest as the "layering" test; the header lists come from
-# CMakeLists.txt). Layers, lowest first: core, io, model, viz, then the
+# CMakeLists.txt). Layers, lowest first: core, io, model, viz, mpi, then the
 # users on top (tools/, python/, examples/), which see include/qkv/ only.
 # Inside core, the reference never includes the kernels it checks, and the
 # kernels never include the op that calls them.
 #   cmake -DSOURCE_DIR=... -DCORE_HEADERS=... -DIO_HEADERS=... -DMODEL_HEADERS=...
 #         -DVIZ_HEADERS=... -P CheckLayers.cmake
-set(levels core io model viz top)
+set(levels core io model viz mpi top)
 
 function(level_of_layer layer out)
   list(FIND levels ${layer} i)
@@ -14,7 +14,7 @@ function(level_of_layer layer out)
 endfunction()
 
 # The layer a public header qkv/NAME belongs to.
-foreach(layer IN ITEMS core io model viz)
+foreach(layer IN ITEMS core io model viz mpi)
   string(TOUPPER ${layer} LAYER)
   foreach(h IN LISTS ${LAYER}_HEADERS)
     set(public_${h} ${layer})
@@ -39,7 +39,7 @@ function(check_file file layer)
           set(bad "${public_${h}} is above ${layer}")
         endif()
       endif()
-    elseif(inc MATCHES "^(core|io|model|viz)/")
+    elseif(inc MATCHES "^(core|io|model|viz|mpi)/")
       set(owner ${CMAKE_MATCH_1})
       level_of_layer(${owner} theirs)
       if(layer STREQUAL top)
@@ -60,7 +60,7 @@ function(check_file file layer)
   endforeach()
 endfunction()
 
-foreach(layer IN ITEMS core io model viz)
+foreach(layer IN ITEMS core io model viz mpi)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.cpp ${SOURCE_DIR}/src/${layer}/*.h
                           ${SOURCE_DIR}/src/${layer}/*.inc)
   string(TOUPPER ${layer} LAYER)

@@ -7,7 +7,6 @@
 include(CMakePackageConfigHelpers)
 
 set(QKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qkv)
-set(QKV_LAYERS core io model viz)
 
 foreach(layer IN LISTS QKV_LAYERS)
   string(TOUPPER ${layer} LAYER)
@@ -47,6 +46,10 @@ set(QKV_PC_viz_NAME qkv-viz)
 set(QKV_PC_viz_DESC "qkv's attention pictures and loss plots (PNG)")
 set(QKV_PC_viz_REQUIRES qkv-io)
 set(QKV_PC_viz_PRIVATE "")
+set(QKV_PC_mpi_NAME qkv-mpi)
+set(QKV_PC_mpi_DESC "qkv past one machine: ring attention and data-parallel training on MPI")
+set(QKV_PC_mpi_REQUIRES "qkv-model ompi-cxx")
+set(QKV_PC_mpi_PRIVATE "")
 foreach(layer IN LISTS QKV_LAYERS)
   set(PC_NAME ${QKV_PC_${layer}_NAME})
   set(PC_DESC ${QKV_PC_${layer}_DESC})

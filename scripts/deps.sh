@@ -10,6 +10,8 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   # the tsan preset: clang with LLVM's OpenMP runtime and Archer;
                   # the fuzz targets: libFuzzer and the sanitizer runtimes, lld
                   clang libomp-dev libclang-rt-14-dev lld
+                  # qkv::mpi: ring attention and data-parallel training
+                  openmpi-bin libopenmpi-dev
                   python3 python3-venv)
 missing=()
 for p in "${QKV_APT_PACKAGES[@]}"; do
