@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "one_head.h"
+#include "sequence_parallel.h"
 #include "qkv/attention.h"
 
 namespace qkv::cli {
@@ -20,6 +21,7 @@ struct AttentionArgs {
   // same "expected ..., found ..." message.
   std::optional<std::string> window, key_lengths, alibi_slopes, softcap, threads;
   bool alibi = false;
+  bool sequence_parallel = false;
 };
 
 // `s` as one number >= min: the whole string, finite; std::nullopt otherwise.
@@ -115,9 +117,32 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
   throw Error(memory_shortfall(what, inputs + out + weights + lse));
 }
 
+// The options ring attention does not take, as "--mask, --window".
+std::string not_for_the_ring(const AttentionArgs& a) {
+  std::string names;
+  auto add = [&](bool given, const char* name) {
+    if (given) names += (names.empty() ? "" : ", ") + std::string(name);
+  };
+  add(!a.mask.empty(), "--mask");
+  add(a.window.has_value(), "--window");
+  add(a.key_lengths.has_value(), "--key-lengths");
+  add(a.alibi || a.alibi_slopes.has_value(), "--alibi");
+  add(a.softcap.has_value(), "--softcap");
+  add(!a.weights.empty(), "--weights");
+  return names;
+}
+
 int run_attention(const AttentionArgs& a) {
   AttentionOptions opts;
   parse_number_options(a, opts);  // before loading, so a typo costs no I/O
+  if (a.sequence_parallel) {
+#ifdef QKV_HAVE_MPI
+    return run_sequence_parallel({a.q, a.k, a.v, a.out, a.lse, a.causal, a.kernel, a.scale,
+                                  opts.threads, not_for_the_ring(a)});
+#else
+    throw UsageError("--sequence-parallel: this qkv was built without MPI (QKV_MPI=OFF)");
+#endif
+  }
   Tensor q = load_npy_arg("--q", a.q);
   Tensor k = load_npy_arg("--k", a.k);
   Tensor v = load_npy_arg("--v", a.v);
@@ -195,6 +220,9 @@ Runner add_attention(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "also write the attention weights [..., Hq, N, S]");
   cmd->add_option("--lse", args->lse, "also write each row's log-sum-exp [..., Hq, N]");
   cmd->add_option("-o,--out", args->out, "output file for out [..., Hq, N, Dv] (.npy)")->required();
+  cmd->add_flag("--sequence-parallel", args->sequence_parallel,
+                "under mpirun: split the sequence across the ranks (ring attention; "
+                "self-attention, causal none or top-left); rank 0 writes the outputs");
   cmd->footer(
       "Every rule that hides a key (mask, causal, window, key lengths, -inf) combines by AND.\n"
       "A row with no visible key gives out = 0, weights = 0 and lse = -inf.\n"

@@ -1,0 +1,109 @@
+"""`mpirun -np P qkv attention --sequence-parallel`: ring attention through the
+command, against the float64 NumPy reference, with P = 2 and 4 ranks on this
+machine (--oversubscribe), and the failure paths: an option the ring does not
+take, and a rank killed mid-run, which must end the whole job, not hang it."""
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from reference import attention
+
+MPIRUN = shutil.which("mpirun")
+# Open MPI refuses to start as root unless told (CI runs as root); one
+# OpenMP thread per rank keeps 4 ranks on 2 cores from fighting.
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def need_mpirun():
+    if MPIRUN is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mpirun is missing: scripts/deps.sh installs openmpi-bin")
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+
+
+def mpirun(np_, qkv_bin, *args, timeout=120):
+    cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", qkv_bin, "attention", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV,
+                          stdin=subprocess.DEVNULL)
+
+
+def inputs(tmp_path, lead, hq, hkv, L, d, seed):
+    rng = np.random.default_rng(seed)
+    arrays = {"q": rng.standard_normal((*lead, hq, L, d)), "k": rng.standard_normal((*lead, hkv, L, d)),
+              "v": rng.standard_normal((*lead, hkv, L, d))}
+    for name, a in arrays.items():
+        np.save(tmp_path / f"{name}.npy", a.astype(np.float32))
+    return arrays
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("lead, hq, hkv, L, d, causal", [
+    ((), 2, 2, 64, 16, "none"),
+    ((), 2, 2, 64, 16, "top-left"),
+    ((2,), 4, 2, 37, 8, "top-left"),   # GQA, a length no rank count divides
+    ((), 8, 1, 200, 32, "top-left"),   # MQA
+])
+def test_ring_equals_the_reference(qkv_bin, tmp_path, ranks, lead, hq, hkv, L, d, causal):
+    a = inputs(tmp_path, lead, hq, hkv, L, d, seed=L + hq)
+    r = mpirun(ranks, qkv_bin, "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v",
+               tmp_path / "v.npy", "--causal", causal, "--threads", "1", "--sequence-parallel",
+               "-o", tmp_path / "out.npy", "--lse", tmp_path / "lse.npy")
+    assert r.returncode == 0, r.stderr
+    assert f"sequence split over {ranks} ranks" in r.stdout
+    out, _, lse = attention(a["q"].astype(np.float32), a["k"].astype(np.float32),
+                            a["v"].astype(np.float32), causal=causal)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), out, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "lse.npy"), lse, rtol=2e-5, atol=2e-5)
+
+
+def test_option_the_ring_does_not_take_is_a_usage_error(qkv_bin, tmp_path):
+    inputs(tmp_path, (), 2, 2, 16, 8, seed=1)
+    r = mpirun(2, qkv_bin, "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v",
+               tmp_path / "v.npy", "--window", "4,0", "--sequence-parallel", "-o", tmp_path / "o.npy")
+    assert r.returncode == 2, r.stderr
+    assert "--sequence-parallel: --window not supported" in r.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_a_killed_rank_ends_the_job(qkv_bin, tmp_path):
+    # Long enough (a few seconds on one thread) that the kill lands mid-ring.
+    inputs(tmp_path, (), 8, 8, 8192, 64, seed=2)
+    cmd = [MPIRUN, "-np", "2", "--oversubscribe", qkv_bin, "attention", "--q", str(tmp_path / "q.npy"),
+           "--k", str(tmp_path / "k.npy"), "--v", str(tmp_path / "v.npy"), "--threads", "1",
+           "--sequence-parallel", "-o", str(tmp_path / "o.npy")]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    victim = None
+    deadline = time.time() + 30
+    while victim is None and time.time() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if int(fields[1]) == job.pid and argv and argv[0].endswith(b"qkv"):
+                victim = int(pid)
+                break
+        time.sleep(0.2)
+    assert victim is not None, "no rank of the job was found"
+    time.sleep(1.0)  # past loading, into the ring
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        pytest.fail("the job hung after one rank was killed")
+    assert job.returncode != 0
+    assert "signal 9" in err or "Killed" in err, err
+    assert not (tmp_path / "o.npy").exists()
