@@ -45,6 +45,15 @@ int64_t ring_local_length(int64_t length, int rank, int ranks);
 Tensor ring_scatter(const Tensor& global, MPI_Comm comm);
 Tensor ring_gather(const Tensor& local, int64_t length, MPI_Comm comm);
 
+// Where one call's time went on this rank, for benchmarks and scaling
+// models: compute (the attention blocks and merges), wait (blocked in MPI
+// for a block still in flight: communication the compute did not hide) and
+// the bytes this rank sent.
+struct RingStats {
+  double compute_s = 0, wait_s = 0;
+  int64_t bytes_sent = 0;
+};
+
 struct RingAttentionOptions {
   MPI_Comm comm = MPI_COMM_WORLD;
   int64_t length = 0;     // the global sequence length (sum of every rank's n)
@@ -52,6 +61,7 @@ struct RingAttentionOptions {
   std::optional<double> scale;
   Kernel kernel = Kernel::automatic;
   int threads = 0;        // per rank; 0 = all cores
+  RingStats* stats = nullptr;  // filled (added to) when set
 };
 
 // Forward: fills res.out [..., Hq, n, Dv] and res.lse [..., Hq, n] (the

@@ -6,6 +6,7 @@
 // op on each chunk-by-chunk block.
 #include "qkv/ring_attention.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -95,8 +96,22 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const RingA
   attention_shapes(q, k, v, probe);
 }
 
-// Non-blocking exchange of one buffer around the ring.
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Adds the time since construction to *into (when set): RingStats.
+struct Timer {
+  double* into;
+  double t0 = now();
+  ~Timer() {
+    if (into) *into += now() - t0;
+  }
+};
+
+// Non-blocking exchange of buffers around the ring.
 struct Exchange {
+  RingStats* stats = nullptr;
   std::vector<MPI_Request> req;
   // `tag` tells the buffers of one step apart (k, v, dk, dv).
   void start(const Tensor& send, Tensor& recv, int tag, const Ring& ring, MPI_Comm comm) {
@@ -106,8 +121,10 @@ struct Exchange {
     MPI_Isend(send.raw(), mpi_count(send.numel(), "a block"), mpi_type(send.dtype()), ring.next(), tag,
               comm, &r[1]);
     req.insert(req.end(), r, r + 2);
+    if (stats) stats->bytes_sent += static_cast<int64_t>(send.nbytes());
   }
   void wait() {
+    Timer t{stats ? &stats->wait_s : nullptr};
     MPI_Waitall(static_cast<int>(req.size()), req.data(), MPI_STATUSES_IGNORE);
     req.clear();
   }
@@ -206,7 +223,7 @@ void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor&
   }
   Tensor cur_k = k, cur_v = v, nxt_k, nxt_v;
   for (int t = 0; t < ring.ranks; ++t) {
-    Exchange ex;
+    Exchange ex{o.stats};
     if (t + 1 < ring.ranks) {  // the next block travels while this one is used
       const int src = ring.source(t + 1);
       nxt_k = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
@@ -215,6 +232,7 @@ void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor&
       ex.start(cur_v, nxt_v, 1, ring, o.comm);
     }
     const std::vector<Chunk> theirs = chunks_of(o.length, ring.source(t), ring.ranks);
+    const double t0 = now();
     for (const Chunk& qc : mine)
       for (const Chunk& kc : theirs) {
         const Seen s = seen(qc, kc, o.causal);
@@ -227,6 +245,7 @@ void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor&
         else
           merge<float>(res.out, res.lse, qc, b);
       }
+    if (o.stats) o.stats->compute_s += now() - t0;
     ex.wait();
     if (t + 1 < ring.ranks) std::swap(cur_k, nxt_k), std::swap(cur_v, nxt_v);
   }
@@ -253,7 +272,7 @@ void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k
     // Keys and values move on while this block's gradients are computed;
     // after the last step only the gradients travel, one more hop, home to
     // the rank that owns those keys.
-    Exchange kv, grads;
+    Exchange kv{o.stats}, grads{o.stats};
     if (!last) {
       nxt_k = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
       nxt_v = Tensor(v.dtype(), local_shape(v.shape(), o.length, src, ring.ranks));
@@ -261,6 +280,7 @@ void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k
       kv.start(cur_v, nxt_v, 1, ring, o.comm);
     }
     const std::vector<Chunk> theirs = chunks_of(o.length, ring.source(t), ring.ranks);
+    const double t0 = now();
     for (const Chunk& qc : mine)
       for (const Chunk& kc : theirs) {
         const Seen s = seen(qc, kc, o.causal);
@@ -275,6 +295,7 @@ void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k
         add_seq_rows(cur_dk, kc.begin, gb.dk);
         add_seq_rows(cur_dv, kc.begin, gb.dv);
       }
+    if (o.stats) o.stats->compute_s += now() - t0;
     nxt_dk = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
     nxt_dv = Tensor(v.dtype(), local_shape(v.shape(), o.length, src, ring.ranks));
     grads.start(cur_dk, nxt_dk, 2, ring, o.comm);

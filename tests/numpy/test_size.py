@@ -39,6 +39,7 @@ def test_custom_shape_and_table(size):
     (["--layers", "2", "--embd", "100", "--heads", "3", "--vocab", "5"], "heads must divide embd"),
     (["--layers", "2", "--embd", "64"], "--heads: required"),
     (["gpt2", "--layers", "2"], "not both"),
+    (["gpt2", "--no-bias"], "not both"),
     (["--dtype", "f16"], "--dtype: expected f32 or bf16"),
     (["--batch", "0"], "--batch: expected a count >= 1"),
     (["--arch", "rnn", "--layers", "1", "--embd", "8", "--heads", "2", "--vocab", "3"], "--arch: expected"),

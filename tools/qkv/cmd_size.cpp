@@ -19,7 +19,7 @@ struct SizeArgs {
   int64_t layers = 0, embd = 0, heads = 0, kv_heads = 0, vocab = 0, context = 0, ffn = 0;
   int64_t batch = 1;
   std::string dtype = "f32";
-  bool json = false;
+  bool json = false, no_bias = false;
 };
 
 // 124439808 -> "124.4M"; 8030261248 -> "8.03B".
@@ -47,7 +47,7 @@ std::string bytes_str(double b) {
 
 // The shapes asked for: named presets, one custom shape, or all presets.
 std::vector<ModelShape> shapes_from(const SizeArgs& a) {
-  const bool custom = a.layers || a.embd || a.heads || a.kv_heads || a.vocab || a.ffn;
+  const bool custom = a.layers || a.embd || a.heads || a.kv_heads || a.vocab || a.ffn || a.no_bias;
   if (custom && !a.presets.empty())
     throw UsageError("give preset names or --layers/--embd/--heads/--vocab, not both");
   std::vector<ModelShape> out;
@@ -68,7 +68,7 @@ std::vector<ModelShape> shapes_from(const SizeArgs& a) {
     m.vocab = need(a.vocab, "--vocab");
     m.context = a.context ? a.context : 1024;  // the position table's length
     m.ffn = a.ffn;
-    m.bias = m.arch != Arch::llama;
+    m.bias = m.arch != Arch::llama && !a.no_bias;
     m.learned_positions = m.arch != Arch::llama;
     try {
       m.validate();
@@ -160,6 +160,9 @@ Runner add_size(CLI::App& app) {
                   "tokens in context for FLOPs and the KV cache (default: the preset's; 1024 custom)");
   cmd->add_option("--batch", a->batch, "sequences in the KV cache")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "KV-cache element type: f32 or bf16")->capture_default_str();
+  cmd->add_flag("--no-bias", a->no_bias,
+                "a custom gpt/bert shape without Linear and LayerNorm biases (qkv's and "
+                "nanoGPT's default)");
   cmd->add_flag("--json", a->json, "a JSON array, one object per model, nothing else on stdout");
   return [a] { return run_size(*a); };
 }
