@@ -1,9 +1,9 @@
-#include "ref/attention_ref.h"
+#include "core/ref/attention_ref.h"
 
 #include <cmath>
 #include <vector>
 
-#include "ref/softmax_ref.h"
+#include "core/ref/softmax_ref.h"
 
 namespace qkv::ref {
 namespace {
