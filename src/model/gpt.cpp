@@ -247,7 +247,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   }
   nn::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_),
                         w(lnf_b_), BT, C);
-  nn::linear_forward(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V);  // tied head
+  nn::linear_forward<float>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V);  // tied head
   has_targets_ = targets != nullptr;
   if (!has_targets_) return 0.0f;
   for (int64_t i = 0; i < BT; ++i) {
@@ -273,7 +273,7 @@ void GPT::backward() {
   // dres_ carries dLoss/d(residual stream) down through the blocks.
   std::fill(dres_.begin(), dres_.end(), 0.0f);
   std::fill(dln_.begin(), dln_.end(), 0.0f);
-  nn::linear_backward(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_), BT, C, V);
+  nn::linear_backward<float>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_), BT, C, V);
   const float* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -365,7 +365,7 @@ const float* GPT::decode_step(int32_t token, KVCache& cache) {
   }
   cache.len = pos + 1;
   nn::layernorm_forward(step_ln_.data(), &mean, &rstd, step_x_.data(), w(lnf_w_), w(lnf_b_), 1, C);
-  nn::linear_forward(step_logits_.data(), step_ln_.data(), w(wte_), nullptr, 1, C, V);
+  nn::linear_forward<float>(step_logits_.data(), step_ln_.data(), w(wte_), nullptr, 1, C, V);
   return step_logits_.data();
 }
 
