@@ -265,6 +265,8 @@ TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
   KVCache cache = m.new_cache();
   EXPECT_EQ(cache.capacity(), cfg.context);
   EXPECT_EQ(cache.len(), 0);
+  EXPECT_EQ(cache.keys(1).shape(), (Shape{1, cfg.kv_heads, cfg.context, cfg.head_dim()}));
+  expect_error([&] { cache.values(2); }, "kv cache: layer 2 outside 0 .. 1");
   const std::span<const float> step0 = m.decode_step(3, cache);
   const std::vector<float> first(step0.begin(), step0.end());  // a copy: the span is scratch
   ASSERT_EQ(cache.len(), 1);

@@ -117,6 +117,12 @@ TEST(Rope, Errors) {
                "rope_forward: positions 7 .. 8 outside the table's 0 .. 7");
   expect_error([&] { nn::rope_backward(x.data(), x.data(), table, 2, 2, 8, 0); },
                "rope_backward: head dim D = 8 but the table was built for 4");
+  // A table may start past 0 (one call's positions only): the same angles.
+  const nn::RopeTable late(2, 4, 10000.0, 1000000);
+  EXPECT_EQ(late.row(1000001)[0], std::cos(1000001.0));  // theta_0 = 1
+  EXPECT_EQ(late.row(1000001)[1], std::sin(1000001.0));
+  expect_error([&] { nn::rope_forward(x.data(), x.data(), late, 4, 2, 4, 999999); },
+               "rope_forward: positions 999999 .. 1000000 outside the table's 1000000 .. 1000001");
 }
 
 // ---- 2. head split and merge ------------------------------------------------

@@ -65,9 +65,10 @@ class KVCache {
   // Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
   // Layer l's keys (RoPE already applied when the model uses it) and values,
-  // [1, Hkv, capacity, D]; positions >= len() hold stale values.
-  const Tensor& keys(int64_t layer) const { return k_.at(static_cast<size_t>(layer)); }
-  const Tensor& values(int64_t layer) const { return v_.at(static_cast<size_t>(layer)); }
+  // [1, Hkv, capacity, D]; positions >= len() hold stale values. Throws
+  // qkv::Error for a layer outside 0 .. layers - 1.
+  const Tensor& keys(int64_t layer) const;
+  const Tensor& values(int64_t layer) const;
 
  private:
   template <class T>

@@ -102,24 +102,25 @@ void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t
 // Rotary position embedding (RoPE, Su et al. 2021), half-split pairs (GPT-NeoX,
 // Hugging Face LLaMA; see qkv/positional.h): with theta_i = 1 / base^(2i/D),
 // pair (i, i + D/2), i < D/2, at position p turns by the angle p·theta_i.
-// The cos and sin of every angle for positions 0 .. positions - 1 are
-// computed once, in double, when the table is built: a model builds one per
-// (context, head dim) and every step reuses it.
+// The cos and sin of every angle for positions first .. first + positions - 1
+// are computed once, in double, when the table is built: a model builds one
+// per (context, head dim) and every step reuses it.
 class RopeTable {
  public:
   RopeTable() = default;
-  // Throws qkv::Error if positions < 0, D is odd or < 2, or base is not a
-  // finite number > 0.
-  RopeTable(int64_t positions, int64_t D, double base = 10000.0);
+  // Throws qkv::Error if positions < 0, first < 0, D is odd or < 2, or base
+  // is not a finite number > 0.
+  RopeTable(int64_t positions, int64_t D, double base = 10000.0, int64_t first = 0);
 
+  int64_t first() const { return first_; }
   int64_t positions() const { return positions_; }
   int64_t head_dim() const { return D_; }
   double base() const { return base_; }
-  // cos, sin of p·theta_i, interleaved [D/2][2], for 0 <= p < positions().
-  const double* row(int64_t p) const { return cs_.data() + p * D_; }
+  // cos, sin of p·theta_i, interleaved [D/2][2], for first() <= p < first() + positions().
+  const double* row(int64_t p) const { return cs_.data() + (p - first_) * D_; }
 
  private:
-  int64_t positions_ = 0, D_ = 0;
+  int64_t first_ = 0, positions_ = 0, D_ = 0;
   double base_ = 10000.0;
   std::vector<double> cs_;  // [positions, D/2, 2]
 };
@@ -129,7 +130,8 @@ class RopeTable {
 // Computed in double, rounded once to T:
 //   out[i]       = x[i] cos - x[i + D/2] sin
 //   out[i + D/2] = x[i + D/2] cos + x[i] sin
-// Throws qkv::Error if D differs from the table's or pos0 + T exceeds its positions.
+// Throws qkv::Error if D differs from the table's or the positions
+// pos0 .. pos0 + T - 1 are not all in it.
 template <class T>
 void rope_forward(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn, int64_t D,
                   int64_t pos0 = 0);

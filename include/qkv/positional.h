@@ -66,8 +66,8 @@ struct TokenEmbedding {
 //
 // The arithmetic is the GPT's: nn::rope_forward with an nn::RopeTable
 // (qkv/nn.h), cos and sin in double, each result rounded once to x's dtype.
-// This one-off call builds a table for positions 0 .. pos0 + T - 1; a model
-// builds its table once and keeps it.
+// This one-off call builds a table for its positions pos0 .. pos0 + T - 1;
+// a model builds its table once and keeps it.
 Tensor apply_rope(const Tensor& x, int64_t pos0 = 0, double base = 10000.0);
 
 }  // namespace qkv

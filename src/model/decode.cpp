@@ -22,6 +22,18 @@ KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
   }
 }
 
+const Tensor& KVCache::keys(int64_t layer) const {
+  if (layer < 0 || layer >= cfg_.layers)
+    throw Error("kv cache: layer " + std::to_string(layer) + " outside 0 .. " +
+                std::to_string(cfg_.layers - 1));
+  return k_[static_cast<size_t>(layer)];
+}
+
+const Tensor& KVCache::values(int64_t layer) const {
+  keys(layer);  // the same range check
+  return v_[static_cast<size_t>(layer)];
+}
+
 void KVCache::check_append(const GPTConfig& cfg, DType dtype) const {
   auto differ = [&](const char* what, int64_t mine, int64_t theirs) {
     if (mine != theirs)

@@ -22,9 +22,10 @@ void rotate(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn,
   if (D != table.head_dim())
     throw Error(std::string(what) + ": head dim D = " + num(D) + " but the table was built for " +
                 num(table.head_dim()));
-  if (pos0 < 0 || pos0 + Tn > table.positions())
+  const int64_t first = table.first(), last = first + table.positions() - 1;
+  if (pos0 < first || pos0 + Tn - 1 > last)
     throw Error(std::string(what) + ": positions " + num(pos0) + " .. " + num(pos0 + Tn - 1) +
-                " outside the table's 0 .. " + num(table.positions() - 1));
+                " outside the table's " + num(first) + " .. " + num(last));
   const int64_t half = D / 2;
 #pragma omp parallel for schedule(static) if (R * Tn * D >= detail::kParallelMin)
   for (int64_t r = 0; r < R; ++r)
@@ -43,9 +44,10 @@ void rotate(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn,
 
 }  // namespace
 
-RopeTable::RopeTable(int64_t positions, int64_t D, double base)
-    : positions_(positions), D_(D), base_(base) {
+RopeTable::RopeTable(int64_t positions, int64_t D, double base, int64_t first)
+    : first_(first), positions_(positions), D_(D), base_(base) {
   if (positions < 0) throw Error("rope: expected positions >= 0, found " + num(positions));
+  if (first < 0) throw Error("rope: expected a first position >= 0, found " + num(first));
   if (D < 2 || D % 2 != 0)
     throw Error("rope: head dim D must be even to form (i, i + D/2) pairs, found D = " + num(D));
   if (!(base > 0.0) || !std::isfinite(base))
@@ -56,7 +58,7 @@ RopeTable::RopeTable(int64_t positions, int64_t D, double base)
     // theta_i = 1 / base^(2i/D), the form of Hugging Face's inv_freq.
     const double theta = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(D));
     for (int64_t p = 0; p < positions; ++p) {
-      const double angle = static_cast<double>(p) * theta;
+      const double angle = static_cast<double>(first + p) * theta;
       cs_[p * D + 2 * i] = std::cos(angle);
       cs_[p * D + 2 * i + 1] = std::sin(angle);
     }

@@ -126,8 +126,8 @@ Tensor apply_rope(const Tensor& x, int64_t pos0, double base) {
   if (!(base > 0.0) || !std::isfinite(base))
     throw Error("apply_rope: expected a finite base > 0, found " + std::to_string(base));
   if (x.numel() == 0) return Tensor(x.dtype(), x.shape());
-  // One table for positions 0 .. pos0 + T - 1; rows start at pos0.
-  const nn::RopeTable table(pos0 + T, D, base);
+  // A table for just the positions pos0 .. pos0 + T - 1 of this call.
+  const nn::RopeTable table(T, D, base, pos0);
   const int64_t R = shape_numel(Shape(x.shape().begin(), x.shape().end() - 2));
   Tensor out(x.dtype(), x.shape());
   if (x.dtype() == DType::f32)
