@@ -238,7 +238,8 @@ void BasicGPT<T>::backward() {
   // dres_ carries dLoss/d(residual stream) down through the blocks.
   std::fill(dres_.begin(), dres_.end(), T(0));
   std::fill(dln_.begin(), dln_.end(), T(0));
-  nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_), BT, C, V);
+  nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),
+                         BT, C, V);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
