@@ -1,7 +1,10 @@
 // The GPT layers (qkv/nn.h) and the GEMM they run on (kernels/gemm.h).
 //
-// 1. Gradient checks: every reference backward (src/model/layers/nn_ref.h, in float64)
-//    against central finite differences of its own forward.
+// 1. Gradient checks: every reference backward (nn::ref, declared in
+//    src/model/layers/nn_ref.h and defined beside each layer; in float64 it is
+//    the layer itself) against central finite differences of its own forward.
+//    RoPE and the head moves are checked in test_layers_attn.cpp, the
+//    assembled model in test_gpt_grad.cpp.
 // 2. The float32 layers against that reference, forward and backward, with
 //    gradient buffers that already hold values (backward must ADD). Rule
 //    (FlashAttention's): the float32 layer's largest error against the

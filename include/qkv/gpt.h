@@ -5,18 +5,22 @@
 //   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> causal attention
 //          (qkv::attention, top-left) -> c_proj
 //   mlp:   c_fc (4C) -> GELU (tanh) -> c_proj
+// Every layer is one of qkv/nn.h; RoPE (when on) turns q and k after the
+// head split, from one cos/sin table built with the model.
 //
-// Parameters live in one float32 buffer (so the optimiser and checkpoints
+// Parameters live in one buffer (so the optimiser and checkpoints
 // treat them as one vector) and are named as in nanoGPT's state_dict, so a
 // checkpoint loads into PyTorch by name. Activations are allocated once for
 // a given (B, T) and reused every step.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/nn.h"
 
 namespace qkv {
 
@@ -45,22 +49,57 @@ struct ParamInfo {
 };
 
 // Keys and values of the tokens decoded so far, per layer: the KV cache of
-// generation. K and V are [1, Hkv, context, hs]; positions >= len are unused
-// and hidden from attention by key_lengths, so no copy is made per step.
-struct KVCache {
-  int64_t len = 0;
-  std::vector<Tensor> k, v;
+// generation. It owns its buffers and is made for one model shape (by
+// GPT::new_cache, or from the model's config); decode_step refuses a cache
+// made for another shape or element type, and refuses to append past the
+// context, with a qkv::Error naming what differs.
+class KVCache {
+ public:
+  // An empty cache for a model of this config (validated) and element type
+  // (float32 for GPT, float64 for BasicGPT<double>).
+  explicit KVCache(const GPTConfig& cfg, DType dtype = DType::f32);
+
+  int64_t len() const { return len_; }            // positions filled: 0 .. capacity()
+  int64_t capacity() const { return cfg_.context; }
+  DType dtype() const { return dtype_; }
+  // Starts a new sequence; the buffers are kept and overwritten.
+  void reset() { len_ = 0; }
+  // Layer l's keys (RoPE already applied when the model uses it) and values,
+  // [1, Hkv, capacity, D]; positions >= len() hold stale values. Throws
+  // qkv::Error for a layer outside 0 .. layers - 1.
+  const Tensor& keys(int64_t layer) const;
+  const Tensor& values(int64_t layer) const;
+
+ private:
+  template <class T>
+  friend class BasicGPT;
+  // Throws qkv::Error unless the cache was made for a model of cfg's shape
+  // (layers, kv_heads, head dim, context, RoPE) and this dtype, and has a
+  // free position.
+  void check_append(const GPTConfig& cfg, DType dtype) const;
+
+  GPTConfig cfg_;
+  DType dtype_ = DType::f32;
+  int64_t len_ = 0;
+  std::vector<Tensor> k_, v_;  // per layer [1, Hkv, context, D]
 };
 
-class GPT {
+// The model, over its element type T:
+//   float   (GPT) training and sampling: the GEMM backend and the fast
+//           attention kernel (by default; see set_attention);
+//   double  the same code on the float64 layers of qkv/nn.h and the
+//           reference attention kernel: slow, for checking the float model
+//           and its gradients (tests/test_gpt_grad.cpp).
+template <class T>
+class BasicGPT {
  public:
-  explicit GPT(const GPTConfig& cfg);
+  explicit BasicGPT(const GPTConfig& cfg);
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& params() const { return params_; }
-  std::vector<float>& weights() { return w_; }
-  const std::vector<float>& weights() const { return w_; }
-  std::vector<float>& grads() { return g_; }
+  std::vector<T>& weights() { return w_; }
+  const std::vector<T>& weights() const { return w_; }
+  std::vector<T>& grads() { return g_; }
   int64_t num_params() const { return static_cast<int64_t>(w_.size()); }
 
   // nanoGPT's initialisation from a seed: N(0, 0.02) for matrices and
@@ -69,24 +108,32 @@ class GPT {
   void init(uint64_t seed);
 
   // Runs the model on tokens [B, T] (T <= context). With targets [B, T],
-  // returns the mean cross-entropy loss and keeps what backward needs;
-  // without, returns 0. logits() is [B*T, V] afterwards.
-  float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  // returns the mean cross-entropy loss (summed in double) and keeps what
+  // backward needs; without, returns 0. logits() is [B*T, V] afterwards.
+  T forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn);
   // Gradients of the last forward's mean loss into grads() (zeroed first).
   void backward();
-  const float* logits() const { return logits_.data(); }
+  const T* logits() const { return logits_.data(); }
 
-  // One generation step: appends `token` at position cache.len (which must
-  // be < context) and returns the logits [V] of the next token. Attends with
-  // one query against the cached keys (N = 1, so the causal mask is just
-  // "every cached key"), instead of recomputing the whole context.
-  const float* decode_step(int32_t token, KVCache& cache);
+  // One generation step: appends `token` at position cache.len() and returns
+  // the logits [V] of the next token. Attends with one query against the
+  // cached keys (N = 1, so the causal mask is just "every cached key"),
+  // instead of recomputing the whole context. Throws qkv::Error (and leaves
+  // the cache as it was) if the cache is full, was made for another model
+  // shape, or the token is outside the vocabulary.
+  //
+  // The span views this model's scratch: valid until the next decode_step
+  // on this model (or its destruction). A view, not a copy, because sampling
+  // calls this once per token and reads the logits once; a caller who keeps
+  // them copies them (std::vector<float>(l.begin(), l.end())).
+  std::span<const T> decode_step(int32_t token, KVCache& cache);
+  // An empty cache for this model: KVCache(config(), dtype of T).
   KVCache new_cache() const;
 
   // What the model looks at: the attention weights of every layer and head
-  // for one sequence tokens [T] (T <= context), as its forward computes them
-  // (causal, after RoPE when on): [layers, heads, T, T], rows summing to 1.
-  Tensor attention_maps(const int32_t* tokens, int64_t T);
+  // for one sequence tokens [n] (n <= context), as its forward computes them
+  // (causal, after RoPE when on): [layers, heads, n, n] in T, rows summing to 1.
+  Tensor attention_maps(const int32_t* tokens, int64_t n);
 
   // Kernel and threads for attention (forward and backward).
   void set_attention(Kernel kernel, int threads);
@@ -97,53 +144,60 @@ class GPT {
     int64_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
     int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
   };
-  // What one block's forward keeps for its backward (and, in a second
-  // instance, the gradients of the same quantities).
+  using Vec = std::vector<T>;
+  // What one block's forward keeps for its backward.
   struct LayerActs {
-    std::vector<float> ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
-    std::vector<float> qkv;                      // [BT, (H + 2 Hkv) hs]
-    Tensor q, k, v;                              // [B, H|Hkv, T, hs]
-    AttentionResult att;                         // out [B, H, T, hs], lse [B, H, T]
-    std::vector<float> atty, res2;               // [BT, C]: heads merged; x + attention
-    std::vector<float> ln2, ln2_mean, ln2_rstd;
-    std::vector<float> fch, fch_gelu;            // [BT, 4C]
-    std::vector<float> res3;                     // [BT, C]: the block's output
+    Vec ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
+    Vec qkv;                      // [BT, (H + 2 Hkv) hs]
+    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied
+    AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
+    Vec atty, res2;               // [BT, C]: heads merged; x + attention
+    Vec ln2, ln2_mean, ln2_rstd;
+    Vec fch, fch_gelu;            // [BT, 4C]
+    Vec res3;                     // [BT, C]: the block's output
   };
   struct Acts {
-    int64_t B = 0, T = 0;
-    std::vector<int32_t> tokens, targets;        // [BT]
-    std::vector<float> encoded;                  // [BT, C]
+    int64_t B = 0, Tn = 0;
+    std::vector<int32_t> tokens, targets;  // [BT]
+    Vec encoded;                           // [BT, C]
     std::vector<LayerActs> layers;
-    std::vector<float> lnf, lnf_mean, lnf_rstd;  // [BT, C], [BT], [BT]
-    std::vector<float> probs, losses;            // [BT, V], [BT]
+    Vec lnf, lnf_mean, lnf_rstd;           // [BT, C], [BT], [BT]
+    Vec probs, losses;                     // [BT, V], [BT]
   };
 
   void build_params();
-  void ensure_acts(int64_t B, int64_t T);
+  void ensure_acts(int64_t B, int64_t Tn);
   void attention_forward(LayerActs& a);
   void attention_backward(LayerActs& a);
   // Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
-  const float* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
-  float* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
+  const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
+  T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   GPTConfig cfg_;
   std::vector<ParamInfo> params_;
-  std::vector<float> w_, g_;
+  Vec w_, g_;
   std::vector<Layer> layer_;
   int64_t wte_ = 0, wpe_ = -1, lnf_w_ = 0, lnf_b_ = 0;
+  nn::RopeTable rope_;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
   AttentionOptions attn_opts_;
   Acts acts_;
   // Backward scratch: the gradient flowing down the residual stream, and
   // the gradients of one block's intermediates (reused by every block).
-  std::vector<float> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_, dlogits_;
-  Tensor dq_, dk_, dv_, dout_;
+  Vec dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_, dlogits_;
+  Tensor dout_;
   AttentionGrads dattn_;
-  std::vector<float> logits_;
+  Vec logits_;
   bool has_targets_ = false;
   // decode_step's one-token scratch.
-  std::vector<float> step_x_, step_ln_, step_qkv_, step_y_, step_fc_, step_logits_;
+  Vec step_x_, step_ln_, step_qkv_, step_y_, step_fc_, step_logits_;
   Tensor step_q_;
   AttentionResult step_att_;
 };
+
+extern template class BasicGPT<float>;
+extern template class BasicGPT<double>;
+
+// The model that trains, samples and is saved in checkpoints.
+using GPT = BasicGPT<float>;
 
 }  // namespace qkv

@@ -4,9 +4,10 @@
 //   Head                   lesson 5's single causal head
 //   MultiHeadAttention     split heads, attend (MHA, GQA or MQA), merge, project
 //
-// Reference maths: plain loops, double accumulation, each result rounded once
-// to the input's dtype. Weights may be float32 or float64 independently of the
-// input, so float64 weights drawn like NumPy's can project a float32 input.
+// Reference maths: the float64 layers of qkv/nn.h (plain loops, the GPT's
+// layers in double), each result rounded once to the input's dtype. Weights
+// may be float32 or float64 independently of the input, so float64 weights
+// drawn like NumPy's can project a float32 input.
 // Shapes use the glossary in qkv/tensor.h; T is a sequence length when queries
 // and keys come from the same tokens (N = S = T).
 #pragma once

@@ -1,56 +1,144 @@
-// qkv/nn.h: the layers of a small GPT, each with its forward and backward.
+// qkv/nn.h: the layers of qkv, each with its forward and backward: one
+// implementation shared by the GPT and the attention lessons (qkv/modules.h,
+// qkv/positional.h).
 //
-// Plain functions on contiguous float32 buffers, in the style of llm.c:
-// outputs first, then inputs, then sizes; a shape comment on each. Backward
-// functions ACCUMULATE (+=) into parameter gradients and input gradients, so
-// a residual stream's gradient can be summed by several consumers; callers
-// zero the gradient buffers once per step.
+// Plain functions on contiguous buffers, in the style of llm.c: outputs
+// first, then inputs, then sizes; a shape comment on each. Each is a template
+// over the element type T, defined (explicitly instantiated) for two:
+//   float   the GPT's training and sampling path: the GEMM backend (oneDNN),
+//           SIMD and OpenMP threads, bitwise the same for any thread count;
+//   double  plain loops, every sum in index order: the lessons' arithmetic
+//           (their digits match NumPy's) and the float64 model the
+//           whole-model gradient test differentiates.
+// Backward functions ACCUMULATE (+=) into parameter gradients and input
+// gradients, so a residual stream's gradient can be summed by several
+// consumers; callers zero the gradient buffers once per step. The exceptions
+// are the pure data movements (RoPE, head split and merge), whose backward
+// writes, as their forward does.
 //
-// Sizes: BT rows (batch x time), C channels, OC output channels, V vocab.
+// Sizes: BT rows (batch x time), C channels, OC output channels, V vocab;
+// B, T, H, D as in the glossary of qkv/tensor.h (H a head count, Hq or Hkv).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace qkv::nn {
 
-// out [BT, OC] = inp [BT, C] · weightᵀ + bias, weight [OC, C] (PyTorch's
-// nn.Linear layout, so checkpoints load in PyTorch as they are), bias [OC]
-// or null. Runs on the GEMM backend (see gemm.h).
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t BT, int64_t C, int64_t OC);
+// How a Linear layer's weight is stored.
+//   out_in  [OC, C]: y = x · Wᵀ, PyTorch's nn.Linear (the GPT; checkpoints
+//           load in PyTorch as they are)
+//   in_out  [C, OC]: y = x · W, the NumPy lessons' orientation
+enum class WeightLayout { out_in, in_out };
+
+// out [BT, OC] = inp [BT, C] · W + bias, W per `layout`, bias [OC] or null.
+// Each output sums its C products first and adds the bias last (NumPy's
+// x @ W + b). float runs on the GEMM backend (see model/gemm.h).
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
+                    int64_t OC, WeightLayout layout = WeightLayout::out_in);
 // dinp [BT, C] += dout · weight;  dweight [OC, C] += doutᵀ · inp;  dbias [OC] += Σ dout.
-// dbias may be null (no bias).
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC);
+// Weight [OC, C] (out_in) only; dbias may be null (no bias).
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t BT, int64_t C, int64_t OC);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t BT, int64_t C);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t BT, int64_t C);
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t BT, int64_t C);
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C);
 
 // GELU, tanh form: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). N elements.
-void gelu_forward(float* out, const float* inp, int64_t N);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N);
+template <class T>
+void gelu_forward(T* out, const T* inp, int64_t N);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N);
 
 // out [B*T, C] = wte[tokens[b,t]] + wpe[t]; wte [V, C], wpe [maxT, C]
-// (wpe may be null: no learned positions, e.g. with RoPE).
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t B, int64_t T, int64_t C);
+// (wpe may be null: no learned positions, e.g. with RoPE). With wpe null it
+// is a pure gather of rows (a token table, or a position table indexed by
+// position). Token ids are not checked here: callers check them once.
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                       int64_t Tn, int64_t C);
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                        int64_t Tn, int64_t C);
 
 // probs [BT, V] = softmax(logits); losses [BT] = -log probs[target].
-void crossentropy_forward(float* losses, float* probs, const float* logits,
-                          const int32_t* targets, int64_t BT, int64_t V);
+template <class T>
+void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
+                          int64_t BT, int64_t V);
 // dlogits [BT, V] += (probs - onehot(target)) * dloss, dloss the gradient of
 // the loss w.r.t. each row's loss (1 / BT for a mean).
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                           float dloss, int64_t BT, int64_t V);
+template <class T>
+void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,
+                           int64_t BT, int64_t V);
 
-// out = a + b, N elements (the residual stream).
-void residual_forward(float* out, const float* a, const float* b, int64_t N);
+// out = a + b, N elements (the residual stream); out may be a or b.
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, int64_t N);
+
+// ---- attention's data movements ---------------------------------------------
+
+// Heads out of a row of features: src [B, T, row] holds, from column col0,
+// H heads of D features each ([B, T, H, D]); dst [B, H, T, D] gets them in
+// the layout qkv::attention takes. row = H*D and col0 = 0 for a plain
+// projection; the GPT's fused c_attn row [q heads | k heads | v heads] is
+// split by three calls with row = (Hq + 2 Hkv) D.
+template <class T>
+void split_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
+                 int64_t col0);
+// The inverse: src [B, H, T, D] -> dst [B, T, row], columns col0 .. col0 + H*D.
+// Being a permutation, each is the other's backward.
+template <class T>
+void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
+                 int64_t col0);
+
+// Rotary position embedding (RoPE, Su et al. 2021), half-split pairs (GPT-NeoX,
+// Hugging Face LLaMA; see qkv/positional.h): with theta_i = 1 / base^(2i/D),
+// pair (i, i + D/2), i < D/2, at position p turns by the angle p·theta_i.
+// The cos and sin of every angle for positions first .. first + positions - 1
+// are computed once, in double, when the table is built: a model builds one
+// per (context, head dim) and every step reuses it.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  // Throws qkv::Error if positions < 0, first < 0, D is odd or < 2, or base
+  // is not a finite number > 0.
+  RopeTable(int64_t positions, int64_t D, double base = 10000.0, int64_t first = 0);
+
+  int64_t first() const { return first_; }
+  int64_t positions() const { return positions_; }
+  int64_t head_dim() const { return D_; }
+  double base() const { return base_; }
+  // cos, sin of p·theta_i, interleaved [D/2][2], for first() <= p < first() + positions().
+  const double* row(int64_t p) const { return cs_.data() + (p - first_) * D_; }
+
+ private:
+  int64_t first_ = 0, positions_ = 0, D_ = 0;
+  double base_ = 10000.0;
+  std::vector<double> cs_;  // [positions, D/2, 2]
+};
+
+// out [R, T, D] = RoPE(inp [R, T, D]): row (r, t) sits at position pos0 + t
+// (R the leading dims flattened: batch and heads). In place when out == inp.
+// Computed in double, rounded once to T:
+//   out[i]       = x[i] cos - x[i + D/2] sin
+//   out[i + D/2] = x[i + D/2] cos + x[i] sin
+// Throws qkv::Error if D differs from the table's or the positions
+// pos0 .. pos0 + T - 1 are not all in it.
+template <class T>
+void rope_forward(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn, int64_t D,
+                  int64_t pos0 = 0);
+// dinp = RoPE⁻¹(dout): a rotation's backward is the rotation back (by -angle),
+// the transpose of its matrix. In place when dinp == dout.
+template <class T>
+void rope_backward(T* dinp, const T* dout, const RopeTable& table, int64_t R, int64_t Tn,
+                   int64_t D, int64_t pos0 = 0);
 
 }  // namespace qkv::nn

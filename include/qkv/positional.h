@@ -63,6 +63,11 @@ struct TokenEmbedding {
 // dims (2i, 2i + 1) instead; the two agree only after permuting the q and k
 // projection columns, so weights trained under one need that permutation to
 // run under the other. Throws qkv::Error if D is odd, pos0 < 0 or base <= 0.
+//
+// The arithmetic is the GPT's: nn::rope_forward with an nn::RopeTable
+// (qkv/nn.h), cos and sin in double, each result rounded once to x's dtype.
+// This one-off call builds a table for its positions pos0 .. pos0 + T - 1;
+// a model builds its table once and keeps it.
 Tensor apply_rope(const Tensor& x, int64_t pos0 = 0, double base = 10000.0);
 
 }  // namespace qkv

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "qkv/nn.h"
 #include "qkv/rng.h"
@@ -25,21 +26,25 @@ void GPTConfig::validate() const {
        "rope needs an even head dim, found embd / heads = " + std::to_string(head_dim()));
 }
 
-GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
+template <class T>
+BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   build_params();
+  if (cfg_.rope) rope_ = nn::RopeTable(cfg_.context, cfg_.head_dim());
   attn_opts_.causal = Causal::top_left;
   attn_opts_.return_lse = true;
   // Activations come from our own forward, never from the user.
   attn_opts_.check_finite = false;
 }
 
-void GPT::set_attention(Kernel kernel, int threads) {
+template <class T>
+void BasicGPT<T>::set_attention(Kernel kernel, int threads) {
   attn_opts_.kernel = kernel;
   attn_opts_.threads = threads;
 }
 
-void GPT::build_params() {
+template <class T>
+void BasicGPT<T>::build_params() {
   const int64_t C = cfg_.embd, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   int64_t off = 0;
@@ -72,151 +77,110 @@ void GPT::build_params() {
   }
   lnf_w_ = add("transformer.ln_f.weight", {C}, false);
   lnf_b_ = add("transformer.ln_f.bias", {C}, false);
-  w_.assign(static_cast<size_t>(off), 0.0f);
-  g_.assign(static_cast<size_t>(off), 0.0f);
+  w_.assign(static_cast<size_t>(off), T(0));
+  g_.assign(static_cast<size_t>(off), T(0));
 }
 
-void GPT::init(uint64_t seed) {
+template <class T>
+void BasicGPT<T>::init(uint64_t seed) {
   NumpyGenerator rng(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
-    float* x = w_.data() + p.offset;
+    T* x = w_.data() + p.offset;
     const bool is_norm = p.name.find(".ln_") != std::string::npos;
     const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
     if (is_bias) {
-      std::fill(x, x + p.size, 0.0f);
+      std::fill(x, x + p.size, T(0));
     } else if (is_norm) {
-      std::fill(x, x + p.size, 1.0f);
+      std::fill(x, x + p.size, T(1));
     } else {
       // nanoGPT scales the init of the projections that write into the
       // residual stream by 1/sqrt(2L), so the stream's variance does not grow
       // with depth.
       const bool resid = p.name.find("c_proj.weight") != std::string::npos;
       const double sd = resid ? resid_std : 0.02;
-      for (int64_t i = 0; i < p.size; ++i) x[i] = static_cast<float>(rng.normal(0.0, sd));
+      for (int64_t i = 0; i < p.size; ++i) x[i] = static_cast<T>(rng.normal(0.0, sd));
     }
   }
 }
 
-void GPT::ensure_acts(int64_t B, int64_t T) {
-  if (acts_.B == B && acts_.T == T) return;
-  const int64_t BT = B * T, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
+template <class T>
+void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
+  if (acts_.B == B && acts_.Tn == Tn) return;
+  const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
+  const DType dt = dtype_of<T>();
   Acts& a = acts_;
-  a.B = B, a.T = T;
+  a.B = B, a.Tn = Tn;
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
-  a.encoded.assign(BT * C, 0.0f);
+  a.encoded.assign(BT * C, T(0));
   a.layers.assign(cfg_.layers, LayerActs{});
   for (LayerActs& l : a.layers) {
-    l.ln1.assign(BT * C, 0.0f), l.ln1_mean.assign(BT, 0.0f), l.ln1_rstd.assign(BT, 0.0f);
-    l.qkv.assign(BT * qkv_out, 0.0f);
-    l.q = Tensor(DType::f32, {B, H, T, hs});
-    l.k = Tensor(DType::f32, {B, Hkv, T, hs});
-    l.v = Tensor(DType::f32, {B, Hkv, T, hs});
-    l.atty.assign(BT * C, 0.0f), l.res2.assign(BT * C, 0.0f);
-    l.ln2.assign(BT * C, 0.0f), l.ln2_mean.assign(BT, 0.0f), l.ln2_rstd.assign(BT, 0.0f);
-    l.fch.assign(BT * 4 * C, 0.0f), l.fch_gelu.assign(BT * 4 * C, 0.0f);
-    l.res3.assign(BT * C, 0.0f);
+    l.ln1.assign(BT * C, T(0)), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
+    l.qkv.assign(BT * qkv_out, T(0));
+    l.q = Tensor(dt, {B, H, Tn, hs});
+    l.k = Tensor(dt, {B, Hkv, Tn, hs});
+    l.v = Tensor(dt, {B, Hkv, Tn, hs});
+    l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
+    l.ln2.assign(BT * C, T(0)), l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
+    l.fch.assign(BT * 4 * C, T(0)), l.fch_gelu.assign(BT * 4 * C, T(0));
+    l.res3.assign(BT * C, T(0));
   }
-  a.lnf.assign(BT * C, 0.0f), a.lnf_mean.assign(BT, 0.0f), a.lnf_rstd.assign(BT, 0.0f);
-  a.probs.assign(BT * V, 0.0f), a.losses.assign(BT, 0.0f);
-  logits_.assign(BT * V, 0.0f);
-  dres_.assign(BT * C, 0.0f), dln_.assign(BT * C, 0.0f), dqkv_.assign(BT * qkv_out, 0.0f);
-  datty_.assign(BT * C, 0.0f), dfch_.assign(BT * 4 * C, 0.0f), dfch_gelu_.assign(BT * 4 * C, 0.0f);
-  dlogits_.assign(BT * V, 0.0f);
-  dout_ = Tensor(DType::f32, {B, H, T, hs});
+  a.lnf.assign(BT * C, T(0)), a.lnf_mean.assign(BT, T(0)), a.lnf_rstd.assign(BT, T(0));
+  a.probs.assign(BT * V, T(0)), a.losses.assign(BT, T(0));
+  logits_.assign(BT * V, T(0));
+  dres_.assign(BT * C, T(0)), dln_.assign(BT * C, T(0)), dqkv_.assign(BT * qkv_out, T(0));
+  datty_.assign(BT * C, T(0)), dfch_.assign(BT * 4 * C, T(0)), dfch_gelu_.assign(BT * 4 * C, T(0));
+  dlogits_.assign(BT * V, T(0));
+  dout_ = Tensor(dt, {B, H, Tn, hs});
 }
 
-namespace {
-
-// Rotates one head vector r [hs] at position t by RoPE's angles, half-split
-// pairs (i, i + hs/2) as in qkv/positional.h; sign -1 rotates back (the
-// backward of a rotation is its inverse).
-void rope_vec(float* r, int64_t hs, int64_t t, double sign) {
-  const int64_t half = hs / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const double th = static_cast<double>(t) * std::pow(10000.0, -2.0 * static_cast<double>(i) / hs);
-    const float c = static_cast<float>(std::cos(th)), s = static_cast<float>(sign * std::sin(th));
-    const float a = r[i], b = r[i + half];
-    r[i] = a * c - b * s;
-    r[i + half] = a * s + b * c;
+// c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
+// then RoPE on q and k at positions 0 .. T - 1.
+template <class T>
+void BasicGPT<T>::attention_forward(LayerActs& a) {
+  const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
+  T* q = a.q.template data<T>();
+  T* k = a.k.template data<T>();
+  nn::split_heads(q, a.qkv.data(), B, Tn, H, hs, row, 0);
+  nn::split_heads(k, a.qkv.data(), B, Tn, Hkv, hs, row, H * hs);
+  nn::split_heads(a.v.template data<T>(), a.qkv.data(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
+  if (cfg_.rope) {
+    nn::rope_forward(q, q, rope_, B * H, Tn, hs);
+    nn::rope_forward(k, k, rope_, B * Hkv, Tn, hs);
   }
-}
-
-// RoPE on x [B, H, T, hs] in place.
-void rope(Tensor& x, double sign) {
-  const int64_t BH = x.dim(0) * x.dim(1), T = x.dim(2), hs = x.dim(3);
-  for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t t = 0; t < T; ++t) rope_vec(x.data<float>() + (bh * T + t) * hs, hs, t, sign);
-}
-
-// RoPE on `heads` consecutive head vectors [heads, hs], all at position t.
-void rope_row(float* x, int64_t heads, int64_t hs, int64_t t) {
-  for (int64_t h = 0; h < heads; ++h) rope_vec(x + h * hs, hs, t, 1.0);
-}
-
-// qkv [B, T, (H + 2 Hkv) hs] -> q [B, H, T, hs], k, v [B, Hkv, T, hs] (dir = +1),
-// or the gradients back (dir = -1).
-void split_qkv(float* qkv, Tensor& q, Tensor& k, Tensor& v, int dir) {
-  const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), hs = q.dim(3), Hkv = k.dim(1);
-  const int64_t row = (H + 2 * Hkv) * hs;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* src = qkv + (b * T + t) * row;
-      auto move = [&](Tensor& dst, int64_t heads, int64_t col0) {
-        for (int64_t h = 0; h < heads; ++h) {
-          float* d = dst.data<float>() + ((b * heads + h) * T + t) * hs;
-          float* s = src + col0 + h * hs;
-          for (int64_t e = 0; e < hs; ++e) {
-            if (dir > 0) d[e] = s[e];
-            else s[e] = d[e];
-          }
-        }
-      };
-      move(q, H, 0);
-      move(k, Hkv, H * hs);
-      move(v, Hkv, (H + Hkv) * hs);
-    }
-}
-
-// out [B, H, T, hs] <-> atty [B, T, H hs] (dir = +1 merges heads, -1 splits).
-void merge_heads(const Tensor& out_c, float* atty, Tensor& grad, int dir) {
-  const int64_t B = out_c.dim(0), H = out_c.dim(1), T = out_c.dim(2), hs = out_c.dim(3);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        float* y = atty + (b * T + t) * H * hs + h * hs;
-        const int64_t o = ((b * H + h) * T + t) * hs;
-        for (int64_t e = 0; e < hs; ++e) {
-          if (dir > 0) y[e] = out_c.data<float>()[o + e];
-          else grad.data<float>()[o + e] = y[e];
-        }
-      }
-}
-
-}  // namespace
-
-void GPT::attention_forward(LayerActs& a) {
-  split_qkv(a.qkv.data(), a.q, a.k, a.v, +1);
-  if (cfg_.rope) rope(a.q, 1.0), rope(a.k, 1.0);
   attention_into(a.att, a.q, a.k, a.v, attn_opts_);
-  merge_heads(a.att.out, a.atty.data(), dout_, +1);
+  nn::merge_heads(a.atty.data(), a.att.out.template data<T>(), B, Tn, H, hs, H * hs, 0);
 }
 
-void GPT::attention_backward(LayerActs& a) {
-  merge_heads(a.att.out, datty_.data(), dout_, -1);  // datty -> dout [B, H, T, hs]
+// The same in reverse: datty [BT, C] -> dout [B, H, T, hs] -> attention's
+// backward -> RoPE back on dq, dk -> dqkv [BT, (H + 2 Hkv) hs].
+template <class T>
+void BasicGPT<T>::attention_backward(LayerActs& a) {
+  const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
+  nn::split_heads(dout_.template data<T>(), datty_.data(), B, Tn, H, hs, H * hs, 0);
   attention_backward_into(dattn_, a.q, a.k, a.v, a.att.out, a.att.lse, dout_, attn_opts_);
-  if (cfg_.rope) rope(dattn_.dq, -1.0), rope(dattn_.dk, -1.0);
-  split_qkv(dqkv_.data(), dattn_.dq, dattn_.dk, dattn_.dv, -1);
+  T* dq = dattn_.dq.template data<T>();
+  T* dk = dattn_.dk.template data<T>();
+  if (cfg_.rope) {
+    nn::rope_backward(dq, dq, rope_, B * H, Tn, hs);
+    nn::rope_backward(dk, dk, rope_, B * Hkv, Tn, hs);
+  }
+  nn::merge_heads(dqkv_.data(), dq, B, Tn, H, hs, row, 0);
+  nn::merge_heads(dqkv_.data(), dk, B, Tn, Hkv, hs, row, H * hs);
+  nn::merge_heads(dqkv_.data(), dattn_.dv.template data<T>(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
 }
 
-float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
-  if (B < 1 || T < 1 || T > cfg_.context)
+template <class T>
+T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
+  if (B < 1 || Tn < 1 || Tn > cfg_.context)
     throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
-                " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(T));
-  ensure_acts(B, T);
+                " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
+  ensure_acts(B, Tn);
   Acts& a = acts_;
-  const int64_t BT = B * T, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
+  const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
@@ -224,8 +188,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
                   std::to_string(V) + ")");
     a.tokens[i] = tokens[i];
   }
-  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(wte_), w(wpe_), B, T, C);
-  const float* x = a.encoded.data();
+  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(wte_), w(wpe_), B, Tn, C);
+  const T* x = a.encoded.data();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const Layer& L = layer_[l];
     LayerActs& la = a.layers[l];
@@ -247,9 +211,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   }
   nn::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_),
                         w(lnf_b_), BT, C);
-  nn::linear_forward(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V);  // tied head
+  nn::linear_forward<T>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V);  // tied head
   has_targets_ = targets != nullptr;
-  if (!has_targets_) return 0.0f;
+  if (!has_targets_) return T(0);
   for (int64_t i = 0; i < BT; ++i) {
     if (targets[i] < 0 || targets[i] >= V)
       throw Error("gpt: target id " + std::to_string(targets[i]) + " outside the vocabulary");
@@ -258,115 +222,57 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   nn::crossentropy_forward(a.losses.data(), a.probs.data(), logits_.data(), a.targets.data(), BT, V);
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
-  return static_cast<float>(sum / static_cast<double>(BT));
+  return static_cast<T>(sum / static_cast<double>(BT));
 }
 
-void GPT::backward() {
+template <class T>
+void BasicGPT<T>::backward() {
   if (!has_targets_) throw Error("gpt: backward needs a forward with targets");
   Acts& a = acts_;
-  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg_.embd, V = cfg_.vocab;
+  const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
-  std::fill(g_.begin(), g_.end(), 0.0f);
-  std::fill(dlogits_.begin(), dlogits_.end(), 0.0f);
+  std::fill(g_.begin(), g_.end(), T(0));
+  std::fill(dlogits_.begin(), dlogits_.end(), T(0));
   nn::crossentropy_backward(dlogits_.data(), a.probs.data(), a.targets.data(),
-                            1.0f / static_cast<float>(BT), BT, V);
+                            T(1) / static_cast<T>(BT), BT, V);
   // dres_ carries dLoss/d(residual stream) down through the blocks.
-  std::fill(dres_.begin(), dres_.end(), 0.0f);
-  std::fill(dln_.begin(), dln_.end(), 0.0f);
-  nn::linear_backward(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_), BT, C, V);
-  const float* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
+  std::fill(dres_.begin(), dres_.end(), T(0));
+  std::fill(dln_.begin(), dln_.end(), T(0));
+  nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),
+                         BT, C, V);
+  const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const Layer& L = layer_[l];
     LayerActs& la = a.layers[l];
-    const float* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
+    const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
-    std::fill(dfch_gelu_.begin(), dfch_gelu_.end(), 0.0f);
+    std::fill(dfch_gelu_.begin(), dfch_gelu_.end(), T(0));
     nn::linear_backward(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(),
                         la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C);
-    std::fill(dfch_.begin(), dfch_.end(), 0.0f);
+    std::fill(dfch_.begin(), dfch_.end(), T(0));
     nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C);
-    std::fill(dln_.begin(), dln_.end(), 0.0f);
+    std::fill(dln_.begin(), dln_.end(), T(0));
     nn::linear_backward(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2.data(), w(L.fc_w),
                         BT, C, 4 * C);
     nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
-    std::fill(datty_.begin(), datty_.end(), 0.0f);
+    std::fill(datty_.begin(), datty_.end(), T(0));
     nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
                         la.atty.data(), w(L.attn_proj_w), BT, C, C);
     attention_backward(la);
-    std::fill(dln_.begin(), dln_.end(), 0.0f);
+    std::fill(dln_.begin(), dln_.end(), T(0));
     nn::linear_backward(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1.data(),
                         w(L.attn_w), BT, C, qkv_out);
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }
-  nn::embedding_backward(g(wte_), g(wpe_), dres_.data(), a.tokens.data(), B, T, C);
+  nn::embedding_backward(g(wte_), g(wpe_), dres_.data(), a.tokens.data(), B, Tn, C);
 }
 
-KVCache GPT::new_cache() const {
-  KVCache c;
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    c.k.emplace_back(DType::f32, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
-    c.v.emplace_back(DType::f32, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
-  }
-  return c;
-}
-
-const float* GPT::decode_step(int32_t token, KVCache& cache) {
-  const int64_t C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
-  const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
-  const int64_t pos = cache.len;
-  if (pos >= cfg_.context)
-    throw Error("gpt: the KV cache is full (" + std::to_string(cfg_.context) + " positions)");
-  if (token < 0 || token >= V)
-    throw Error("gpt: token id " + std::to_string(token) + " outside the vocabulary");
-  step_x_.resize(C), step_ln_.resize(C), step_qkv_.resize(qkv_out), step_y_.resize(C);
-  step_fc_.resize(8 * C), step_logits_.resize(V);
-  float mean, rstd;
-  if (step_q_.numel() != H * hs) step_q_ = Tensor(DType::f32, {1, H, 1, hs});
-  const int32_t tok = token;
-  // Embedding of one token at position pos: the wpe row is wpe + pos * C.
-  nn::embedding_forward(step_x_.data(), &tok, w(wte_), wpe_ >= 0 ? w(wpe_ + pos * C) : nullptr,
-                        1, 1, C);
-  AttentionOptions opts = attn_opts_;
-  opts.causal = Causal::none;  // one query: it may see every cached key
-  opts.return_lse = false;
-  opts.key_lengths = {pos + 1};
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    const Layer& L = layer_[l];
-    nn::layernorm_forward(step_ln_.data(), &mean, &rstd, step_x_.data(), w(L.ln1_w), w(L.ln1_b), 1, C);
-    nn::linear_forward(step_qkv_.data(), step_ln_.data(), w(L.attn_w), w(L.attn_b), 1, C, qkv_out);
-    float* q = step_q_.data<float>();
-    std::copy(step_qkv_.begin(), step_qkv_.begin() + H * hs, q);
-    float* kc = cache.k[l].data<float>();
-    float* vc = cache.v[l].data<float>();
-    for (int64_t g = 0; g < Hkv; ++g) {
-      std::copy_n(step_qkv_.data() + (H + g) * hs, hs, kc + (g * cfg_.context + pos) * hs);
-      std::copy_n(step_qkv_.data() + (H + Hkv + g) * hs, hs, vc + (g * cfg_.context + pos) * hs);
-    }
-    if (cfg_.rope) {
-      rope_row(q, H, hs, pos);
-      for (int64_t g = 0; g < Hkv; ++g) rope_row(kc + (g * cfg_.context + pos) * hs, 1, hs, pos);
-    }
-    attention_into(step_att_, step_q_, cache.k[l], cache.v[l], opts);
-    // One token: heads [1, H, 1, hs] are already in [1, C] order.
-    nn::linear_forward(step_y_.data(), step_att_.out.data<float>(), w(L.attn_proj_w),
-                       w(L.attn_proj_b), 1, C, C);
-    nn::residual_forward(step_x_.data(), step_x_.data(), step_y_.data(), C);
-    nn::layernorm_forward(step_ln_.data(), &mean, &rstd, step_x_.data(), w(L.ln2_w), w(L.ln2_b), 1, C);
-    nn::linear_forward(step_fc_.data(), step_ln_.data(), w(L.fc_w), w(L.fc_b), 1, C, 4 * C);
-    nn::gelu_forward(step_fc_.data() + 4 * C, step_fc_.data(), 4 * C);
-    nn::linear_forward(step_y_.data(), step_fc_.data() + 4 * C, w(L.fc_proj_w), w(L.fc_proj_b), 1,
-                       4 * C, C);
-    nn::residual_forward(step_x_.data(), step_x_.data(), step_y_.data(), C);
-  }
-  cache.len = pos + 1;
-  nn::layernorm_forward(step_ln_.data(), &mean, &rstd, step_x_.data(), w(lnf_w_), w(lnf_b_), 1, C);
-  nn::linear_forward(step_logits_.data(), step_ln_.data(), w(wte_), nullptr, 1, C, V);
-  return step_logits_.data();
-}
+template class BasicGPT<float>;
+template class BasicGPT<double>;
 
 }  // namespace qkv

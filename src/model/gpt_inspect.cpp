@@ -5,21 +5,25 @@
 
 namespace qkv {
 
-Tensor GPT::attention_maps(const int32_t* tokens, int64_t T) {
-  forward(tokens, nullptr, 1, T);
+template <class T>
+Tensor BasicGPT<T>::attention_maps(const int32_t* tokens, int64_t n) {
+  forward(tokens, nullptr, 1, n);
   const int64_t L = cfg_.layers, H = cfg_.heads;
-  Tensor maps(DType::f32, {L, H, T, T});
+  Tensor maps(dtype_of<T>(), {L, H, n, n});
   AttentionOptions o = attn_opts_;
   o.return_weights = true;
   o.return_lse = false;
   for (int64_t l = 0; l < L; ++l) {
-    // The layer's q, k, v as the forward left them: [1, H|Hkv, T, hs].
+    // The layer's q, k, v as the forward left them: [1, H|Hkv, n, hs].
     const LayerActs& a = acts_.layers[l];
-    const AttentionResult r = attention(a.q, a.k, a.v, o);  // weights [1, H, T, T]
-    std::memcpy(maps.data<float>() + l * H * T * T, r.weights.data<float>(),
-                sizeof(float) * static_cast<size_t>(H * T * T));
+    const AttentionResult r = attention(a.q, a.k, a.v, o);  // weights [1, H, n, n]
+    std::memcpy(maps.data<T>() + l * H * n * n, r.weights.data<T>(),
+                sizeof(T) * static_cast<size_t>(H * n * n));
   }
   return maps;
 }
+
+template class BasicGPT<float>;
+template class BasicGPT<double>;
 
 }  // namespace qkv

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "qkv/rng.h"
 
@@ -10,9 +11,10 @@ namespace {
 
 // Draws from softmax(logits / temperature) restricted to the top k, by
 // inverse CDF with one uniform number.
-int32_t draw(const float* logits, int64_t V, const SampleOptions& o, NumpyGenerator& rng,
+int32_t draw(std::span<const float> logits, const SampleOptions& o, NumpyGenerator& rng,
              std::vector<double>& p) {
-  p.assign(logits, logits + V);
+  const int64_t V = static_cast<int64_t>(logits.size());
+  p.assign(logits.begin(), logits.end());
   if (o.top_k > 0 && o.top_k < V) {
     std::vector<double> sorted = p;
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
@@ -46,24 +48,25 @@ std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOp
   NumpyGenerator rng(o.seed);
   std::vector<double> p;
   KVCache cache = model.new_cache();
-  int64_t cache_start = 0;  // the cache holds seq[cache_start, cache_start + cache.len)
-  const float* logits = nullptr;
+  int64_t cache_start = 0;  // the cache holds seq[cache_start, cache_start + cache.len())
+  std::span<const float> logits;
   for (int64_t n = 0; n < o.tokens; ++n) {
     const int64_t len = static_cast<int64_t>(seq.size());
     const int64_t start = std::max<int64_t>(0, len - ctx);  // the window the model sees
     if (!o.use_cache) {
       model.forward(seq.data() + start, nullptr, 1, len - start);
-      logits = model.logits() + (len - start - 1) * V;
-    } else if (start == cache_start && cache.len == len - start - 1) {
+      logits = {model.logits() + (len - start - 1) * V, static_cast<size_t>(V)};
+    } else if (start == cache_start && cache.len() == len - start - 1) {
       logits = model.decode_step(seq.back(), cache);  // append the newest token
     } else {
       // First step, or the window slid past the context: positions shift,
       // so the cached keys are stale; refill the cache for the window.
-      cache.len = 0;
+      cache.reset();
       cache_start = start;
       for (int64_t i = start; i < len; ++i) logits = model.decode_step(seq[i], cache);
     }
-    const int32_t next = draw(logits, V, o, rng, p);
+    // logits views the model's scratch: used here, before the next step.
+    const int32_t next = draw(logits, o, rng, p);
     seq.push_back(next);
     on_token(tok.decode({next}));
   }

@@ -1,4 +1,5 @@
-// gelu.cpp: GELU, tanh form, forward and backward.
+// gelu.cpp: GELU, tanh form, forward and backward. Plain loops with tanh
+// (float64) and a one-exp float32 path:
 //
 // 0.5 x (1 + tanh u) = x · σ(2u), σ the logistic function, so with
 // e = exp(-2u):  gelu(x) = x / (1 + e)  and, with s = 1 / (1 + e),
@@ -10,13 +11,49 @@
 // formula: under 2e-6 relative.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "model/layers/nn_common.h"
 #include "model/layers/nn_ref.h"
 #include "qkv/nn.h"
 
 namespace qkv::nn {
+
+// ---- plain loops ---------------------------------------------------------
+
+namespace ref {
+
+template <class T>
+void gelu_forward(T* out, const T* inp, int64_t N) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T x = inp[i];
+    const T u = static_cast<T>(kGeluScale) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+    out[i] = T(0.5) * x * (T(1) + std::tanh(u));
+  }
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T x = inp[i];
+    const T u = static_cast<T>(kGeluScale) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+    const T t = std::tanh(u);
+    const T du = static_cast<T>(kGeluScale) * (T(1) + T(3) * static_cast<T>(kGeluCubic) * x * x);
+    dinp[i] += dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+  }
+}
+
+template void gelu_forward(float*, const float*, int64_t);
+template void gelu_forward(double*, const double*, int64_t);
+template void gelu_backward(float*, const float*, const float*, int64_t);
+template void gelu_backward(double*, const double*, const double*, int64_t);
+
+}  // namespace ref
+
+// ---- float32: one polynomial exp per element --------------------------------
+
 namespace {
 
 // e^x for float, branch-free so loops of it vectorise: x = n ln2 + r with
@@ -69,10 +106,8 @@ void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_
 // changes nothing in the result.
 constexpr int64_t kChunk = 4096;
 
-}  // namespace
-
 // out [N] = gelu(inp [N])
-void gelu_forward(float* out, const float* inp, int64_t N) {
+void fast_forward(float* out, const float* inp, int64_t N) {
   const int64_t chunks = (N + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
   for (int64_t k = 0; k < chunks; ++k)
@@ -80,12 +115,37 @@ void gelu_forward(float* out, const float* inp, int64_t N) {
 }
 
 // dinp [N] += gelu'(inp) · dout
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
+void fast_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
   const int64_t chunks = (N + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
   for (int64_t k = 0; k < chunks; ++k)
     gelu_backward_span(dinp + k * kChunk, inp + k * kChunk, dout + k * kChunk,
                        std::min(kChunk, N - k * kChunk));
 }
+
+}  // namespace
+
+// ---- the layer ---------------------------------------------------------------
+
+template <class T>
+void gelu_forward(T* out, const T* inp, int64_t N) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_forward(out, inp, N);
+  else
+    ref::gelu_forward(out, inp, N);
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_backward(dinp, inp, dout, N);
+  else
+    ref::gelu_backward(dinp, inp, dout, N);
+}
+
+template void gelu_forward(float*, const float*, int64_t);
+template void gelu_forward(double*, const double*, int64_t);
+template void gelu_backward(float*, const float*, const float*, int64_t);
+template void gelu_backward(double*, const double*, const double*, int64_t);
 
 }  // namespace qkv::nn

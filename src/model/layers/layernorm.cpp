@@ -1,6 +1,8 @@
 // layernorm.cpp: LayerNorm over the channels of each row, forward and backward.
+// Plain loops (float64) and a threaded, vectorised float32 path.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "model/layers/nn_common.h"
 #include "model/layers/nn_ref.h"
@@ -8,12 +10,73 @@
 
 namespace qkv::nn {
 
+// ---- plain loops ---------------------------------------------------------
+
+namespace ref {
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t BT, int64_t C) {
+  for (int64_t r = 0; r < BT; ++r) {
+    const T* x = inp + r * C;
+    T m = 0;
+    for (int64_t c = 0; c < C; ++c) m += x[c];
+    m /= static_cast<T>(C);
+    T v = 0;
+    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= static_cast<T>(C);
+    const T s = T(1) / std::sqrt(v + static_cast<T>(kLayerNormEps));
+    for (int64_t c = 0; c < C; ++c)
+      out[r * C + c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : T(0));
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C) {
+  for (int64_t r = 0; r < BT; ++r) {
+    const T* x = inp + r * C;
+    const T* dy = dout + r * C;
+    T g_mean = 0, gn_mean = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const T n = (x[c] - mean[r]) * rstd[r];
+      const T g = dy[c] * weight[c];
+      g_mean += g;
+      gn_mean += g * n;
+    }
+    g_mean /= static_cast<T>(C);
+    gn_mean /= static_cast<T>(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const T n = (x[c] - mean[r]) * rstd[r];
+      const T g = dy[c] * weight[c];
+      dinp[r * C + c] += rstd[r] * (g - g_mean - n * gn_mean);
+      dweight[c] += dy[c] * n;
+      if (dbias) dbias[c] += dy[c];
+    }
+  }
+}
+
+template void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
+                                int64_t, int64_t);
+template void layernorm_forward(double*, double*, double*, const double*, const double*,
+                                const double*, int64_t, int64_t);
+template void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
+                                 const float*, const float*, int64_t, int64_t);
+template void layernorm_backward(double*, double*, double*, const double*, const double*,
+                                 const double*, const double*, const double*, int64_t, int64_t);
+
+}  // namespace ref
+
+// ---- float32: rows on threads, lane sums ------------------------------------
+
+namespace {
+
 using detail::lane_sum;
 
-// out [BT, C] = (inp - mean) · rstd · weight + bias per row; mean [BT], rstd [BT].
-// bias (and dbias) may be null: LayerNorm without bias, as in nanoGPT.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t BT, int64_t C) {
+void fast_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                  const float* bias, int64_t BT, int64_t C) {
   const float eps = static_cast<float>(ref::kLayerNormEps);
   const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (BT * C >= detail::kParallelMin)
@@ -31,13 +94,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
   }
 }
 
-// With n = (x - mean) · rstd and g = dout · weight (per row):
-//   dinp    [BT, C] += rstd · (g - mean_c(g) - n · mean_c(g · n))
-//   dweight [C]     += Σ_rows dout · n
-//   dbias   [C]     += Σ_rows dout
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t BT, int64_t C) {
+void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                   const float* weight, const float* mean, const float* rstd, int64_t BT,
+                   int64_t C) {
   const float inv_c = 1.0f / static_cast<float>(C);
   const bool par = BT * C >= detail::kParallelMin;
   // Rows: each is one thread's.
@@ -77,5 +136,42 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
   }
 }
+
+}  // namespace
+
+// ---- the layer ---------------------------------------------------------------
+
+// out [BT, C] = (inp - mean) · rstd · weight + bias per row; mean [BT], rstd [BT].
+// bias (and dbias) may be null: LayerNorm without bias, as in nanoGPT.
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t BT, int64_t C) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_forward(out, mean, rstd, inp, weight, bias, BT, C);
+  else
+    ref::layernorm_forward(out, mean, rstd, inp, weight, bias, BT, C);
+}
+
+// With n = (x - mean) · rstd and g = dout · weight (per row):
+//   dinp    [BT, C] += rstd · (g - mean_c(g) - n · mean_c(g · n))
+//   dweight [C]     += Σ_rows dout · n
+//   dbias   [C]     += Σ_rows dout
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C);
+  else
+    ref::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C);
+}
+
+template void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
+                                int64_t, int64_t);
+template void layernorm_forward(double*, double*, double*, const double*, const double*,
+                                const double*, int64_t, int64_t);
+template void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
+                                 const float*, const float*, int64_t, int64_t);
+template void layernorm_backward(double*, double*, double*, const double*, const double*,
+                                 const double*, const double*, const double*, int64_t, int64_t);
 
 }  // namespace qkv::nn

@@ -1,31 +1,104 @@
-// linear.cpp: y = x · Wᵀ + b and its backward, on the GEMM backend.
+// linear.cpp: y = x · W + b and its backward. Plain loops (float64: the
+// lessons and the gradient checks) and the GEMM backend (float32: the GPT).
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "model/gemm.h"
 #include "model/layers/nn_common.h"
+#include "model/layers/nn_ref.h"
 #include "qkv/nn.h"
 
 namespace qkv::nn {
 
+// ---- plain loops ---------------------------------------------------------
+
+namespace ref {
+
+// out [BT, OC] = inp [BT, C] · W + bias [OC]
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
+                    int64_t OC, WeightLayout layout) {
+  // W(c, o): the weight of input c in output o, in either storage order.
+  const bool in_out = layout == WeightLayout::in_out;
+  std::vector<T> acc(static_cast<size_t>(OC));
+  for (int64_t r = 0; r < BT; ++r) {
+    std::fill(acc.begin(), acc.end(), T(0));
+    // c outermost walks an [in, out] weight row by row; each acc[o] still
+    // sums its products in order c = 0..C-1.
+    for (int64_t c = 0; c < C; ++c) {
+      const T x = inp[r * C + c];
+      if (in_out) {
+        const T* w = weight + c * OC;
+        for (int64_t o = 0; o < OC; ++o) acc[o] += x * w[o];
+      } else {
+        for (int64_t o = 0; o < OC; ++o) acc[o] += x * weight[o * C + c];
+      }
+    }
+    for (int64_t o = 0; o < OC; ++o) out[r * OC + o] = bias ? acc[o] + bias[o] : acc[o];
+  }
+}
+
+// dinp [BT, C] += dout · W;  dweight [OC, C] += doutᵀ · inp;  dbias [OC] += Σ_rows dout
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t BT, int64_t C, int64_t OC) {
+  for (int64_t r = 0; r < BT; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      T acc = 0;
+      for (int64_t o = 0; o < OC; ++o) acc += dout[r * OC + o] * weight[o * C + c];
+      dinp[r * C + c] += acc;
+    }
+  for (int64_t o = 0; o < OC; ++o)
+    for (int64_t c = 0; c < C; ++c) {
+      T acc = 0;
+      for (int64_t r = 0; r < BT; ++r) acc += dout[r * OC + o] * inp[r * C + c];
+      dweight[o * C + c] += acc;
+    }
+  if (dbias)
+    for (int64_t o = 0; o < OC; ++o) {
+      T acc = 0;
+      for (int64_t r = 0; r < BT; ++r) acc += dout[r * OC + o];
+      dbias[o] += acc;
+    }
+}
+
+template void linear_forward(float*, const float*, const float*, const float*, int64_t, int64_t,
+                             int64_t, WeightLayout);
+template void linear_forward(double*, const double*, const double*, const double*, int64_t,
+                             int64_t, int64_t, WeightLayout);
+template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
+                              int64_t, int64_t, int64_t);
+template void linear_backward(double*, double*, double*, const double*, const double*,
+                              const double*, int64_t, int64_t, int64_t);
+
+}  // namespace ref
+
+// ---- float32: the GEMM backend ---------------------------------------------
+
+namespace {
+
 using kernels::sgemm;
 
-// out [BT, OC] = inp [BT, C] · weight [OC, C]ᵀ + bias [OC]
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t BT, int64_t C, int64_t OC) {
+// out [BT, OC] = inp [BT, C] · W + bias [OC]
+void fast_forward(float* out, const float* inp, const float* weight, const float* bias,
+                  int64_t BT, int64_t C, int64_t OC, WeightLayout layout) {
   // The bias is written first and the GEMM adds onto it (beta = 1), so out is
   // swept once by us and once by the GEMM, not twice after it.
   if (bias) {
 #pragma omp parallel for schedule(static) if (BT * OC >= detail::kParallelMin)
     for (int64_t r = 0; r < BT; ++r) std::copy(bias, bias + OC, out + r * OC);
   }
-  sgemm(false, true, BT, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+  const bool out_in = layout == WeightLayout::out_in;
+  sgemm(false, out_in, BT, OC, C, 1.0f, inp, C, weight, out_in ? C : OC, bias ? 1.0f : 0.0f, out,
+        OC);
 }
 
 // dinp [BT, C] += dout [BT, OC] · weight [OC, C]
 // dweight [OC, C] += dout [BT, OC]ᵀ · inp [BT, C]
 // dbias [OC] += Σ_rows dout
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC) {
+void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                   const float* weight, int64_t BT, int64_t C, int64_t OC) {
   sgemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
   sgemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
@@ -43,5 +116,36 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
     for (int64_t j = 0; j < n; ++j) dbias[lo + j] += acc[j];
   }
 }
+
+}  // namespace
+
+// ---- the layer: float32 on the GEMM backend, float64 in plain loops --------
+
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
+                    int64_t OC, WeightLayout layout) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_forward(out, inp, weight, bias, BT, C, OC, layout);
+  else
+    ref::linear_forward(out, inp, weight, bias, BT, C, OC, layout);
+}
+
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int64_t BT, int64_t C, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>)
+    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+  else
+    ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+}
+
+template void linear_forward(float*, const float*, const float*, const float*, int64_t, int64_t,
+                             int64_t, WeightLayout);
+template void linear_forward(double*, const double*, const double*, const double*, int64_t,
+                             int64_t, int64_t, WeightLayout);
+template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
+                              int64_t, int64_t, int64_t);
+template void linear_backward(double*, double*, double*, const double*, const double*,
+                              const double*, int64_t, int64_t, int64_t);
 
 }  // namespace qkv::nn

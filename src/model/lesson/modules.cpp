@@ -1,31 +1,49 @@
-// modules.cpp: Head and MultiHeadAttention, built from Linear and qkv::attention.
+// modules.cpp: matmul, Linear, Head and MultiHeadAttention: argument checks
+// around the shared layers of qkv/nn.h and qkv::attention.
 //
-// Neither re-implements attention: they only project, move heads into the
-// [..., H, T, Dh] layout qkv::attention takes, and project back, so every
-// masking and GQA rule is the one documented in qkv/attention.h.
+// Nothing here re-implements a layer: projections are nn::linear_forward in
+// float64 (a float32 operand widens exactly, so every output is its products
+// summed in double, in order, and rounded once to the input's dtype), heads
+// move with nn::split_heads / merge_heads into the [..., H, T, Dh] layout
+// qkv::attention takes, and every masking and GQA rule is the one documented
+// in qkv/attention.h.
 #include <algorithm>
-#include <cstring>
+#include <cmath>
 #include <string>
 
 #include "qkv/modules.h"
+#include "qkv/nn.h"
+#include "qkv/rng.h"
 
 namespace qkv {
 namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-// t viewed as [B, X, Y, E] -> [B, Y, X, E], with the result given `shape`.
-// Only whole E-element rows move, so one memcpy per row serves every dtype.
-Tensor swap_middle(const Tensor& t, int64_t B, int64_t X, int64_t Y, int64_t E, Shape shape) {
-  Tensor out(t.dtype(), std::move(shape));
-  const size_t row = static_cast<size_t>(E) * dtype_size(t.dtype());
-  const std::byte* src = t.raw();
-  std::byte* dst = out.raw();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t x = 0; x < X; ++x)
-      for (int64_t y = 0; y < Y; ++y)
-        std::memcpy(dst + ((b * Y + y) * X + x) * row, src + ((b * X + x) * Y + y) * row, row);
-  return out;
+void require_float(const Tensor& t, const std::string& what) {
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
+    throw Error(what + ": expected float32 or float64, found " + dtype_name(t.dtype()));
+}
+
+// t's values as float64: t itself, or a widened copy in `tmp` (exact).
+const double* as_f64(const Tensor& t, Tensor& tmp) {
+  if (t.dtype() == DType::f64) return t.data<double>();
+  tmp = t.to(DType::f64);
+  return tmp.data<double>();
+}
+
+// x [..., K] · w [K, P] (+ bias [P]) -> [..., P] in x's dtype; arguments already checked.
+Tensor project(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Shape shape = x.shape();
+  const int64_t K = w.dim(0), P = w.dim(1);
+  shape.back() = P;
+  const int64_t R = shape_numel(Shape(shape.begin(), shape.end() - 1));
+  Tensor xt, wt, bt;
+  Tensor y(DType::f64, shape);
+  nn::linear_forward(y.data<double>(), as_f64(x, xt), as_f64(w, wt),
+                     bias.empty() ? nullptr : as_f64(bias, bt), R, K, P,
+                     nn::WeightLayout::in_out);
+  return x.dtype() == DType::f64 ? y : y.to(x.dtype());
 }
 
 // m [..., T, H*Dh] -> [..., H, T, Dh]
@@ -33,7 +51,12 @@ Tensor split_heads(const Tensor& m, int64_t H, int64_t Dh) {
   Shape shape(m.shape().begin(), m.shape().end() - 2);
   const int64_t B = shape_numel(shape), T = m.dim(-2);
   shape.insert(shape.end(), {H, T, Dh});
-  return swap_middle(m, B, T, H, Dh, std::move(shape));
+  Tensor out(m.dtype(), std::move(shape));
+  if (m.dtype() == DType::f64)
+    nn::split_heads(out.data<double>(), m.data<double>(), B, T, H, Dh, H * Dh, 0);
+  else
+    nn::split_heads(out.data<float>(), m.data<float>(), B, T, H, Dh, H * Dh, 0);
+  return out;
 }
 
 // o [..., H, N, Dh] -> [..., N, H*Dh]
@@ -41,7 +64,12 @@ Tensor merge_heads(const Tensor& o) {
   Shape shape(o.shape().begin(), o.shape().end() - 3);
   const int64_t B = shape_numel(shape), H = o.dim(-3), N = o.dim(-2), Dh = o.dim(-1);
   shape.insert(shape.end(), {N, H * Dh});
-  return swap_middle(o, B, H, N, Dh, std::move(shape));
+  Tensor out(o.dtype(), std::move(shape));
+  if (o.dtype() == DType::f64)
+    nn::merge_heads(out.data<double>(), o.data<double>(), B, N, H, Dh, H * Dh, 0);
+  else
+    nn::merge_heads(out.data<float>(), o.data<float>(), B, N, H, Dh, H * Dh, 0);
+  return out;
 }
 
 void check_head_counts(int64_t heads, int64_t kv_heads) {
@@ -83,6 +111,53 @@ void check_input(const Tensor& x, const std::string& name, int64_t c, const char
 }
 
 }  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  require_float(a, "matmul: a");
+  require_float(b, "matmul: b");
+  if (b.rank() != 2)
+    throw Error("matmul: expected b [K, P] with 2 dims, found " + shape_str(b.shape()));
+  if (a.rank() < 1)
+    throw Error("matmul: expected a [..., M, K] with at least 1 dim, found " + shape_str(a.shape()));
+  if (a.dim(-1) != b.dim(0))
+    throw Error("matmul: expected a's last dim K = " + std::to_string(b.dim(0)) + " (b " +
+                shape_str(b.shape()) + "), found " + std::to_string(a.dim(-1)) + " in shape " +
+                shape_str(a.shape()));
+  return project(a, b, Tensor());
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  require_float(weight, "linear: weight");
+  require_float(x, "linear: input");
+  if (weight.rank() != 2)
+    throw Error("linear: expected weight [in, out] with 2 dims, found " + shape_str(weight.shape()));
+  if (x.rank() < 1 || x.dim(-1) != weight.dim(0))
+    throw Error("linear: expected input last dim " + std::to_string(weight.dim(0)) + " (weight " +
+                shape_str(weight.shape()) + "), found " +
+                (x.rank() < 1 ? std::string("none") : std::to_string(x.dim(-1))) + " in shape " +
+                shape_str(x.shape()));
+  if (!bias.empty()) {
+    require_float(bias, "linear: bias");
+    if (bias.rank() != 1 || bias.dim(0) != weight.dim(1))
+      throw Error("linear: expected bias [" + std::to_string(weight.dim(1)) + "] (weight " +
+                  shape_str(weight.shape()) + "), found " + shape_str(bias.shape()));
+  }
+  return project(x, weight, bias);
+}
+
+Linear Linear::init(int64_t in, int64_t out, bool bias, NumpyGenerator& rng) {
+  if (in < 1 || out < 1)
+    throw Error("linear: in and out must be at least 1, found in = " + std::to_string(in) +
+                ", out = " + std::to_string(out));
+  Linear lin;
+  lin.weight = Tensor(DType::f64, {in, out});
+  double* w = lin.weight.data<double>();
+  // Divide (not multiply by 1/sqrt(in)) so every value rounds as NumPy's does.
+  const double root = std::sqrt(static_cast<double>(in));
+  for (int64_t i = 0; i < in * out; ++i) w[i] = rng.standard_normal() / root;
+  if (bias) lin.bias = Tensor(DType::f64, {out});
+  return lin;
+}
 
 Tensor Head::forward(const Tensor& x, Tensor* weights) const {
   if (query.weight.rank() == 2) check_input(x, "head: x", query.weight.dim(0), "[..., T, C]");

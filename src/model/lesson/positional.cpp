@@ -1,9 +1,12 @@
-// positional.cpp: sinusoidal and learned position tables, token lookup, RoPE.
+// positional.cpp: sinusoidal and learned position tables, token lookup, RoPE:
+// argument checks around the shared layers of qkv/nn.h (the lookups are
+// nn::embedding_forward gathers, RoPE is nn::rope_forward, as in the GPT).
 #include <cmath>
-#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "qkv/nn.h"
 #include "qkv/positional.h"
 #include "qkv/rng.h"
 
@@ -29,35 +32,24 @@ void check_table(const Tensor& table, const char* what, const char* layout) {
                 dtype_name(table.dtype()) + " " + shape_str(table.shape()));
 }
 
-// out[r, :] = table[rows[r], :] -> shape + [C]. A pure copy: no rounding.
+// out [rows, C] = table[rows[r], :] -> shape + [C], the embedding layer's
+// gather (no position table). A pure copy: no rounding. Ids already checked.
 Tensor gather_rows(const Tensor& table, const std::vector<int64_t>& rows, Shape shape) {
-  shape.push_back(table.dim(1));
+  const int64_t C = table.dim(1), n = static_cast<int64_t>(rows.size());
+  // The layer takes int32 ids; a table with more rows than that cannot be indexed.
+  if (table.dim(0) > std::numeric_limits<int32_t>::max())
+    throw Error("embedding: tables of more than 2^31 - 1 rows are not supported, found " +
+                num(table.dim(0)));
+  const std::vector<int32_t> ids(rows.begin(), rows.end());
+  shape.push_back(C);
   Tensor out(table.dtype(), std::move(shape));
-  const size_t row = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
-  for (size_t r = 0; r < rows.size(); ++r)
-    std::memcpy(out.raw() + r * row, table.raw() + static_cast<size_t>(rows[r]) * row, row);
+  if (table.dtype() == DType::f64)
+    nn::embedding_forward<double>(out.data<double>(), ids.data(), table.data<double>(), nullptr, 1,
+                                  n, C);
+  else
+    nn::embedding_forward<float>(out.data<float>(), ids.data(), table.data<float>(), nullptr, 1, n,
+                                 C);
   return out;
-}
-
-// x [..., T, D] -> [..., T, D]; cs holds cos, sin of (pos0 + t)·theta_i for
-// each t < T, i < D/2, computed once and shared by every leading slice.
-template <class T>
-void rope(Tensor& out, const Tensor& x, const std::vector<double>& cs) {
-  const int64_t Tn = x.dim(-2), D = x.dim(-1), half = D / 2;
-  const int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
-  const T* X = x.data<T>();
-  T* Y = out.data<T>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* c = cs.data() + 2 * (r % Tn) * half;
-    const T* xr = X + r * D;
-    T* yr = Y + r * D;
-    for (int64_t i = 0; i < half; ++i) {
-      const double cos = c[2 * i], sin = c[2 * i + 1];
-      const double a = xr[i], b = xr[i + half];
-      yr[i] = static_cast<T>(a * cos - b * sin);
-      yr[i + half] = static_cast<T>(b * cos + a * sin);
-    }
-  }
 }
 
 }  // namespace
@@ -126,27 +118,22 @@ Tensor apply_rope(const Tensor& x, int64_t pos0, double base) {
   if (x.rank() < 2)
     throw Error("apply_rope: expected x [..., T, D] with at least 2 dims, found " +
                 shape_str(x.shape()));
-  const int64_t T = x.dim(-2), D = x.dim(-1), half = D / 2;
+  const int64_t T = x.dim(-2), D = x.dim(-1);
   if (D % 2 != 0)
     throw Error("apply_rope: head dim D must be even to form (i, i + D/2) pairs, found D = " +
                 num(D) + " in shape " + shape_str(x.shape()));
   if (pos0 < 0) throw Error("apply_rope: expected pos0 >= 0, found " + num(pos0));
   if (!(base > 0.0) || !std::isfinite(base))
     throw Error("apply_rope: expected a finite base > 0, found " + std::to_string(base));
-  // theta_i = 1 / base^(2i/D), the form of Hugging Face's inv_freq.
-  std::vector<double> cs(static_cast<size_t>(2 * T * half));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < half; ++i) {
-      const double theta = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(D));
-      const double angle = static_cast<double>(pos0 + t) * theta;
-      cs[2 * (t * half + i)] = std::cos(angle);
-      cs[2 * (t * half + i) + 1] = std::sin(angle);
-    }
+  if (x.numel() == 0) return Tensor(x.dtype(), x.shape());
+  // A table for just the positions pos0 .. pos0 + T - 1 of this call.
+  const nn::RopeTable table(T, D, base, pos0);
+  const int64_t R = shape_numel(Shape(x.shape().begin(), x.shape().end() - 2));
   Tensor out(x.dtype(), x.shape());
   if (x.dtype() == DType::f32)
-    rope<float>(out, x, cs);
+    nn::rope_forward(out.data<float>(), x.data<float>(), table, R, T, D, pos0);
   else
-    rope<double>(out, x, cs);
+    nn::rope_forward(out.data<double>(), x.data<double>(), table, R, T, D, pos0);
   return out;
 }
 

@@ -1,0 +1,315 @@
+// test_gpt_grad.cpp: the assembled GPT, checked end to end (qkv/gpt.h).
+//
+// Per-layer gradient checks (test_nn.cpp) cannot see a wrong wiring between
+// layers: a gradient sent to the wrong head, a RoPE turned the wrong way on
+// the way back, a GQA group summed into the wrong key/value head. So:
+//
+// 1. BasicGPT<double>::backward against central finite differences of its
+//    own loss, for every parameter tensor (all entries of small ones, a fixed
+//    sample of large ones), RoPE on and off, Hkv = H, H/2 and 1, with and
+//    without biases. In float64 the differences are good to ~1e-9, so the
+//    tolerance (1e-6 relative) is tight; a test perturbs one slice of one
+//    gradient by 1% and asserts the checker flags it.
+// 2. The float32 model (oneDNN GEMM, the fast attention kernel) against the
+//    float64 one on the same weights: the gradients agree to float32 rounding.
+// 3. decode_step against forward: decoding a sequence token by token gives
+//    forward's logits at every position, and the KV cache's checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "qkv/gpt.h"
+#include "qkv/rng.h"
+#include "test_scale.h"
+
+using ::testing::HasSubstr;
+
+namespace qkv {
+namespace {
+
+using GPT64 = BasicGPT<double>;
+
+// The tiny model of the issue: vocab 11, context 8, 2 layers, C = 16, 4 heads.
+GPTConfig tiny(bool rope, int64_t kv_heads, bool bias) {
+  GPTConfig c;
+  c.vocab = 11;
+  c.context = 8;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = kv_heads;
+  c.embd = 16;
+  c.rope = rope;
+  c.bias = bias;
+  return c;
+}
+
+// Weights with signal on every path: nanoGPT's N(0, 0.02) makes attention
+// almost uniform and the deep gradients tiny, which a check passes too
+// easily. Matrices and embeddings N(0, 0.3²), LayerNorm weights 1 + N(0, 0.1²),
+// biases N(0, 0.1²).
+template <class T>
+void randomize(BasicGPT<T>& m, uint64_t seed) {
+  NumpyGenerator rng(seed);
+  for (const ParamInfo& p : m.params()) {
+    const bool norm = p.name.find(".ln_") != std::string::npos;
+    const bool bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+    for (int64_t i = 0; i < p.size; ++i) {
+      const double x = bias ? rng.normal(0.0, 0.1) : norm ? 1.0 + rng.normal(0.0, 0.1)
+                                                          : rng.normal(0.0, 0.3);
+      m.weights()[p.offset + i] = static_cast<T>(x);
+    }
+  }
+}
+
+struct Batch {
+  int64_t B = 2, T = 8;
+  std::vector<int32_t> tokens, targets;  // [B, T]
+};
+
+Batch random_batch(int64_t vocab, uint64_t seed) {
+  NumpyGenerator rng(seed);
+  Batch b;
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(rng.next_uint64() % static_cast<uint64_t>(vocab)));
+    b.targets.push_back(static_cast<int32_t>(rng.next_uint64() % static_cast<uint64_t>(vocab)));
+  }
+  return b;
+}
+
+// The entries of a parameter tensor of `size` to difference: all of them up
+// to kAll, else `sample` spread over the tensor (first and last included).
+// 48 by default, scaled down by QKV_TEST_SCALE (sanitizer runs) to at least 8.
+constexpr int64_t kAll = 64;
+int64_t default_sample() { return static_cast<int64_t>(qkv_test::scaled_count(48, 8)); }
+
+std::vector<int64_t> entries(int64_t size, int64_t sample) {
+  std::vector<int64_t> idx;
+  if (size <= std::max(kAll, sample)) {
+    for (int64_t i = 0; i < size; ++i) idx.push_back(i);
+  } else {
+    for (int64_t j = 0; j < sample; ++j) idx.push_back(j * (size - 1) / (sample - 1));
+  }
+  return idx;
+}
+
+struct GradReport {
+  int64_t checked = 0, failed = 0;
+  double worst = 0.0;  // max |analytic - numeric| / (atol + rtol |numeric|): <= 1 passes
+  std::string first;   // the first failing entry, for the message
+};
+
+// Central differences of m's mean loss on `batch` against `analytic` (the
+// gradient at m's current weights), for the entries above of every
+// parameter tensor (only those whose name contains `only`, if given; all of
+// their entries if `sample` is 0). With
+// h = 1e-5 on O(0.3) weights, truncation (h² L''') and rounding
+// (eps · L / h) both stay near 1e-10 in float64.
+GradReport check_grads(GPT64& m, const std::vector<double>& analytic, const Batch& batch,
+                       const std::string& only = "", int64_t sample = -1) {
+  constexpr double h = 1e-5, atol = 1e-9, rtol = 1e-7;
+  GradReport r;
+  std::vector<double>& w = m.weights();
+  for (const ParamInfo& p : m.params()) {
+    if (!only.empty() && p.name.find(only) == std::string::npos) continue;
+    const int64_t n = sample < 0 ? default_sample() : sample == 0 ? p.size : sample;
+    for (int64_t i : entries(p.size, n)) {
+      const int64_t k = p.offset + i;
+      const double w0 = w[k];
+      w[k] = w0 + h;
+      const double up = m.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+      w[k] = w0 - h;
+      const double down = m.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+      w[k] = w0;
+      const double numeric = (up - down) / (2.0 * h);
+      const double ratio = std::abs(analytic[k] - numeric) / (atol + rtol * std::abs(numeric));
+      ++r.checked;
+      r.worst = std::max(r.worst, ratio);
+      if (ratio > 1.0 && r.failed++ == 0)
+        r.first = p.name + "[" + std::to_string(i) + "]: analytic " +
+                  std::to_string(analytic[k]) + ", numeric " + std::to_string(numeric);
+    }
+  }
+  return r;
+}
+
+// Forward and backward at m's weights; returns the gradient.
+std::vector<double> gradient(GPT64& m, const Batch& b) {
+  m.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+  m.backward();
+  return m.grads();
+}
+
+// (RoPE, Hkv, bias)
+class GptGrad : public ::testing::TestWithParam<std::tuple<bool, int64_t, bool>> {};
+
+std::string config_name(const ::testing::TestParamInfo<GptGrad::ParamType>& info) {
+  const auto [rope, kv, bias] = info.param;
+  return std::string(rope ? "rope" : "wpe") + "_kv" + std::to_string(kv) + (bias ? "_bias" : "");
+}
+
+TEST_P(GptGrad, BackwardMatchesFiniteDifferencesInFloat64) {
+  const auto [rope, kv_heads, bias] = GetParam();
+  GPT64 m(tiny(rope, kv_heads, bias));
+  randomize(m, 7);
+  const Batch batch = random_batch(m.config().vocab, 8);
+  const std::vector<double> g = gradient(m, batch);
+  const GradReport r = check_grads(m, g, batch);
+  EXPECT_EQ(r.failed, 0) << r.failed << " of " << r.checked << " entries; first " << r.first;
+  EXPECT_GE(r.checked, static_cast<int64_t>(m.params().size()) * 8);
+  RecordProperty("worst_ratio", std::to_string(r.worst));
+}
+
+TEST_P(GptGrad, Float32GradientsMatchFloat64) {
+  const auto [rope, kv_heads, bias] = GetParam();
+  const GPTConfig cfg = tiny(rope, kv_heads, bias);
+  GPT m32(cfg);
+  GPT64 m64(cfg);
+  randomize(m32, 7);
+  for (int64_t i = 0; i < m32.num_params(); ++i) m64.weights()[i] = m32.weights()[i];
+  const Batch b = random_batch(cfg.vocab, 8);
+  const double loss32 = m32.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+  const double loss64 = m64.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+  EXPECT_NEAR(loss32, loss64, 1e-5 * loss64);
+  m32.backward();
+  m64.backward();
+  // Per tensor, against its largest gradient: float32 rounding through two
+  // blocks is about 1e-6 of it (measured); a wrong gradient is off by its own size.
+  double worst = 0.0;
+  for (const ParamInfo& p : m32.params()) {
+    double scale = 0.0, err = 0.0;
+    for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
+      scale = std::max(scale, std::abs(m64.grads()[i]));
+      err = std::max(err, std::abs(m32.grads()[i] - m64.grads()[i]));
+    }
+    EXPECT_LE(err, 2e-5 * scale) << p.name << ": scale " << scale;
+    EXPECT_GT(scale, 0.0) << p.name << ": no gradient at all";
+    if (scale > 0.0) worst = std::max(worst, err / scale);
+  }
+  RecordProperty("worst_relative", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(4, 2, 1),
+                                            ::testing::Bool()),
+                         config_name);
+
+// The checker itself: a gradient wrong by 1% in one slice must fail it. The
+// slice is the key heads' rows of layer 1's c_attn (a GQA-specific place),
+// checked in full.
+TEST(GptGradChecker, FlagsAOnePercentErrorInOneSlice) {
+  const GPTConfig cfg = tiny(true, 2, false);
+  GPT64 m(cfg);
+  randomize(m, 7);
+  const Batch batch = random_batch(cfg.vocab, 8);
+  std::vector<double> g = gradient(m, batch);
+  const std::string name = "transformer.h.1.attn.c_attn.weight";
+  const auto it = std::find_if(m.params().begin(), m.params().end(),
+                               [&](const ParamInfo& p) { return p.name == name; });
+  ASSERT_NE(it, m.params().end());
+  const int64_t hs = cfg.head_dim(), C = cfg.embd;
+  // c_attn.weight [(H + 2 Hkv) hs, C]: rows H hs .. (H + Hkv) hs make the keys.
+  const int64_t lo = it->offset + cfg.heads * hs * C, hi = lo + cfg.kv_heads * hs * C;
+  EXPECT_EQ(check_grads(m, g, batch, name, 0).failed, 0);
+  for (int64_t k = lo; k < hi; ++k) g[k] *= 1.01;
+  const GradReport r = check_grads(m, g, batch, name, 0);
+  // Every perturbed entry is off by 1% of itself, 1e5 times the tolerance,
+  // unless its gradient is near 0 (then under atol): most must be flagged.
+  EXPECT_GE(r.failed, (hi - lo) / 2) << "a 1% error in " << name << " went unnoticed (worst "
+                                     << r.worst << ")";
+  EXPECT_LE(r.failed, hi - lo) << "entries outside the perturbed slice flagged";
+}
+
+// ---- decode_step against forward --------------------------------------------
+
+// Decoding a sequence token by token gives forward's logits at each position.
+// tol is relative to the largest logit.
+template <class T>
+void expect_decode_matches_forward(const GPTConfig& cfg, double tol) {
+  BasicGPT<T> m(cfg);
+  randomize(m, 3);
+  const Batch b = random_batch(cfg.vocab, 4);
+  const int64_t V = cfg.vocab, Tn = cfg.context;
+  m.forward(b.tokens.data(), nullptr, 1, Tn);
+  const std::vector<T> want(m.logits(), m.logits() + Tn * V);
+  double scale = 0.0;
+  for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  KVCache cache = m.new_cache();
+  for (int64_t t = 0; t < Tn; ++t) {
+    const std::span<const T> got = m.decode_step(b.tokens[t], cache);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), V);
+    EXPECT_EQ(cache.len(), t + 1);
+    for (int64_t v = 0; v < V; ++v)
+      EXPECT_NEAR(got[v], want[t * V + v], tol * scale) << "position " << t << ", logit " << v;
+  }
+}
+
+TEST(GptDecode, StepsMatchForward) {
+  for (bool rope : {false, true})
+    for (int64_t kv : {4, 2, 1}) {
+      SCOPED_TRACE(std::string(rope ? "rope" : "wpe") + " kv_heads " + std::to_string(kv));
+      expect_decode_matches_forward<float>(tiny(rope, kv, false), 1e-5);
+      expect_decode_matches_forward<double>(tiny(rope, kv, true), 1e-12);
+    }
+}
+
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected qkv::Error containing \"" << needle << "\"";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(needle));
+  }
+}
+
+TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
+  const GPTConfig cfg = tiny(true, 2, false);
+  GPT m(cfg);
+  randomize(m, 5);
+  KVCache cache = m.new_cache();
+  EXPECT_EQ(cache.capacity(), cfg.context);
+  EXPECT_EQ(cache.len(), 0);
+  EXPECT_EQ(cache.keys(1).shape(), (Shape{1, cfg.kv_heads, cfg.context, cfg.head_dim()}));
+  expect_error([&] { cache.values(2); }, "kv cache: layer 2 outside 0 .. 1");
+  const std::span<const float> step0 = m.decode_step(3, cache);
+  const std::vector<float> first(step0.begin(), step0.end());  // a copy: the span is scratch
+  ASSERT_EQ(cache.len(), 1);
+  while (cache.len() < cache.capacity()) m.decode_step(1, cache);
+  expect_error([&] { m.decode_step(1, cache); }, "kv cache: full: all 8 positions");
+  EXPECT_EQ(cache.len(), cfg.context);
+  cache.reset();
+  EXPECT_EQ(cache.len(), 0);
+  const std::span<const float> again = m.decode_step(3, cache);
+  EXPECT_TRUE(std::equal(again.begin(), again.end(), first.begin()));
+  // A bad token leaves the cache as it was.
+  expect_error([&] { m.decode_step(11, cache); }, "gpt: token id 11 outside the vocabulary");
+  EXPECT_EQ(cache.len(), 1);
+}
+
+TEST(KVCache, RefusesACacheMadeForAnotherModel) {
+  GPT m(tiny(false, 2, false));
+  KVCache other_kv = GPT(tiny(false, 4, false)).new_cache();
+  expect_error([&] { m.decode_step(0, other_kv); },
+               "kv cache: made for a model with kv_heads = 4, used with one with kv_heads = 2");
+  KVCache other_rope(tiny(true, 2, false));
+  expect_error([&] { m.decode_step(0, other_rope); }, "rope = 1, used with one with rope = 0");
+  GPTConfig longer = tiny(false, 2, false);
+  longer.context = 16;
+  KVCache other_ctx(longer);
+  expect_error([&] { m.decode_step(0, other_ctx); }, "context = 16");
+  KVCache f64(tiny(false, 2, false), DType::f64);
+  expect_error([&] { m.decode_step(0, f64); }, "kv cache: holds float64, used with a float32 model");
+  EXPECT_EQ(other_kv.len(), 0);
+  // The same shape from another model instance is fine: the cache holds no weights.
+  KVCache same(tiny(false, 2, false));
+  EXPECT_NO_THROW(m.decode_step(0, same));
+  expect_error([] { KVCache bad(tiny(false, 3, false)); }, "kv_heads must divide heads");
+}
+
+}  // namespace
+}  // namespace qkv
