@@ -119,7 +119,7 @@ int run_explain(const ExplainArgs& a) {
   }
   AttentionOptions opts;
   opts.causal = *parse_causal(a.causal);
-  if (!a.mask.empty()) opts.mask = &mask;
+  if (!a.mask.empty()) opts.mask = mask;
   opts.return_weights = true;
   const AttentionResult res = attention(in.q, in.k, in.v, opts);
 
