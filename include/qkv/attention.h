@@ -21,6 +21,7 @@
 //   given, 1.0 meaning "no scaling".
 // - mask: bool, true = may attend (PyTorch SDPA polarity); or float32/float64,
 //   added to the scaled scores (-inf blocks; +inf and NaN are rejected).
+//   A view like q, k, v: a stride of 0 broadcasts a dim in place.
 // - causal top-left: query i sees keys j <= i (PyTorch is_causal=True).
 //   causal bottom-right: query i sees keys j <= i + S - N (KV-cache decode:
 //   the last query sees every key). Causal and mask combine by AND.
