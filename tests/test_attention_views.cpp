@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
 #include "core/ops/attention_operands.h"
 #include "qkv/attention.h"
@@ -204,6 +205,29 @@ TEST(ViewsChecks, NonFiniteInAStridedViewIsFound) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("q: values must be finite, found NaN at [1, 0, 3, 0]"));
+  }
+}
+
+// The op picks its kernel from one table: the fast path of the active ISA
+// for float32, the reference for float64 or when asked.
+TEST(BackendTable, ChoosesByKernelDtypeAndIsa) {
+  const Inputs c = inputs(2, 3, 10);
+  const AttentionProblem p32 = check_attention_args(c.q, c.k, c.v, {});
+  const std::string fast = std::string("fast-") + isa_name(active_isa());
+  EXPECT_EQ(select_backend(Kernel::automatic, p32).name, fast);
+  EXPECT_EQ(select_backend(Kernel::fast, p32).name, fast);
+  EXPECT_STREQ(select_backend(Kernel::reference, p32).name, "reference");
+  const Tensor q64 = c.q.to(DType::f64), k64 = c.k.to(DType::f64), v64 = c.v.to(DType::f64);
+  const AttentionProblem p64 = check_attention_args(q64, k64, v64, {});
+  EXPECT_STREQ(select_backend(Kernel::automatic, p64).name, "reference");
+  try {
+    select_backend(Kernel::fast, p64);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("kernel fast: expects float32 inputs, found float64"));
+  }
+  for (const AttentionBackend& b : attention_backends()) {
+    EXPECT_TRUE(b.supports && b.forward && b.backward) << b.name;
   }
 }
 

@@ -3,8 +3,8 @@
 // The op (core/ops/attention.cpp) checks its arguments once and hands the
 // reference and the fast kernels this description: sizes, the resolved scale,
 // where each head of q, k and v lives, and the mask in a form they can
-// address directly, so no kernel re-checks or re-derives anything. It lives below both the op and the kernels, which
-// never include each other.
+// address directly, so no kernel re-checks or re-derives anything. It lives
+// below both the op and the kernels, which never include each other.
 #pragma once
 
 #include <algorithm>
@@ -42,7 +42,7 @@ struct HeadRows {
 struct MaskView {
   const bool* keep = nullptr;      // bool mask: true = may attend
   const float* add_f32 = nullptr;  // additive float32 mask
-  const double* add_f64 = nullptr; // additive float64 mask
+  const double* add_f64 = nullptr;  // additive float64 mask
   std::vector<int64_t> head_offset;  // [B * Hq]
   int64_t stride_n = 0;
   int64_t stride_s = 0;

@@ -1,13 +1,10 @@
 #include "core/ops/attention_checks.h"
 
-#include "core/ops/attention_operands.h"
-
-#include "qkv/runtime.h"
-
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "core/ops/attention_operands.h"
+#include "qkv/runtime.h"
 
 namespace qkv {
 namespace {
@@ -20,7 +17,6 @@ void require_float(const TensorView& t, const char* name) {
 }
 
 }  // namespace
-
 
 int resolve_threads(int requested) {
   if (requested < 0)
