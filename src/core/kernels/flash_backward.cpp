@@ -36,8 +36,9 @@
 namespace qkv::kernels {
 namespace {
 
-// q, k and v are read through p.q, p.k, p.v (rows of any stride); the
-// rest is C-ordered.
+// q [B, Hq, N, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv] are read through
+// p.q, p.k, p.v (rows of any stride, as in the forward); the rest is
+// C-ordered.
 struct Ctx {
   const AttentionProblem& p;
   const FlashKernels& kern;

@@ -26,9 +26,10 @@ namespace {
 
 constexpr int64_t kSplitKeys = 512;
 
-// q, k and v are read through p.q, p.k, p.v: a head's rows are ldk (ldv)
-// floats apart, which the micro-kernels take as they are, so a strided
-// input (a KV-cache slice) costs nothing extra.
+// q [B, Hq, N, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv] are read through
+// p.q, p.k, p.v: a head's rows are ldk (ldv) floats apart, which the
+// micro-kernels take as they are, so a strided input (a KV-cache slice)
+// costs nothing extra. out [B, Hq, N, Dv] and lse [B, Hq, N] are C-ordered.
 struct Ctx {
   const AttentionProblem& p;
   const FlashKernels& kern;
