@@ -1,16 +1,49 @@
-// Writing a file so that readers never see it half-written.
+// Writing files so that readers never see one half-written, and a set of
+// files so that either all of them are replaced or none.
 #pragma once
 
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qkv {
 
-// Writes the concatenation of `parts` to a temporary file in the same
-// directory as `path`, fsyncs it and renames it over `path`. A crash or an
-// error leaves either the old file or the new one, never a mix; on error the
-// temporary is removed and qkv::Error names `path` and the reason.
+// Files replaced together. stage() writes each file's bytes to a temporary in
+// its target's directory and fsyncs it; commit() renames them all over their
+// targets; a set destroyed uncommitted (an error while staging, say) removes
+// its temporaries and leaves every target as it was.
+//
+// What a path names decides how it is written:
+// - a regular file, or nothing yet: temporary + fsync + rename;
+// - a symlink: followed (chains too); its final target is replaced as above,
+//   so the link stays a link;
+// - a character or block device, a FIFO or a socket (/dev/null, /dev/stdout,
+//   a named pipe): written in place when staged, never replaced, and a failed
+//   write (/dev/full) is an error.
+// Errors are qkv::Error "cannot write 'PATH': reason".
+class FileSet {
+ public:
+  FileSet() = default;
+  FileSet(const FileSet&) = delete;
+  FileSet& operator=(const FileSet&) = delete;
+  ~FileSet();
+
+  void stage(const std::string& path, std::initializer_list<std::string_view> parts);
+  void commit();
+
+ private:
+  struct Staged {
+    std::string path, target, tmp;  // as given, symlinks resolved, temporary
+  };
+  std::vector<Staged> staged_;
+};
+
+// One file on its own: a FileSet of one.
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts);
+
+// The prefix of every temporary's name (".qkv-tmp.<pid>.<n>"), so that a
+// directory's owner can recognise and remove those a killed writer left.
+inline constexpr std::string_view kTempPrefix = ".qkv-tmp.";
 
 }  // namespace qkv
