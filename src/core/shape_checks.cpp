@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace qkv {
 namespace {
@@ -119,6 +120,31 @@ Kernel resolve_kernel(Kernel requested, DType dtype) {
   return requested;
 }
 
+bool scores_may_overflow_f32(const AttentionProblem& p, const Tensor& q, const Tensor& k) {
+  auto max_abs = [](const Tensor& t) {  // the fast kernel's inputs are float32
+    float m = 0.0f;
+    const float* x = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(x[i]));
+    return static_cast<double>(m);
+  };
+  const double qmax = max_abs(q), kmax = max_abs(k), scale = std::fabs(p.scale);
+  double bias = 0.0;
+  if (p.alibi_slopes)
+    for (double sl : *p.alibi_slopes)
+      bias = std::max(bias, std::fabs(sl) * static_cast<double>(p.S + p.N));
+  if (p.mask.tensor && p.mask.tensor->dtype() != DType::boolean) {
+    double m = 0.0;  // -inf hides a key; only finite values add to a score
+    for (int64_t i = 0; i < p.mask.tensor->numel(); ++i) {
+      const double x = p.mask.tensor->get(i);
+      if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+    }
+    bias += m;
+  }
+  const double score = static_cast<double>(p.D) * qmax * kmax * scale;
+  const double limit = 0.5 * static_cast<double>(std::numeric_limits<float>::max());
+  return !(qmax * scale < limit && score + bias < limit);
+}
+
 int resolve_threads(int requested) {
   if (requested < 0)
     throw Error("threads: expected 0 (all cores) or a positive count, found " +
@@ -205,6 +231,12 @@ AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Te
                   std::to_string(opts.window->left) + ", right " + std::to_string(opts.window->right));
     p.has_window = true;
     p.window = *opts.window;
+    // A side longer than S + N reaches past every key from every diagonal
+    // (diag(i) lies in [-N, S + N]), so it is clipped there: the same keys,
+    // and diag(i) +- side can no longer overflow int64.
+    const int64_t reach = p.S + p.N;
+    p.window.left = std::min(p.window.left, reach);
+    p.window.right = std::min(p.window.right, reach);
   }
   if (!opts.key_lengths.empty()) {
     if (static_cast<int64_t>(opts.key_lengths.size()) != p.B)

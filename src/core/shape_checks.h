@@ -71,6 +71,14 @@ AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Te
 // The kernel that runs: automatic picks fast for float32 and the reference
 // for float64; fast with float64 is an error. Shared by forward and backward.
 Kernel resolve_kernel(Kernel requested, DType dtype);
+// True when a float32 score could leave float32's range: |q·scale|, the
+// dot product q·k·scale or the score plus ALiBi and mask, bounded by
+// D·max|q|·max|k|·|scale| + max|slope|·(S + N) + max|mask|, reaches FLT_MAX/2.
+// The fast kernel computes scores in float32 and would turn such a row into
+// inf - inf = NaN and then 0; the reference computes them in double and gets
+// them right, so such a problem runs on the reference.
+bool scores_may_overflow_f32(const AttentionProblem& p, const Tensor& q, const Tensor& k);
+
 // opts.threads resolved: 0 means all cores; negative is an error.
 int resolve_threads(int requested);
 // Reuses `t` when it already has this dtype and shape (no allocation, no

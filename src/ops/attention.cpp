@@ -42,7 +42,9 @@ std::optional<Kernel> parse_kernel(const std::string& s) {
 void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
                     const AttentionOptions& opts) {
   const AttentionProblem p = check_attention_args(q, k, v, opts);
-  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  // Scores beyond float32's range are exact only in the reference's double.
+  if (kernel == Kernel::fast && scores_may_overflow_f32(p, q, k)) kernel = Kernel::reference;
   const int threads = resolve_threads(opts.threads);
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;

@@ -56,7 +56,9 @@ void attention_backward_into(AttentionGrads& g, const Tensor& q, const Tensor& k
     check_finite(dout, "dout");
     check_lse_values(lse);
   }
-  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  // Scores beyond float32's range are exact only in the reference's double.
+  if (kernel == Kernel::fast && scores_may_overflow_f32(p, q, k)) kernel = Kernel::reference;
   const int threads = resolve_threads(opts.threads);
   fit_tensor(g.dq, q.dtype(), q.shape());
   fit_tensor(g.dk, q.dtype(), k.shape());
