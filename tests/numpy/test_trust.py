@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import shutil
+import signal
 import stat
 import struct
 import subprocess
@@ -374,3 +375,21 @@ def test_npy_header_bytes_are_escaped(qkv_bin, tmp_path):
     assert r.returncode == DATA
     err = r.stderr.decode("utf-8")  # valid UTF-8: no raw bytes reach the terminal
     assert "\x1b" not in err and "\\xff\\xfe\\x1b[31m" in err, err
+
+
+# --- Also: SIGTERM, like Ctrl-C, checkpoints and exits 128 + the signal ------
+
+def test_sigterm_saves_a_checkpoint_and_exits_143(qkv_bin, tmp_path):
+    text = write_text(tmp_path / "t.txt", 3000)
+    out = tmp_path / "run"
+    p = subprocess.Popen([qkv_bin, "train", "--text", str(text), "--out", str(out),
+                          *tiny(iters=100000, eval_interval=50000, log_interval=1)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:  # the first step is logged: the loop is running
+        if line.startswith("iter 1/"):
+            p.send_signal(signal.SIGTERM)
+            break
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert "qkv train: interrupted: checkpoint saved at iteration" in err
+    assert (out / "train_state.safetensors").exists()
