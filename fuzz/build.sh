@@ -2,11 +2,14 @@
 # fuzz/build.sh: builds the libFuzzer targets into build/fuzz/ with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   bash fuzz/build.sh            # all targets: npy checkpoint vocab tokenizer
+#   bash fuzz/build.sh            # all targets: npy checkpoint vocab tokenizer model cli
 #   bash fuzz/build.sh npy        # one target
 #
 # Standalone (no CMake, no oneDNN): each target is compiled with only the
 # library sources it needs. Needs Debian's clang and libclang-rt-14-dev.
+# Except `cli`: the commands' runners reach the whole library, so it links
+# the release build's libqkv.a (cmake --build --preset release first) with
+# oneDNN, stb and libgomp; only the command-line code is instrumented.
 # Rebuilds an object only when its source or a header it includes changed.
 set -euo pipefail
 
@@ -31,10 +34,16 @@ declare -A sources=(
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
   [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
+  [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"
+  [cli]="fuzz/fuzz_cli.cpp $(cd "$root" && echo tools/qkv/cmd_*.cpp) tools/qkv/cli_common.cpp tools/qkv/print.cpp tools/qkv/explain_stages.cpp tools/qkv/bench_suite.cpp"
+)
+# What a target links besides its objects.
+declare -A libs=(
+  [cli]="$root/build/release/libqkv.a -ldnnl -lstb -lgomp -lpthread"
 )
 
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint vocab tokenizer)
+[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint vocab tokenizer model cli)
 
 # Stale when missing or older than any file its compiler-written .d lists.
 stale_obj() {
@@ -53,7 +62,7 @@ for t in "${targets[@]}"; do
     obj="$out/obj/$(echo "$src" | tr / _).o"
     if stale_obj "$obj"; then
       echo "  CXX $src"
-      "$CXX" "${flags[@]}" -MMD -MF "$obj.d" -c "$root/$src" -o "$obj"
+      "$CXX" "${flags[@]}" -I"$root/tools/qkv" -MMD -MF "$obj.d" -c "$root/$src" -o "$obj"
     fi
     objs+=("$obj")
   done
@@ -61,8 +70,15 @@ for t in "${targets[@]}"; do
   stale=0
   [ -f "$bin" ] || stale=1
   for obj in "${objs[@]}"; do [ "$obj" -nt "$bin" ] && stale=1; done
+  if [ -n "${libs[$t]+x}" ]; then
+    lib="$root/build/release/libqkv.a"
+    [ -f "$lib" ] || { echo "fuzz/build.sh: $t links $lib: build the release preset first" >&2; exit 2; }
+    [ "$lib" -nt "$bin" ] && stale=1
+  fi
   if [ $stale -eq 1 ]; then
     echo "  LINK $bin"
-    "$CXX" -fsanitize=fuzzer,address,undefined -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" -o "$bin"
+    # shellcheck disable=SC2086  # the library list splits on purpose
+    "$CXX" -fsanitize=fuzzer,address,undefined -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" \
+      ${libs[$t]:-} -o "$bin"
   fi
 done
