@@ -2,11 +2,14 @@
 # fuzz/build.sh: builds the libFuzzer targets into build/fuzz/ with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   bash fuzz/build.sh            # all targets: npy checkpoint vocab tokenizer
+#   bash fuzz/build.sh            # all targets: npy checkpoint vocab tokenizer model cli
 #   bash fuzz/build.sh npy        # one target
 #
 # Standalone (no CMake, no oneDNN): each target is compiled with only the
 # library sources it needs. Needs Debian's clang and libclang-rt-14-dev.
+# Except `cli`: the commands' runners reach the whole library, so it links
+# the release build's libqkv.a (cmake --build --preset release first) with
+# oneDNN, stb and libgomp; only the command-line code is instrumented.
 # Rebuilds an object only when its source or a header it includes changed.
 set -euo pipefail
 
@@ -25,16 +28,33 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -ffunction-sections -fdata-sect
        -I"$root/include" -I"$root/src" -Wall -Wextra)
 
 # The library sources each target links (its own file comes first).
-io_core=(src/core/tensor.cpp src/io/byte_source.cpp src/io/atomic_file.cpp src/io/npy_header.cpp)
+io_core=(src/core/tensor.cpp src/core/view.cpp src/io/byte_source.cpp src/io/atomic_file.cpp src/io/npy_header.cpp)
 declare -A sources=(
   [npy]="fuzz/fuzz_npy.cpp ${io_core[*]} src/io/npy.cpp"
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
   [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
+  [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"
+  # Every file of the command but its main() and the MPI entry (built
+  # without QKV_HAVE_MPI, --sequence-parallel is a usage error here).
+  [cli]="fuzz/fuzz_cli.cpp $(cd "$root" && ls tools/qkv/*.cpp | grep -v -e /main.cpp -e /sequence_parallel.cpp | tr '\n' ' ')"
+)
+# What a target links besides its objects. A model directory's loader builds
+# a GPT, which needs the layers, the GEMM and the attention kernels: those
+# come from the release build's static libraries, uninstrumented, while the
+# parsers above are compiled here with the sanitizers. The loader's own
+# objects come first and win (--allow-multiple-definition), so the archives
+# only fill in what the harness does not compile itself.
+release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a \
+  $root/build/release/libqkv_io.a $root/build/release/libqkv_core.a -ldnnl -lgomp -lpthread"
+declare -A libs=(
+  [checkpoint]="$release_libs"
+  [model]="$release_libs"
+  [cli]="$root/build/release/libqkv_viz.a $release_libs -lstb"
 )
 
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint vocab tokenizer)
+[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint vocab tokenizer model cli)
 
 # Stale when missing or older than any file its compiler-written .d lists.
 stale_obj() {
@@ -53,7 +73,7 @@ for t in "${targets[@]}"; do
     obj="$out/obj/$(echo "$src" | tr / _).o"
     if stale_obj "$obj"; then
       echo "  CXX $src"
-      "$CXX" "${flags[@]}" -MMD -MF "$obj.d" -c "$root/$src" -o "$obj"
+      "$CXX" "${flags[@]}" -I"$root/tools/qkv" -MMD -MF "$obj.d" -c "$root/$src" -o "$obj"
     fi
     objs+=("$obj")
   done
@@ -61,8 +81,15 @@ for t in "${targets[@]}"; do
   stale=0
   [ -f "$bin" ] || stale=1
   for obj in "${objs[@]}"; do [ "$obj" -nt "$bin" ] && stale=1; done
+  if [ -n "${libs[$t]+x}" ]; then
+    lib="$root/build/release/libqkv.a"
+    [ -f "$lib" ] || { echo "fuzz/build.sh: $t links $lib: build the release preset first" >&2; exit 2; }
+    [ "$lib" -nt "$bin" ] && stale=1
+  fi
   if [ $stale -eq 1 ]; then
     echo "  LINK $bin"
-    "$CXX" -fsanitize=fuzzer,address,undefined -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" -o "$bin"
+    # shellcheck disable=SC2086  # the library list splits on purpose
+    "$CXX" -fsanitize=fuzzer,address,undefined -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" \
+      ${libs[$t]:-} -o "$bin"
   fi
 done

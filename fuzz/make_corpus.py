@@ -155,8 +155,65 @@ def corpus_tokenizer():
     put(t, "bad_stray_cont", b"\x80abc\xffabc")
 
 
+def model_input(config, vocab, weights):
+    """fuzz_model's input: config and vocab each after a 2-byte length, then the weights."""
+    c, v = config.encode(), vocab.encode()
+    return struct.pack("<H", len(c)) + c + struct.pack("<H", len(v)) + v + weights
+
+
+def corpus_model():
+    t = "model"
+    cfg = dict(CONFIG, vocab=3, context=2, layers=1, heads=1, kv_heads=1, embd=2)
+    vocab = '{"type":"char","chars":["a","b"],"unknown":"\\uFFFD"}'
+    shapes = [("transformer.wte.weight", (3, 2)), ("transformer.wpe.weight", (2, 2)),
+              ("transformer.h.0.ln_1.weight", (2,)), ("transformer.h.0.attn.c_attn.weight", (6, 2)),
+              ("transformer.h.0.attn.c_proj.weight", (2, 2)), ("transformer.h.0.ln_2.weight", (2,)),
+              ("transformer.h.0.mlp.c_fc.weight", (8, 2)), ("transformer.h.0.mlp.c_proj.weight", (2, 8)),
+              ("transformer.ln_f.weight", (2,))]
+    def weights(shapes):
+        entries = []
+        for name, shape in shapes:
+            n = 1
+            for d in shape:
+                n *= d
+            entries.append((name, "F32", shape, f32(*[0.01 * i for i in range(n)])))
+        return safetensors(entries, {"format": "pt"})
+    put(t, "tiny", model_input(json.dumps(cfg), vocab, weights(shapes)))
+    rope = [(n, s) for n, s in shapes if n != "transformer.wpe.weight"]
+    put(t, "tiny_rope", model_input(json.dumps(dict(cfg, rope=True)), vocab, weights(rope)))
+    # Slightly broken: a context the weights cannot hold, a vocabulary of the
+    # wrong size, an unknown key.
+    put(t, "bad_context", model_input(json.dumps(dict(cfg, context=10**7)), vocab, weights(shapes)))
+    put(t, "bad_vocab_size", model_input(json.dumps(cfg), '{"type":"char","chars":["a"],'
+                                         '"unknown":"\\uFFFD"}', weights(shapes)))
+    put(t, "bad_unknown_key", model_input(json.dumps(dict(cfg, dropout=0.1)), vocab, weights(shapes)))
+
+
+def corpus_cli():
+    t = "cli"
+    for name, args in [
+        ("attention", ["attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "-o", "o.npy",
+                       "--window", "-1,9223372036854775807", "--causal", "top-left",
+                       "--key-lengths", "3,4", "--softcap", "30", "--scale", "0.5"]),
+        ("attention_threads", ["attention", "--q", "q", "--k", "k", "--v", "v", "-o", "o",
+                               "--threads", "100000", "--alibi"]),
+        ("train", ["train", "--text", "t.txt", "--out", "run", "--layers", "1", "--embd", "8",
+                   "--heads", "2", "--rope", "--seed", "18446744073709551615", "--lr", "inf"]),
+        ("train_resume", ["train", "--text", "t.txt", "--out", "run", "--resume", "--force",
+                          "--stop-at", "250", "--threads", "0"]),
+        ("sample", ["sample", "--model", "m", "--tokens", "99999999999999999999", "--top-k", "3",
+                    "--temperature", "0.5", "--prompt", "ROMEO:"]),
+        ("bench", ["bench", "--n", "64", "--heads", "8", "--kv-heads", "2", "--window", "16",
+                   "--threads", "2147483647", "--json"]),
+        ("explain", ["explain", "--d-model", "100000000000", "--heads", "2"]),
+    ]:
+        put(t, name, "\0".join(args))
+
+
 if __name__ == "__main__":
     corpus_npy()
     corpus_checkpoint()
     corpus_vocab()
     corpus_tokenizer()
+    corpus_model()
+    corpus_cli()

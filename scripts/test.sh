@@ -29,7 +29,7 @@ if [ "${QKV_SANITIZERS:-0}" = 1 ] || [ "${CI:-}" = true ]; then
   echo "sanitizers: $((SECONDS - start)) s"
   # A short run of every loader's fuzz target (fuzz/README.md); a crash fails CI.
   start=$SECONDS
-  for target in npy checkpoint vocab tokenizer; do
+  for target in npy checkpoint vocab tokenizer model cli; do
     bash fuzz/run.sh "$target" 30
   done
   echo "fuzzing: $((SECONDS - start)) s"

@@ -1,5 +1,6 @@
 #include "qkv/npy.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "qkv/files.h"
 #include "numpy/npy_fixtures.h"
 
 namespace fs = std::filesystem;
@@ -257,6 +259,59 @@ TEST_F(NpyFiles, WriteFailuresNameThePathAndCleanUp) {
   fs::create_directory(path("sub"));
   EXPECT_THROW(qkv::write_npy(path("sub"), t), qkv::Error);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+// Issue 10: a symlink is followed (its target replaced, the link kept), a
+// FIFO is written in place (never replaced by a regular file), a failed
+// write to a device is an error, a 254-byte name still fits its temporary,
+// and a set of files is replaced all or none.
+TEST_F(NpyFiles, WritesThroughSymlinksFifosAndDevices) {
+  const Tensor t = sample(DType::f32, {2, 2});
+  fs::create_directory(path("sub"));
+  fs::create_symlink("sub/real.npy", path("link.npy"));
+  qkv::write_npy(path("link.npy"), t);
+  EXPECT_TRUE(fs::is_symlink(path("link.npy")));
+  expect_same(qkv::read_npy(path("sub/real.npy")), t);
+
+  ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
+  const int reader = open(path("fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  qkv::write_npy(path("fifo"), t);  // 144 bytes: fits the pipe's buffer
+  char buf[256];
+  EXPECT_EQ(read(reader, buf, sizeof buf), static_cast<ssize_t>(qkv::npy_bytes(t).size()));
+  close(reader);
+  struct stat st;
+  ASSERT_EQ(lstat(path("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  fs::create_symlink("/dev/full", path("full.npy"));
+  EXPECT_THROW(qkv::write_npy(path("full.npy"), t), qkv::Error);
+
+  const std::string longest(250, 'a');  // + ".npy": 254 bytes, legal
+  qkv::write_npy(path(longest + ".npy"), t);
+  expect_same(qkv::read_npy(path(longest + ".npy")), t);
+}
+
+TEST_F(NpyFiles, FileSetReplacesAllOrNone) {
+  std::ofstream(path("a")) << "old a";
+  fs::create_directory(path("b"));  // in the way of the second file
+  {
+    qkv::FileSet files;
+    files.stage(path("a"), {"new a"});
+    EXPECT_THROW(files.stage(path("b"), {"new b"}), qkv::Error);
+  }  // dropped uncommitted
+  std::ifstream in(path("a"));
+  std::string a((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(a, "old a");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);  // no temporaries
+  qkv::FileSet files;
+  files.stage(path("a"), {"new ", "a"});
+  files.stage(path("c"), {"c"});
+  files.commit();
+  std::ifstream again(path("a"));
+  std::string a2((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(a2, "new a");
+  EXPECT_TRUE(fs::exists(path("c")));
 }
 
 TEST_F(NpyFiles, ReadFailuresAreClear) {

@@ -8,12 +8,14 @@
 //                           weights, AdamW's moments, the iteration and the
 //                           training options
 //
-// Every file is written atomically (temporary file, fsync, rename), the
-// state last: it commits the checkpoint. Weights, moments and iteration
-// share one file so that a kill between two renames can never pair the
-// weights of one step with the moments of another; model.safetensors may be
-// one checkpoint newer than the state after such a kill, which sampling
-// does not mind and resuming ignores.
+// A checkpoint is written as one set (io/atomic_file.h's FileSet): all four
+// files go to temporaries and are fsynced first, and only then renamed over
+// their predecessors, the state last. An error while writing (a full disk,
+// a directory in the way) replaces nothing, so the previous checkpoint stays
+// whole. Weights, moments and iteration share one file so that a kill during
+// the renames can never pair the weights of one step with the moments of
+// another; model.safetensors may then be one checkpoint newer than the
+// state, which sampling does not mind and resuming ignores.
 #pragma once
 
 #include <string>
@@ -27,10 +29,17 @@ namespace qkv {
 GPTConfig config_from_json(const std::string& json, const std::string& name_for_errors);
 std::string config_to_json(const GPTConfig& cfg);
 
-// Writes DIR/model.safetensors, DIR/config.json and DIR/vocab.json.
+// Writes a model on its own (no training state): DIR/config.json,
+// DIR/vocab.json and DIR/model.safetensors, all or none; what load_model reads.
 void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok);
 
-// Reads what save_model wrote; every missing, truncated or tampered file is a
+// Writes the whole checkpoint: DIR/config.json, DIR/vocab.json,
+// DIR/model.safetensors and DIR/train_state.safetensors (the resume point:
+// weights, AdamW's moments, `next_iter` and the training options), all or none.
+void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
+                     AdamW& opt, int64_t next_iter, const std::string& options_json);
+
+// Reads what save_checkpoint wrote (train_state aside); every missing, truncated or tampered file is a
 // qkv::Error naming it.
 struct LoadedModel {
   GPTConfig config;
@@ -42,9 +51,6 @@ LoadedModel load_model(const std::string& dir);
 // Copies loaded weights into a model built from the same config.
 void set_weights(GPT& model, const std::vector<float>& weights);
 
-// The resume point: writes DIR/train_state.safetensors.
-void save_train_state(const std::string& dir, const GPT& model, AdamW& opt, int64_t next_iter,
-                      const std::string& options_json);
 struct TrainState {
   int64_t next_iter = 0;
   int64_t adam_steps = 0;

@@ -22,6 +22,7 @@ struct TrainOptions {
   int threads = 0;  // 0 = all cores
   Kernel kernel = Kernel::automatic;
   bool resume = false;
+  bool force = false;    // start afresh even where out_dir holds a trained run
   int64_t stop_at = -1;  // >= 0: stop once this iteration's checkpoint is written
   // When it points at a non-zero value (set by a signal handler, say), the
   // loop finishes the current step, writes a checkpoint for the next
@@ -47,6 +48,11 @@ struct TrainResult {
 // Trains and writes DIR/{model.safetensors, config.json, vocab.json,
 // train_state.safetensors, log.jsonl, loss.png}. Progress goes to stdout
 // (log lines) or stderr (the bar). Throws qkv::Error on bad input.
+//
+// One writer per directory: out_dir/.qkv-train.lock is held (flock) for the
+// whole run, and a second train() on the same directory is a qkv::Error.
+// Without resume or force, a directory that already holds a checkpoint is
+// refused rather than overwritten.
 //
 // Crash safety: train_state.safetensors is the checkpoint's commit record
 // and holds everything --resume reads (weights, AdamW's moments, the

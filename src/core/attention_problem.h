@@ -46,6 +46,7 @@ struct MaskView {
   std::vector<int64_t> head_offset;  // [B * Hq]
   int64_t stride_n = 0;
   int64_t stride_s = 0;
+  double max_abs_add = 0.0;  // largest finite |value| of an additive mask
 
   bool present() const { return keep || add_f32 || add_f64; }
   // For plain loops (the reference, tests): element m hides the key (bool
@@ -77,6 +78,9 @@ struct AttentionProblem {
   int64_t group = 1;    // Hq / Hkv: query heads per key/value head
   double scale = 1.0;
   double softcap = 0.0;  // 0 = off
+  // False when a float32 score could leave float32's range (see
+  // check_attention_args): the fast kernel then does not run the problem.
+  bool scores_fit_f32 = true;
   Causal causal = Causal::none;
   bool has_window = false;
   SlidingWindow window;

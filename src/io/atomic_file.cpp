@@ -1,6 +1,8 @@
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,14 +19,39 @@ namespace {
   throw Error("cannot write '" + path + "': " + std::strerror(err));
 }
 
-// Opens a fresh temporary next to `path` (same directory, so the final rename
-// cannot cross file systems). O_EXCL with mode 0666 lets the umask give the
-// file the permissions a plain create would have, which mkstemp's 0600 would
-// not; the pid and a counter keep concurrent writers apart.
-int open_temp(const std::string& path, std::string& tmp) {
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Where a chain of symlinks ends (the path itself when it is not a link), so
+// that writing through a link replaces its target and keeps the link. Only
+// the last component needs this: rename() follows links in the directories.
+std::string follow_symlinks(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {  // 40: Linux's own limit (ELOOP)
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::string link(PATH_MAX, '\0');
+    const ssize_t n = readlink(p.c_str(), link.data(), link.size());
+    if (n < 0) fail(path, errno);
+    link.resize(static_cast<size_t>(n));
+    p = link.front() == '/' ? link : dir_of(p) + "/" + link;
+  }
+  fail(path, ELOOP);
+}
+
+// Opens a fresh temporary in `dir`. The name is short and fixed in length
+// (kTempPrefix, the pid, a counter), so a legal 255-byte target name never
+// makes it too long; the pid and the counter keep concurrent writers apart.
+// O_EXCL with mode 0666 lets the umask give the file the permissions a plain
+// create would have, which mkstemp's 0600 would not.
+int open_temp(const std::string& dir, std::string& tmp) {
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    tmp = path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(counter++);
+    tmp = dir + "/" + std::string(kTempPrefix) + std::to_string(getpid()) + "." +
+          std::to_string(counter++);
     const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
@@ -43,11 +70,23 @@ bool write_all(int fd, std::string_view bytes) {
   return true;
 }
 
-// Makes the rename itself durable; best effort, since some file systems
-// refuse fsync on a directory and the data is already safe either way.
-void sync_parent_dir(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+// A device, FIFO or socket is not ours to replace (renaming over /dev/null
+// as root would destroy it): its bytes go to it directly. No fsync: devices
+// and pipes refuse it, and there is no file to make durable.
+void write_in_place(const std::string& path, const std::string& target,
+                    std::initializer_list<std::string_view> parts) {
+  const int fd = open(target.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, errno);
+  bool ok = true;
+  for (std::string_view part : parts) ok = ok && write_all(fd, part);
+  const int err = ok ? 0 : errno;
+  if (close(fd) != 0 && ok) fail(path, errno);
+  if (!ok) fail(path, err ? err : EIO);
+}
+
+// Makes a rename durable; best effort, since some file systems refuse fsync
+// on a directory and the data is already safe either way.
+void sync_dir(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
   fsync(fd);
@@ -56,9 +95,20 @@ void sync_parent_dir(const std::string& path) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
-  std::string tmp;
-  const int fd = open_temp(path, tmp);
+FileSet::~FileSet() {
+  for (const Staged& s : staged_) unlink(s.tmp.c_str());
+}
+
+void FileSet::stage(const std::string& path, std::initializer_list<std::string_view> parts) {
+  Staged s{path, follow_symlinks(path), ""};
+  struct stat st;
+  if (stat(s.target.c_str(), &st) == 0) {
+    // Refused now rather than at the rename, so that no other file of the
+    // set has been replaced by then.
+    if (S_ISDIR(st.st_mode)) fail(path, EISDIR);
+    if (!S_ISREG(st.st_mode)) return write_in_place(path, s.target, parts);
+  }
+  const int fd = open_temp(dir_of(s.target), s.tmp);
   if (fd < 0) fail(path, errno);
   bool ok = true;
   for (std::string_view part : parts) ok = ok && write_all(fd, part);
@@ -68,15 +118,30 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
     ok = false;
     err = errno;
   }
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
   if (!ok) {
-    unlink(tmp.c_str());
+    unlink(s.tmp.c_str());
     fail(path, err ? err : EIO);
   }
-  sync_parent_dir(path);
+  staged_.push_back(std::move(s));
+}
+
+void FileSet::commit() {
+  for (size_t i = 0; i < staged_.size(); ++i) {
+    if (std::rename(staged_[i].tmp.c_str(), staged_[i].target.c_str()) != 0) {
+      const int err = errno;
+      const std::string path = staged_[i].path;
+      staged_.erase(staged_.begin(), staged_.begin() + static_cast<std::ptrdiff_t>(i));
+      fail(path, err);  // the destructor removes the temporaries not renamed
+    }
+  }
+  for (const Staged& s : staged_) sync_dir(dir_of(s.target));
+  staged_.clear();
+}
+
+void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
+  FileSet files;
+  files.stage(path, parts);
+  files.commit();
 }
 
 }  // namespace qkv

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 #include "io/byte_source.h"
 #include "io/npy_header.h"
 #include "qkv/view.h"
@@ -228,6 +228,10 @@ std::string npy_bytes(const Tensor& t) { return npy_header(t) + std::string(data
 
 void write_npy(const std::string& path, const Tensor& t) {
   write_file_atomic(path, {npy_header(t), data_view(t)});
+}
+
+void stage_npy(FileSet& files, const std::string& path, const Tensor& t) {
+  files.stage(path, {npy_header(t), data_view(t)});
 }
 
 }  // namespace qkv

@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 #include "io/byte_source.h"
 #include "io/json_strict.h"
 #include "io/npy_header.h"  // quoted()
@@ -278,6 +278,13 @@ void write_safetensors(const std::string& path,
                        const std::map<std::string, std::string>& metadata) {
   const std::string header = header_bytes(tensors, metadata);
   write_file_atomic(path, {header, data_bytes(tensors)});
+}
+
+void stage_safetensors(FileSet& files, const std::string& path,
+                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = header_bytes(tensors, metadata);
+  files.stage(path, {header, data_bytes(tensors)});
 }
 
 std::map<std::string, Tensor> parse_safetensors(const std::string& bytes, const std::string& name_for_errors) {

@@ -1,12 +1,16 @@
 #include "qkv/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 #include "io/json_strict.h"
 #include "qkv/safetensors.h"
 
@@ -29,6 +33,24 @@ int64_t require_int(const json& j, const char* key, const std::string& name) {
   return j[key].get<int64_t>();
 }
 
+// The number of weights build_params() makes for `c`, in double so that a
+// huge config cannot overflow: compared with the weights file's size before
+// anything is allocated for the config.
+double param_count(const GPTConfig& c) {
+  const double C = static_cast<double>(c.embd), L = static_cast<double>(c.layers);
+  const double hs = static_cast<double>(c.head_dim());
+  const double qkv_out = static_cast<double>(c.heads + 2 * c.kv_heads) * hs;
+  const double b = c.bias ? 1.0 : 0.0;
+  const double layer = (1.0 + b) * C                  // ln_1
+                       + qkv_out * C + b * qkv_out    // c_attn
+                       + C * C + b * C                // attn.c_proj
+                       + (1.0 + b) * C                // ln_2
+                       + 4.0 * C * C + b * 4.0 * C    // c_fc
+                       + 4.0 * C * C + b * C;         // mlp.c_proj
+  return static_cast<double>(c.vocab) * C + (c.rope ? 0.0 : static_cast<double>(c.context) * C) +
+         L * layer + (1.0 + b) * C;
+}
+
 }  // namespace
 
 std::string config_to_json(const GPTConfig& c) {
@@ -47,6 +69,15 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
     throw Error("'" + name + "': " + e.what());
   }
   if (!j.is_object()) throw Error("'" + name + "': expected a JSON object");
+  // A key qkv does not know (a typo, another program's config) would be
+  // ignored silently; refuse it by name instead.
+  static const char* const kKeys[] = {"vocab", "context", "layers", "heads", "kv_heads",
+                                      "embd",  "rope",    "bias",   "arch"};
+  for (const auto& [key, value] : j.items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      throw Error("'" + name + "': unknown key \"" + key +
+                  "\" (qkv's config has vocab, context, layers, heads, kv_heads, embd, rope, bias, "
+                  "arch)");
   GPTConfig c;
   c.vocab = require_int(j, "vocab", name);
   c.context = require_int(j, "context", name);
@@ -60,6 +91,9 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   if (!j.contains("bias") || !j["bias"].is_boolean())
     throw Error("'" + name + "': expected a boolean 'bias'");
   c.bias = j["bias"].get<bool>();
+  if (!j.contains("arch") || !j["arch"].is_string() || j["arch"].get<std::string>() != "gpt")
+    throw Error("'" + name + "': expected 'arch' \"gpt\" (the only architecture qkv builds), found " +
+                (j.contains("arch") ? j["arch"].dump() : std::string("none")));
   try {
     c.validate();
   } catch (const Error& e) {
@@ -68,20 +102,63 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   return c;
 }
 
-void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok) {
+namespace {
+
+// The tensors of one model as safetensors wants them: named views of copies
+// of the flat weight buffer.
+std::vector<Tensor> param_tensors(const GPT& model) {
   std::vector<Tensor> tensors;
   tensors.reserve(model.params().size());
-  std::vector<std::pair<std::string, const Tensor*>> named;
   for (const ParamInfo& p : model.params()) {
     Tensor t(DType::f32, p.shape);
     std::copy_n(model.weights().data() + p.offset, p.size, t.data<float>());
     tensors.push_back(std::move(t));
   }
+  return tensors;
+}
+
+}  // namespace
+
+namespace {
+
+// The model's files (config.json, vocab.json, model.safetensors) staged.
+void stage_model(FileSet& files, const std::string& dir, const GPT& model, const CharTokenizer& tok,
+                 const std::vector<Tensor>& tensors) {
+  std::vector<std::pair<std::string, const Tensor*>> named;
   for (size_t i = 0; i < tensors.size(); ++i) named.emplace_back(model.params()[i].name, &tensors[i]);
   const std::string cfg = config_to_json(model.config());
-  write_file_atomic(dir + "/config.json", {cfg});
-  write_file_atomic(dir + "/vocab.json", {tok.to_json()});
-  write_safetensors(dir + "/model.safetensors", named, {{"format", "pt"}, {"qkv_config", cfg}});
+  files.stage(dir + "/config.json", {cfg});
+  files.stage(dir + "/vocab.json", {tok.to_json()});
+  stage_safetensors(files, dir + "/model.safetensors", named, {{"format", "pt"}, {"qkv_config", cfg}});
+}
+
+}  // namespace
+
+void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok) {
+  const std::vector<Tensor> tensors = param_tensors(model);
+  FileSet files;
+  stage_model(files, dir, model, tok, tensors);
+  files.commit();
+}
+
+void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
+                     AdamW& opt, int64_t next_iter, const std::string& options_json) {
+  const std::vector<Tensor> tensors = param_tensors(model);
+  const int64_t n = model.num_params();
+  Tensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n});
+  std::copy(model.weights().begin(), model.weights().end(), w.data<float>());
+  std::copy(opt.m().begin(), opt.m().end(), m.data<float>());
+  std::copy(opt.v().begin(), opt.v().end(), v.data<float>());
+  // Every file is written in full before any replaces its predecessor: a
+  // full disk or an unwritable file leaves the previous checkpoint whole.
+  FileSet files;
+  stage_model(files, dir, model, tok, tensors);
+  stage_safetensors(files, dir + "/train_state.safetensors",
+                    {{"weights", &w}, {"adam.m", &m}, {"adam.v", &v}},
+                    {{"next_iter", std::to_string(next_iter)},
+                     {"adam_steps", std::to_string(opt.steps())},
+                     {"options", options_json}});
+  files.commit();  // the resume point last, as the commit record
 }
 
 LoadedModel load_model(const std::string& dir) {
@@ -93,6 +170,19 @@ LoadedModel load_model(const std::string& dir) {
     throw Error("'" + dir + "/vocab.json': " + std::to_string(m.tokenizer.vocab_size()) +
                 " tokens, but config.json says vocab " + std::to_string(m.config.vocab));
   const std::map<std::string, Tensor> tensors = read_safetensors(wpath);
+  // The config decides what is allocated below; a config whose weights could
+  // not be in the file (context: 1e7, say) is refused before that, by size
+  // alone (the file itself is whole by now: its header's offsets fit it).
+  std::error_code ec;
+  const double file_bytes = static_cast<double>(std::filesystem::file_size(wpath, ec));
+  const double need = 4.0 * param_count(m.config);
+  if (!ec && need > file_bytes) {
+    char sizes[96];
+    std::snprintf(sizes, sizeof sizes, "%.0f float32 weights (%.4g GiB)", need / 4.0,
+                  need / (1024.0 * 1024.0 * 1024.0));
+    throw Error("'" + dir + "/config.json': describes a model of " + sizes + ", but '" + wpath +
+                "' has only " + std::to_string(static_cast<uint64_t>(file_bytes)) + " bytes");
+  }
   const GPT shape_only(m.config);
   m.weights.assign(static_cast<size_t>(shape_only.num_params()), 0.0f);
   for (const ParamInfo& p : shape_only.params()) {
@@ -119,20 +209,6 @@ void set_weights(GPT& model, const std::vector<float>& weights) {
     throw Error("set_weights: " + std::to_string(weights.size()) + " weights for a model of " +
                 std::to_string(model.num_params()));
   model.weights() = weights;
-}
-
-void save_train_state(const std::string& dir, const GPT& model, AdamW& opt, int64_t next_iter,
-                      const std::string& options_json) {
-  const int64_t n = model.num_params();
-  Tensor w(DType::f32, {n}), m(DType::f32, {n}), v(DType::f32, {n});
-  std::copy(model.weights().begin(), model.weights().end(), w.data<float>());
-  std::copy(opt.m().begin(), opt.m().end(), m.data<float>());
-  std::copy(opt.v().begin(), opt.v().end(), v.data<float>());
-  write_safetensors(dir + "/train_state.safetensors",
-                    {{"weights", &w}, {"adam.m", &m}, {"adam.v", &v}},
-                    {{"next_iter", std::to_string(next_iter)},
-                     {"adam_steps", std::to_string(opt.steps())},
-                     {"options", options_json}});
 }
 
 TrainState load_train_state(const std::string& dir) {

@@ -102,21 +102,14 @@ CharTokenizer::CharTokenizer(std::vector<char32_t> chars) : chars_(std::move(cha
 }
 
 CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
-  // ASCII (most text) in a table; the rest sorted and deduplicated after.
-  bool ascii[128] = {};
-  std::vector<char32_t> other;
-  for_each_code_point(utf8, [&](char32_t c) {
-    if (c < 128)
-      ascii[c] = true;
-    else
-      other.push_back(c);
-  });
-  std::sort(other.begin(), other.end());
-  other.erase(std::unique(other.begin(), other.end()), other.end());
+  // One flag per code point (1.1 M bits, 136 KiB): the vocabulary of any
+  // text in fixed memory, where a list of its non-ASCII characters could
+  // grow to twice the text.
+  std::vector<bool> seen(0x110000, false);
+  for_each_code_point(utf8, [&](char32_t c) { seen[c] = true; });
   std::vector<char32_t> chars;
-  for (char32_t c = 0; c < 128; ++c)
-    if (ascii[c]) chars.push_back(c);
-  chars.insert(chars.end(), other.begin(), other.end());
+  for (char32_t c = 0; c < 0x110000; ++c)
+    if (seen[c]) chars.push_back(c);
   if (chars.empty()) throw Error("no characters: the text is empty, so there is no vocabulary to build");
   return CharTokenizer(std::move(chars));
 }

@@ -1,6 +1,8 @@
 #include "qkv/trainer.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,16 +11,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 #include "qkv/checkpoint.h"
 #include "qkv/rng.h"
 #include "qkv/runtime.h"
@@ -30,15 +34,20 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+// The whole file in one string of its size: no stream buffer and no copies,
+// so a large text costs its size once.
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw Error("--text: '" + path + "' is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("--text: cannot read '" + path + "': no such file or no permission");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (s.str().empty()) throw Error("--text: '" + path + "' is empty; qkv train needs text to learn");
-  return s.str();
+  const std::streamoff size = in.tellg();
+  if (size == 0) throw Error("--text: '" + path + "' is empty; qkv train needs text to learn");
+  std::string text(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
+  in.seekg(0);
+  if (size < 0 || !in.read(text.data(), size))
+    throw Error("--text: cannot read '" + path + "': read error");
+  return text;
 }
 
 // Batches are drawn from a generator seeded by (seed, stream, index), not
@@ -50,35 +59,77 @@ NumpyGenerator batch_rng(uint64_t seed, uint64_t stream, uint64_t index) {
 
 constexpr uint64_t kTrainStream = 0, kEvalTrainStream = 1, kEvalValStream = 2;
 
+// The text's token ids in the smallest integer type that holds every id of
+// the vocabulary: one byte per character for up to 256 characters, so the
+// ids of a large text take about as much memory as the text itself.
+using TokenIds = std::variant<std::vector<uint8_t>, std::vector<uint16_t>, std::vector<int32_t>>;
+
+// A part of the ids: [begin, end).
+struct Part {
+  const TokenIds* ids;
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+
 // x [B, T] and y [B, T] (x shifted by one) from random windows of `data`.
-void get_batch(const std::vector<int32_t>& data, int64_t B, int64_t T, NumpyGenerator& rng,
+void get_batch(const Part& data, int64_t B, int64_t T, NumpyGenerator& rng,
                std::vector<int32_t>& x, std::vector<int32_t>& y) {
-  const int64_t span = static_cast<int64_t>(data.size()) - T;  // windows start in [0, span)
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t off = static_cast<int64_t>(rng.random() * static_cast<double>(span));
-    std::copy_n(data.begin() + off, T, x.begin() + b * T);
-    std::copy_n(data.begin() + off + 1, T, y.begin() + b * T);
+  const int64_t span = data.size() - T;  // windows start in [0, span)
+  std::visit(
+      [&](const auto& ids) {
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t off =
+              data.begin + static_cast<int64_t>(rng.random() * static_cast<double>(span));
+          std::copy_n(ids.begin() + off, T, x.begin() + b * T);
+          std::copy_n(ids.begin() + off + 1, T, y.begin() + b * T);
+        }
+      },
+      *data.ids);
+}
+
+// Encodes `text` a slice at a time (cut before a UTF-8 lead byte) straight
+// into the narrow type, so no int32 copy of the whole text ever exists.
+template <class Id>
+std::vector<Id> encode_narrow(const CharTokenizer& tok, const std::string& text) {
+  constexpr size_t kSlice = size_t{1} << 20;
+  std::vector<Id> ids;
+  ids.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    size_t end = std::min(text.size(), at + kSlice);
+    while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) ++end;
+    for (int32_t id : tok.encode(text.substr(at, end - at))) ids.push_back(static_cast<Id>(id));
+    at = end;
   }
+  ids.shrink_to_fit();
+  return ids;
+}
+
+TokenIds encode_text(const CharTokenizer& tok, const std::string& text) {
+  if (tok.vocab_size() <= 256) return encode_narrow<uint8_t>(tok, text);
+  if (tok.vocab_size() <= 65536) return encode_narrow<uint16_t>(tok, text);
+  return encode_narrow<int32_t>(tok, text);
+}
+
+int64_t id_count(const TokenIds& ids) {
+  return std::visit([](const auto& v) { return static_cast<int64_t>(v.size()); }, ids);
 }
 
 struct Split {
-  std::vector<int32_t> train, val;
+  Part train, val;
 };
 
-Split split_data(const std::vector<int32_t>& ids, int64_t T, const std::string& path) {
-  const int64_t n = static_cast<int64_t>(ids.size()), n_train = n * 9 / 10;
-  Split s{std::vector<int32_t>(ids.begin(), ids.begin() + n_train),
-          std::vector<int32_t>(ids.begin() + n_train, ids.end())};
+Split split_data(const TokenIds& ids, int64_t T, const std::string& path) {
+  const int64_t n = id_count(ids), n_train = n * 9 / 10;
   const int64_t need = 10 * (T + 1);  // so the 10% validation part holds one window
   if (n < need)
     throw Error("--text: '" + path + "' has " + std::to_string(n) + " characters; with --context " +
                 std::to_string(T) + " it needs at least " + std::to_string(need) +
                 " (90% train / 10% validation, each longer than the context)");
-  return s;
+  return Split{Part{&ids, 0, n_train}, Part{&ids, n_train, n}};
 }
 
 // Mean loss over eval_iters fixed batches of one split.
-double estimate_loss(GPT& model, const std::vector<int32_t>& data, const TrainOptions& o,
+double estimate_loss(GPT& model, const Part& data, const TrainOptions& o,
                      uint64_t stream, std::vector<int32_t>& x, std::vector<int32_t>& y) {
   double sum = 0.0;
   for (int64_t k = 0; k < o.eval_iters; ++k) {
@@ -146,24 +197,48 @@ void draw_bar(int64_t it, int64_t iters, double loss, double val, double tok_s, 
   std::fflush(stderr);
 }
 
-// Temporaries that killed runs left behind ("model.safetensors.tmp<pid>.<n>",
-// see write_file_atomic): removed, unless the process that writes them runs.
+// Temporaries that killed runs left behind (".qkv-tmp.<pid>.<n>", see
+// io/atomic_file.h): removed, unless the process that writes them runs.
 void remove_stale_temporaries(const std::string& dir) {
-  static const char* const kFiles[] = {"model.safetensors", "config.json", "vocab.json",
-                                       "train_state.safetensors", "log.jsonl", "loss.png"};
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const size_t tmp = name.rfind(".tmp");
-    if (tmp == std::string::npos) continue;
-    if (std::find(std::begin(kFiles), std::end(kFiles), name.substr(0, tmp)) == std::end(kFiles))
-      continue;
-    const long pid = std::strtol(name.c_str() + tmp + 4, nullptr, 10);
+    if (name.compare(0, kTempPrefix.size(), kTempPrefix) != 0) continue;
+    const long pid = std::strtol(name.c_str() + kTempPrefix.size(), nullptr, 10);
     if (pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
     std::error_code ignored;
     fs::remove(it->path(), ignored);
   }
 }
+
+// The run directory's lock: flock on DIR/.qkv-train.lock, held until the
+// process exits (the kernel releases it even after a kill -9). Two runs
+// writing one directory would interleave log.jsonl and overwrite each
+// other's checkpoints.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& dir) {
+    const std::string path = dir + "/.qkv-train.lock";
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ < 0)
+      throw Error("--out: cannot create the lock file '" + path + "': " + std::strerror(errno));
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      close(fd_);
+      if (err == EWOULDBLOCK)
+        throw Error("--out: '" + dir +
+                    "' is in use by another qkv train (it holds .qkv-train.lock); wait for it to "
+                    "finish or choose another --out");
+      throw Error("--out: cannot lock '" + path + "': " + std::strerror(err));
+    }
+  }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+  ~RunLock() { close(fd_); }
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -213,7 +288,7 @@ TrainOptions TrainOptions::from_json(const std::string& text, const std::string&
 
 TrainResult train(const TrainOptions& given) {
   TrainOptions o = given;
-  const std::string text = read_text_file(o.text_path);
+  std::string text = read_text_file(o.text_path);
   const CharTokenizer tok = [&] {
     try {
       return CharTokenizer::from_text(text);
@@ -221,7 +296,6 @@ TrainResult train(const TrainOptions& given) {
       throw Error("--text: '" + o.text_path + "': " + e.what());
     }
   }();
-  const std::vector<int32_t> ids = tok.encode(text);
   o.model.vocab = tok.vocab_size();
   o.model.validate();
 
@@ -229,9 +303,17 @@ TrainResult train(const TrainOptions& given) {
   fs::create_directories(o.out_dir, ec);
   if (ec || !fs::is_directory(o.out_dir))
     throw Error("--out: cannot create directory '" + o.out_dir + "': " + ec.message());
+  const RunLock lock(o.out_dir);
   remove_stale_temporaries(o.out_dir);
+  if (!o.resume && !o.force && fs::exists(o.out_dir + "/train_state.safetensors", ec))
+    throw Error("--out: '" + o.out_dir +
+                "' already holds a trained run (train_state.safetensors); continue it with "
+                "--resume, or pass --force to start over and overwrite it");
 
   o.text_hash = fnv1a(text);
+  // The text is only needed as ids from here on.
+  const TokenIds ids = encode_text(tok, text);
+  std::string().swap(text);
   TrainState st;
   if (o.resume) {
     // The run continues with the options it started with; only where the
@@ -246,7 +328,7 @@ TrainResult train(const TrainOptions& given) {
                   o.out_dir + "' was trained on");
     saved.text_path = o.text_path, saved.out_dir = o.out_dir, saved.threads = o.threads;
     saved.kernel = o.kernel, saved.progress_bar = o.progress_bar, saved.resume = true;
-    saved.stop_at = o.stop_at;
+    saved.stop_at = o.stop_at, saved.force = o.force;
     o = saved;
   }
   GPT model(o.model);
@@ -280,8 +362,7 @@ TrainResult train(const TrainOptions& given) {
   // The model files first (for qkv sample and PyTorch), then the resume
   // point, which commits the checkpoint: everything --resume needs is in it.
   auto checkpoint = [&](int64_t next_iter) {
-    save_model(o.out_dir, model, tok);
-    save_train_state(o.out_dir, model, opt, next_iter, o.to_json());
+    save_checkpoint(o.out_dir, model, tok, opt, next_iter, o.to_json());
     res.next_iter = next_iter;
   };
   double val = NAN, last_loss = NAN, tok_s = 0.0;

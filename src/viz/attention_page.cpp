@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 
 namespace qkv {
 namespace {

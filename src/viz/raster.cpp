@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "io/atomic_file.h"
+#include "qkv/files.h"
 #include "qkv/error.h"
 #include "viz/heatmap_common.h"
 

@@ -3,9 +3,12 @@ code: each row's id names a setup below that writes the input the row
 describes and returns the command line; the command must exit with the row's
 code and print one line containing the row's message fragments (the parts in
 backticks, in order; what lies between them is a path that varies)."""
+import fcntl
+import json
 import re
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +127,52 @@ def resumed_on_other_text(i: Inputs):
     return i.train("--resume", text=i.text("a different text " * 40), out=out)
 
 
+def edited_config(i: Inputs, **changes):
+    model = i.model()
+    cfg = json.loads((model / "config.json").read_text())
+    cfg.update(changes)
+    (model / "config.json").write_text(json.dumps(cfg))
+    return i.sample(model)
+
+
+def trained_run_in_the_way(i: Inputs):
+    out = i.tmp / "run"
+    shutil.copytree(i._model, out)
+    return i.train(out=out)
+
+
+HELD = []  # lock files held open while their row runs
+
+
+def run_dir_in_use(i: Inputs):
+    out = i.tmp / "run"
+    out.mkdir()
+    lock = open(out / ".qkv-train.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running qkv train holds it
+    HELD.append(lock)
+    return i.train(out=out)
+
+
+def symlink_to(i: Inputs, name, target):
+    link = i.tmp / name
+    link.symlink_to(target)
+    return link
+
+
+def raw_bytes_in_npy_header():
+    header = b"{'descr': '<\xff\xfe\x1b[31m', 'fortran_order': False, 'shape': (2, 3, 4), }"
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def weights_into_directory(i: Inputs):
+    (i.tmp / "w").mkdir()
+    return i.attention("--lse", str(i.tmp / "lse.npy"), "--weights", str(i.tmp / "w"))
+
+
+# A setup that returns (args, path) runs with stdout sent to that path.
+STDOUT_FULL = "/dev/full"
+
 HUGE = 1_000_000  # N = S = 10^6: the weights [1, 10^6, 10^6] float32 are 3.6 TiB
 
 SETUP = {
@@ -162,6 +211,14 @@ SETUP = {
     "attention-2d-and-3d": lambda i: i.attention(q=i.k[0], v=i.v[0]),
     "attention-key-length-above-s": lambda i: i.attention("--key-lengths", "6"),
     "attention-threads-out-of-range": lambda i: i.attention("--threads", "99999999999"),
+    "attention-threads-above-max": lambda i: i.attention("--threads", "100000"),
+    "attention-scale-nan": lambda i: i.attention("--scale", "nan"),
+    "attention-scale-empty": lambda i: i.attention("--scale", ""),
+    "attention-softcap-nan": lambda i: i.attention("--softcap", "nan"),
+    "attention-output-to-full-device": lambda i: i.attention(
+        out=symlink_to(i, "full.npy", "/dev/full")),
+    "attention-outputs-all-or-none": weights_into_directory,
+    "npy-raw-bytes-in-header": lambda i: i.attention(q=raw_bytes_in_npy_header()),
     "attention-unknown-flag": lambda i: i.attention("--frobnicate"),
     "attention-missing-option": lambda i: ["attention", "--q", "q.npy"],
     # qkv bench
@@ -171,6 +228,7 @@ SETUP = {
     "bench-size-overflow": lambda i: ["bench", "--n", "4000000000000", "--d", "4000000000000"],
     "bench-reps-zero": lambda i: ["bench", "--reps", "0"],
     "bench-bad-kernel": lambda i: ["bench", "--kernel", "turbo"],
+    "bench-threads-above-max": lambda i: ["bench", "--threads", "100000"],
     # qkv train
     "train-empty-text": lambda i: i.train(text=i.text("")),
     "train-invalid-utf8": lambda i: i.train(text=i.file("bad.txt", b"hello \xff world " * 100)),
@@ -183,6 +241,13 @@ SETUP = {
     "train-batch-zero": lambda i: i.train("--batch", "0"),
     "train-lr-negative": lambda i: i.train("--lr=-1"),
     "train-heads-not-divisor": lambda i: i.train(heads=3),
+    "train-lr-inf": lambda i: i.train("--lr", "inf"),
+    "train-weight-decay-nan": lambda i: i.train("--weight-decay", "nan"),
+    "train-rope-odd-head-dim": lambda i: i.train("--rope", embd=6),
+    "train-seed-out-of-range": lambda i: i.train("--seed", "18446744073709551616"),
+    "train-threads-above-max": lambda i: i.train(threads=100000),
+    "train-out-holds-run": trained_run_in_the_way,
+    "train-out-in-use": run_dir_in_use,
     "train-stop-at-off-interval": lambda i: i.train("--stop-at", "7"),
     "train-resume-without-checkpoint": lambda i: i.train("--resume"),
     "train-resume-other-text": resumed_on_other_text,
@@ -198,6 +263,15 @@ SETUP = {
     "sample-config-wrong-type": lambda i: edited(i, "config.json", '{"vocab": "many"}'),
     "sample-config-duplicate-key": lambda i: edited(i, "config.json", '{"layers": 1, "layers": 2}'),
     "sample-vocab-not-json": lambda i: edited(i, "vocab.json", "[1, 2"),
+    "sample-config-unknown-key": lambda i: edited_config(i, dropout=0.1),
+    "sample-config-unknown-arch": lambda i: edited_config(i, arch="llama"),
+    "sample-config-exceeds-weights": lambda i: edited_config(i, context=10_000_000),
+    "sample-model-empty": lambda i: ["sample", "--model", ""],
+    # A str with a surrogate escape: subprocess passes it as the raw byte 0xff.
+    "sample-prompt-invalid-utf8": lambda i: i.sample(i._model, "--prompt", "a\udcffb"),
+    "sample-tokens-out-of-range": lambda i: i.sample(i._model, tokens="99999999999999999999"),
+    "sample-threads-above-max": lambda i: i.sample(i._model, "--threads", "100000"),
+    "sample-stdout-full": lambda i: (i.sample(i._model, tokens="40000"), STDOUT_FULL),
     "sample-tokens-negative": lambda i: i.sample(i._model, tokens="-1"),
     "sample-temperature-zero": lambda i: i.sample(i._model, "--temperature", "0"),
     # qkv explain, qkv demo, qkv itself
@@ -216,6 +290,7 @@ SETUP = {
     "explain-png-unwritable": lambda i: ["explain", "--png", str(i.tmp / "no" / "dir" / "a.png")],
     "demo-unknown-section": lambda i: ["demo", "--section", "2.9"],
     "demo-precision-out-of-range": lambda i: ["demo", "--precision", "13"],
+    "demo-stdout-full": lambda i: (["demo"], STDOUT_FULL),
     "demo-unknown-flag": lambda i: ["demo", "--frobnicate"],
     "size-unknown-preset": lambda i: ["size", "gpt-5"],
     "size-heads-do-not-divide": lambda i: ["size", "--layers", "2", "--embd", "100", "--heads", "3",
@@ -242,11 +317,19 @@ def test_table_and_setups_match():
 
 
 @pytest.mark.parametrize("row_id", sorted(SETUP))
-def test_row(row_id, run, tmp_path, trained_model):
+def test_row(row_id, run, qkv_bin, tmp_path, trained_model):
     assert row_id in ROWS, f"{row_id} has a setup but no row in {TABLE.name}"
     fragments, code = ROWS[row_id]
     args = SETUP[row_id](Inputs(tmp_path, trained_model))
-    r = run(*args)
+    if isinstance(args, tuple):
+        args, stdout = args
+        with open(stdout, "w") as out:
+            r = subprocess.run([qkv_bin, *map(str, args)], stdout=out, stderr=subprocess.PIPE,
+                               text=True, timeout=120, stdin=subprocess.DEVNULL)
+    else:
+        r = run(*args)
+    while HELD:
+        HELD.pop().close()
     assert r.returncode == code, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr

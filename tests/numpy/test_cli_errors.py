@@ -128,7 +128,7 @@ CASES = {
     "bad kernel": ({}, ["--kernel", "turbo"], USAGE, "--kernel"),
     "fast kernel on float64": (good(dtype=np.float64), ["--kernel", "fast"], DATA, "float32"),
     "negative threads": ({}, ["--threads=-1"], USAGE,
-                         "--threads: expected an integer >= 0 (0 = all cores), found '-1'"),
+                         "--threads: expected an integer from 0 (all cores) to "),
     "threads not an integer": ({}, ["--threads", "2.5"], USAGE, "--threads: expected"),
     "threads out of range": ({}, ["--threads", "99999999999"], USAGE, "--threads: expected"),
 }

@@ -5,9 +5,14 @@
 // 2 usage error (unknown flag, malformed option value).
 #pragma once
 
+#include <charconv>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
+#include "qkv/files.h"
 #include "qkv/tensor.h"
 
 namespace qkv::cli {
@@ -28,6 +33,44 @@ Tensor load_npy_arg(const std::string& arg, const std::string& path);
 // Writes `t` to the file given to option `arg`; errors name the option.
 void save_npy_arg(const std::string& arg, const std::string& path, const Tensor& t);
 
+// Stages `t` in `files` for the file given to option `arg`; errors name the
+// option. Nothing is written at `path` until files.commit().
+void stage_npy_arg(FileSet& files, const std::string& arg, const std::string& path, const Tensor& t);
+
+// The most threads any command accepts: 4 x the machine's cores. More only
+// oversubscribes the cores, and far more (50000) makes the OpenMP runtime
+// fail or crash, so a larger --threads is a usage error.
+int max_threads();
+
+// `value` of option `opt` (e.g. "--threads") as a thread count in
+// [0, max_threads()], 0 meaning all cores; otherwise a UsageError naming the
+// option, the range and the value.
+int parse_threads(const std::string& opt, const std::string& value);
+void check_threads(const std::string& opt, int64_t value);
+
+// A CLI11 check that an option's value is a decimal integer in T's range.
+// CLI11 2.1 converts with strtoll/strtoull and no range check, so 10^20 would
+// become INT64_MAX and -1 a huge unsigned --seed: both are usage errors here.
+template <class T>
+CLI::Validator integer_of_type() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        T x{};
+        const char* end = s.data() + s.size();
+        const auto [ptr, ec] = std::from_chars(s.data(), end, x);
+        if (ec == std::errc() && ptr == end && !s.empty()) return "";
+        return "expected an integer from " + std::to_string(std::numeric_limits<T>::min()) +
+               " to " + std::to_string(std::numeric_limits<T>::max()) + ", found '" + s + "'";
+      },
+      "INT");
+}
+
+// Puts integer_of_type<T> on each named option of `cmd`.
+template <class T>
+void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
+  for (const char* name : names) cmd->get_option(name)->check(integer_of_type<T>());
+}
+
 // The machine's physical memory in bytes (sysconf), 0 when unknown.
 double machine_memory_bytes();
 
@@ -38,6 +81,15 @@ double machine_memory_bytes();
 // product overflows 64 bits are still compared correctly. The caller throws
 // UsageError when the sizes came from options, qkv::Error when from files.
 std::string memory_shortfall(const std::string& what, double bytes);
+
+// Throws qkv::Error "cannot write to stdout: <reason>" once anything written
+// to std::cout or stdout has failed (a full disk, a closed pipe): a command
+// that streams (qkv sample) stops there instead of generating for nothing.
+void check_stdout();
+
+// Flushes std::cout and stdout; on a failed write returns the one-line
+// reason ("cannot write to stdout: No space left on device"), else "".
+std::string flush_stdout();
 
 // True when stdout is a terminal that should get colour (and NO_COLOR unset).
 bool stdout_wants_color();

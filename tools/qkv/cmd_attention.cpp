@@ -16,10 +16,9 @@ namespace {
 
 struct AttentionArgs {
   std::string q, k, v, mask, causal = "none", weights, lse, out, kernel = "auto";
-  std::optional<double> scale;
   // Parsed here rather than by CLI11 so that every malformed value gets the
   // same "expected ..., found ..." message.
-  std::optional<std::string> window, key_lengths, alibi_slopes, softcap, threads;
+  std::optional<std::string> window, key_lengths, alibi_slopes, softcap, scale, threads;
   bool alibi = false;
   bool sequence_parallel = false;
 };
@@ -86,9 +85,9 @@ void parse_number_options(const AttentionArgs& a, AttentionOptions& opts) {
   if (a.softcap)
     opts.softcap =
         to_numbers<double>("--softcap", *a.softcap, 0.0, 1, "a number >= 0 (0 = off)")[0];
-  if (a.threads)
-    opts.threads =
-        to_numbers<int>("--threads", *a.threads, 0, 1, "an integer >= 0 (0 = all cores)")[0];
+  // NaN, inf and "" are usage errors naming the option, like every other value.
+  if (a.scale) opts.scale = to_numbers<double>("--scale", *a.scale, kAny, 1, "a finite number")[0];
+  if (a.threads) opts.threads = parse_threads("--threads", *a.threads);
 }
 
 // Refuses outputs that could not fit in memory before attention() allocates
@@ -137,7 +136,7 @@ int run_attention(const AttentionArgs& a) {
   parse_number_options(a, opts);  // before loading, so a typo costs no I/O
   if (a.sequence_parallel) {
 #ifdef QKV_HAVE_MPI
-    return run_sequence_parallel({a.q, a.k, a.v, a.out, a.lse, a.causal, a.kernel, a.scale,
+    return run_sequence_parallel({a.q, a.k, a.v, a.out, a.lse, a.causal, a.kernel, opts.scale,
                                   opts.threads, not_for_the_ring(a)});
 #else
     throw UsageError("--sequence-parallel: this qkv was built without MPI (QKV_MPI=OFF)");
@@ -156,17 +155,20 @@ int run_attention(const AttentionArgs& a) {
   if (a.alibi && q.rank() >= 3) opts.alibi_slopes = alibi_paper_slopes(q.dim(-3));
   opts.causal = *parse_causal(a.causal);  // CLI11 already checked the value
   opts.kernel = *parse_kernel(a.kernel);  // likewise
-  opts.scale = a.scale;
   opts.return_weights = !a.weights.empty();
   opts.return_lse = !a.lse.empty();
   check_output_memory(q, k, v, opts);
 
   const AttentionResult res = attention(q, k, v, opts);
+  // All outputs or none: each is staged beside its target, and only when
+  // every one is written do they replace what was there.
   auto as_given = [&](const Tensor& t) { return one_head ? drop_head(t) : t; };
   const Tensor out = as_given(res.out);
-  save_npy_arg("--out", a.out, out);
-  if (opts.return_weights) save_npy_arg("--weights", a.weights, as_given(res.weights));
-  if (opts.return_lse) save_npy_arg("--lse", a.lse, as_given(res.lse));
+  FileSet files;
+  stage_npy_arg(files, "--out", a.out, out);
+  if (opts.return_weights) stage_npy_arg(files, "--weights", a.weights, as_given(res.weights));
+  if (opts.return_lse) stage_npy_arg(files, "--lse", a.lse, as_given(res.lse));
+  files.commit();
   std::cout << "out " << shape_str(out.shape()) << " " << dtype_name(out.dtype())
             << " -> " << a.out << "\n";
   return 0;
@@ -209,13 +211,15 @@ Runner add_attention(CLI::App& app) {
   cmd->add_option("--softcap", args->softcap,
                   "scores become C * tanh(scores / C) after scaling, before bias and mask; 0 = off")
       ->type_name("C");
-  cmd->add_option("--scale", args->scale, "score scale (default 1/sqrt(D); 1 = no scaling)");
+  cmd->add_option("--scale", args->scale, "score scale (default 1/sqrt(D); 1 = no scaling)")
+      ->type_name("S");
   cmd->add_option("--kernel", args->kernel,
                   "reference (plain loops, double sums), fast (tiled SIMD, float32 only) or auto "
                   "(fast for float32, reference for float64)")
       ->check(CLI::IsMember({"reference", "fast", "auto"}))
       ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "threads for the fast kernel (default 0 = all cores)")
+  cmd->add_option("--threads", args->threads,
+                  "threads for the fast kernel (default 0 = all cores; at most 4 x cores)")
       ->type_name("N");
   cmd->add_option("--weights", args->weights, "also write the attention weights [..., Hq, N, S]");
   cmd->add_option("--lse", args->lse, "also write each row's log-sum-exp [..., Hq, N]");

@@ -81,7 +81,7 @@ BenchCase case_from(const BenchArgs& a) {
 }
 
 BenchSettings settings_from(const BenchArgs& a) {
-  require_at_least("--threads", 0, a.threads);
+  check_threads("--threads", a.threads);
   require_at_least("--reps", 1, a.reps);
   require_at_least("--warmup", 0, a.warmup);
   const auto kernel = parse_kernel(a.kernel);
@@ -358,6 +358,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_flag("--compare-reference", a->compare_reference,
                 "also report the largest |difference| from the reference output on the rows "
                 "the reference was timed on");
+  check_integers<int64_t>(cmd, {"--batch", "--heads", "--kv-heads", "--n", "--s", "--d", "--dv",
+                                "--window"});
+  check_integers<int>(cmd, {"--threads", "--reps", "--warmup"});
   cmd->footer(
       "GFLOP/s counts only visible (query, key) pairs: 2·D + 2·Dv flops each.\n"
       "Each case runs in its own process, so its peak RSS is its own. Exit codes: 0 ok, 1 a "

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "qkv/checkpoint.h"
 #include "qkv/sampler.h"
+#include "qkv/tokenizer.h"
 
 namespace qkv::cli {
 namespace {
@@ -22,13 +23,32 @@ int run_sample(SampleArgs& a) {
   if (!(a.o.temperature > 0.0) || !std::isfinite(a.o.temperature))
     throw UsageError("--temperature: expected a number > 0, found " + std::to_string(a.o.temperature));
   if (a.o.top_k < 0) throw UsageError("--top-k: expected 0 (off) or a positive count, found " + std::to_string(a.o.top_k));
+  check_threads("--threads", a.threads);
+  if (a.model_dir.empty()) throw UsageError("--model: expected a directory, found an empty string");
+  try {
+    if (!a.o.prompt.empty()) CharTokenizer::from_text(a.o.prompt);  // only to check its UTF-8
+  } catch (const Error& e) {
+    throw UsageError(std::string("--prompt: ") + e.what());
+  }
   a.o.use_cache = !a.no_cache;
   const LoadedModel m = load_model(a.model_dir);
+  // The KV cache holds keys and values for the whole context of every layer.
+  const GPTConfig& c = m.config;
+  const double cache = 2.0 * 4.0 * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
+                       static_cast<double>(c.context) * static_cast<double>(c.head_dim());
+  const std::string refused = memory_shortfall(
+      "'" + a.model_dir + "/config.json': context " + std::to_string(c.context) + ", layers " +
+          std::to_string(c.layers) + ": the KV cache and weights",
+      cache + 3.0 * 4.0 * static_cast<double>(m.weights.size()));
+  if (!refused.empty()) throw Error(refused);
   GPT model(m.config);
   set_weights(model, m.weights);
   model.set_attention(Kernel::automatic, a.threads);
   std::cout << a.o.prompt << std::flush;
-  sample(model, m.tokenizer, a.o, [](const std::string& piece) { std::cout << piece << std::flush; });
+  sample(model, m.tokenizer, a.o, [](const std::string& piece) {
+    std::cout << piece << std::flush;
+    check_stdout();
+  });
   std::cout << "\n";
   return 0;
 }
@@ -50,6 +70,9 @@ Runner add_sample(CLI::App& app) {
   cmd->add_flag("--no-cache", a->no_cache,
                 "recompute the whole context at every step instead of using the KV cache "
                 "(same tokens, slower; for checking)");
+  check_integers<int64_t>(cmd, {"--tokens", "--top-k"});
+  check_integers<uint64_t>(cmd, {"--seed"});
+  check_integers<int>(cmd, {"--threads"});
   return [a] { return run_sample(*a); };
 }
 

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli_common.h"
@@ -43,17 +45,24 @@ void catch_stop_signals() {
 // moments, 10 + 2·Hkv/H times C² per layer, and about 19 activations of
 // [B, T, C] per layer. In double, so sizes whose product overflows are
 // refused too rather than wrapped.
+//
+// The text counts too: read once (its size in bytes) and held as token ids of
+// one, two or four bytes per character (see trainer.cpp), at most the text's
+// size again for up to 256 distinct characters; 2x its size is counted.
 void check_train_memory(const TrainOptions& o) {
   const double L = static_cast<double>(o.model.layers), C = static_cast<double>(o.model.embd);
   const double T = static_cast<double>(o.model.context), B = static_cast<double>(o.batch);
   const double kv = static_cast<double>(o.model.kv_heads) / static_cast<double>(o.model.heads);
   const double params = L * C * C * (10.0 + 2.0 * kv) + T * C;
   const double floats = 4.0 * params + 19.0 * L * B * T * C;
+  std::error_code ec;
+  const auto text_bytes = std::filesystem::file_size(o.text_path, ec);
+  const double text = ec ? 0.0 : 2.0 * static_cast<double>(text_bytes);
   const std::string refused = memory_shortfall(
       "--layers " + std::to_string(o.model.layers) + " --embd " + std::to_string(o.model.embd) +
           " --context " + std::to_string(o.model.context) + " --batch " + std::to_string(o.batch) +
           ": the weights, optimiser state and activations",
-      4.0 * floats);
+      4.0 * floats + text);
   if (!refused.empty()) throw UsageError(refused);
 }
 
@@ -79,10 +88,20 @@ int run_train(TrainArgs& a) {
   if (o.model.embd % o.model.heads != 0)
     throw UsageError("--heads: expected a divisor of --embd " + std::to_string(o.model.embd) +
                      ", found " + std::to_string(o.model.heads));
-  if (!(o.lr > 0.0) || !(o.min_lr >= 0.0) || o.min_lr > o.lr)
-    throw UsageError("--lr, --min-lr: expected 0 <= min-lr <= lr and lr > 0, found lr " +
+  if (!(o.lr > 0.0) || !(o.min_lr >= 0.0) || o.min_lr > o.lr || !std::isfinite(o.lr))
+    throw UsageError("--lr, --min-lr: expected 0 <= min-lr <= lr and 0 < lr < inf, found lr " +
                      std::to_string(o.lr) + ", min-lr " + std::to_string(o.min_lr));
-  if (o.threads < 0) throw UsageError("--threads: expected 0 (all cores) or a positive count");
+  // Non-finite values would only surface as "training diverged" later.
+  auto finite_at_least_0 = [](const char* flag, double v) {
+    if (!std::isfinite(v) || v < 0.0)
+      throw UsageError(std::string(flag) + ": expected a finite number >= 0, found " + std::to_string(v));
+  };
+  finite_at_least_0("--weight-decay", o.adam.weight_decay);
+  finite_at_least_0("--grad-clip", o.adam.grad_clip);
+  if (o.model.rope && (o.model.embd / o.model.heads) % 2 != 0)
+    throw UsageError("--rope: expected an even head dim, found --embd / --heads = " +
+                     std::to_string(o.model.embd / o.model.heads));
+  check_threads("--threads", o.threads);
   if (o.stop_at >= 0 && o.stop_at % o.eval_interval != 0)
     throw UsageError("--stop-at: expected a multiple of --eval-interval " +
                      std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
@@ -135,10 +154,17 @@ Runner add_train(CLI::App& app) {
       ->check(CLI::IsMember({"reference", "fast", "auto"}))
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
+  cmd->add_flag("--force", o.force,
+                "start afresh even if --out holds a trained run (its checkpoint is overwritten)");
   cmd->add_option("--stop-at", o.stop_at,
                   "stop after the checkpoint of this iteration (a multiple of --eval-interval), "
                   "to continue later with --resume");
   cmd->add_flag("--no-progress", a->no_progress, "log lines instead of a progress bar on a terminal");
+  check_integers<int64_t>(cmd, {"--layers", "--heads", "--kv-heads", "--embd", "--context",
+                                "--batch", "--iters", "--warmup", "--eval-interval", "--eval-iters",
+                                "--log-interval", "--stop-at"});
+  check_integers<uint64_t>(cmd, {"--seed"});
+  check_integers<int>(cmd, {"--threads"});
   return [a] { return run_train(*a); };
 }
 

@@ -15,7 +15,7 @@ namespace {
 // active_isa() names (QKV_ISA or set_isa() force one; tests run each).
 template <Isa I>
 bool fast_supports(const AttentionProblem& p) {
-  return p.dtype == DType::f32 && active_isa() == I;
+  return p.dtype == DType::f32 && p.scores_fit_f32 && active_isa() == I;
 }
 
 template <Isa I>
@@ -63,6 +63,9 @@ const AttentionBackend& select_backend(Kernel requested, const AttentionProblem&
   if (requested == Kernel::fast && p.dtype != DType::f32)
     throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(p.dtype) +
                 " (the reference kernel, or auto, handles float64)");
+  // Scores beyond float32's range are exact only in the reference's double:
+  // never a silent zero from the fast kernel, whatever was asked for.
+  if (requested == Kernel::fast && !p.scores_fit_f32) requested = Kernel::reference;
   for (const AttentionBackend& b : attention_backends())
     if ((requested == Kernel::automatic || b.kind == requested) && b.supports(p)) return b;
   throw Error(std::string("kernel ") + kernel_name(requested) + ": no backend runs " +

@@ -1,7 +1,9 @@
 #include "core/ops/attention_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "core/ops/attention_operands.h"
 #include "qkv/runtime.h"
@@ -77,9 +79,10 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   for (const Arg& a : {Arg{&q, "q", ""}, Arg{&k, "k", ""}, Arg{&v, "v", ""}})
     if (!a.t->raw())
       throw Error(std::string(a.name) + ": null data for shape " + shape_str(a.t->shape()));
+  double max_q = 0.0, max_k = 0.0;
   if (opts.check_finite) {
-    check_finite(q, "q");
-    check_finite(k, "k");
+    max_q = check_finite(q, "q");
+    max_k = check_finite(k, "k");
     check_finite(v, "v");
   }
 
@@ -96,6 +99,12 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
                   std::to_string(opts.window->left) + ", right " + std::to_string(opts.window->right));
     p.has_window = true;
     p.window = *opts.window;
+    // A side longer than S + N reaches past every key from every diagonal
+    // (diag(i) lies in [-N, S + N]), so it is clipped there: the same keys,
+    // and diag(i) +- side can no longer overflow int64.
+    const int64_t reach = p.S + p.N;
+    p.window.left = std::min(p.window.left, reach);
+    p.window.right = std::min(p.window.right, reach);
   }
   if (!opts.key_lengths.empty()) {
     if (static_cast<int64_t>(opts.key_lengths.size()) != p.B)
@@ -117,6 +126,20 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
     p.alibi_slopes = &opts.alibi_slopes;
   }
   if (opts.mask) p.mask = bind_mask(opts.mask, p);
+  // A float32 score is bounded by D max|q| max|k| |scale|, plus the largest
+  // ALiBi bias and additive mask value; where that reaches half of FLT_MAX
+  // the fast kernel's float32 scores could become inf (and its softmax
+  // inf - inf = NaN, then 0) while the reference's double stays exact, so
+  // such a problem runs on the reference. The magnitudes come from the
+  // finiteness scan; a caller who turns that off vouches for its inputs.
+  if (opts.check_finite && p.dtype == DType::f32) {
+    double bias = p.mask.max_abs_add;
+    if (p.alibi_slopes)
+      for (double sl : *p.alibi_slopes) bias = std::max(bias, std::fabs(sl) * double(p.S + p.N));
+    const double scale = std::fabs(p.scale);
+    const double limit = 0.5 * static_cast<double>(std::numeric_limits<float>::max());
+    p.scores_fit_f32 = max_q * scale < limit && double(p.D) * max_q * max_k * scale + bias < limit;
+  }
   bind_inputs(p, q, k, v);
   return p;
 }

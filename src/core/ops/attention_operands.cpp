@@ -73,35 +73,48 @@ void for_each_element(const TensorView& t, F f) {
   }
 }
 
-// True if any of n values x[0], x[st], ... has an all-ones exponent (NaN or
-// Inf). Testing bits keeps the loop free of branches, so it vectorises.
-template <class T, class Bits>
-bool any_nonfinite(const T* x, int64_t n, int64_t st, Bits exp_mask) {
+// What one pass over n values x[0], x[st], ... finds: whether any has an
+// all-ones exponent (NaN or Inf), and the largest magnitude's bit pattern
+// (sign cleared: for finite values the patterns order like the values).
+// Testing bits keeps the loop free of branches, so it vectorises, and the
+// magnitude comes free with the finiteness test (no second read).
+template <class Bits>
+struct Scan {
   bool bad = false;
-  if (st == 1) {
-    for (int64_t i = 0; i < n; ++i) {
-      Bits b;
-      std::memcpy(&b, x + i, sizeof b);
-      bad |= (b & exp_mask) == exp_mask;
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      Bits b;
-      std::memcpy(&b, x + i * st, sizeof b);
-      bad |= (b & exp_mask) == exp_mask;
-    }
+  Bits max_bits = 0;
+  void add(const Scan& o) {
+    bad |= o.bad;
+    max_bits = std::max(max_bits, o.max_bits);
   }
-  return bad;
+};
+
+template <class T, class Bits>
+Scan<Bits> scan_values(const T* x, int64_t n, int64_t st, Bits exp_mask) {
+  const Bits magnitude = static_cast<Bits>(~(Bits{1} << (8 * sizeof(Bits) - 1)));
+  Scan<Bits> r;
+  bool bad = false;
+  Bits mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits b;
+    std::memcpy(&b, x + i * st, sizeof b);
+    bad |= (b & exp_mask) == exp_mask;
+    mx = std::max<Bits>(mx, b & magnitude);
+  }
+  r.bad = bad;
+  r.max_bits = mx;
+  return r;
 }
 
-// C-order index of the first NaN or Inf of `t`, or -1. A C-ordered view is
-// scanned as one array in blocks on all threads; any other as matrices (its
-// last two dims), one per thread at a time. This scan runs on every
-// attention call and must stay far cheaper than the attention.
+// C-order index of the first NaN or Inf of `t`, or -1, and in *max_abs the
+// largest magnitude (meaningful when there is no NaN or Inf). A C-ordered
+// view is scanned as one array in blocks on all threads; any other as
+// matrices (its last two dims), one per thread at a time. This scan runs on
+// every attention call and must stay far cheaper than the attention.
 template <class T, class Bits>
-int64_t first_nonfinite(const TensorView& t, Bits exp_mask) {
+int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
   const T* x = static_cast<const T*>(t.raw());
   const int64_t n = t.numel();
+  *max_abs = 0.0;
   if (n == 0) return -1;
   const bool flat = t.is_contiguous();
   // A unit: a block of a flat view, or one matrix [L, E] (its last two dims;
@@ -120,30 +133,38 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask) {
     }
     return o;
   };
-  auto unit_bad = [&](int64_t u) {
+  auto unit_scan = [&](int64_t u) {
     if (flat) {
       const int64_t b = u * kBlock;
-      return any_nonfinite(x + b, std::min(n, b + kBlock) - b, 1, exp_mask);
+      return scan_values(x + b, std::min(n, b + kBlock) - b, 1, exp_mask);
     }
     const T* m = x + unit_offset(u);
-    bool bad = false;
-    for (int64_t i = 0; i < L; ++i) bad |= any_nonfinite(m + i * rs, E, es, exp_mask);
-    return bad;
+    Scan<Bits> s;
+    for (int64_t i = 0; i < L; ++i) s.add(scan_values(m + i * rs, E, es, exp_mask));
+    return s;
   };
   int64_t first_bad = units;
-#pragma omp parallel for schedule(static) reduction(min : first_bad) if (n > 4 * kBlock)
-  for (int64_t u = 0; u < units; ++u)
-    if (unit_bad(u)) first_bad = std::min(first_bad, u);
+  Bits max_bits = 0;
+#pragma omp parallel for schedule(static) reduction(min : first_bad) reduction(max : max_bits) \
+    if (n > 4 * kBlock)
+  for (int64_t u = 0; u < units; ++u) {
+    const Scan<Bits> s = unit_scan(u);
+    if (s.bad) first_bad = std::min(first_bad, u);
+    max_bits = std::max(max_bits, s.max_bits);
+  }
+  T m;
+  std::memcpy(&m, &max_bits, sizeof m);
+  *max_abs = static_cast<double>(m);
   if (first_bad == units) return -1;
   // Find the element inside the first bad unit.
   if (flat) {
     for (int64_t i = first_bad * kBlock;; ++i)
       if (!std::isfinite(x[i])) return i;
   }
-  const T* m = x + unit_offset(first_bad);
+  const T* mat = x + unit_offset(first_bad);
   for (int64_t i = 0;; ++i)
     for (int64_t e = 0; e < E; ++e)
-      if (!std::isfinite(m[i * rs + e * es])) return (first_bad * L + i) * E + e;
+      if (!std::isfinite(mat[i * rs + e * es])) return (first_bad * L + i) * E + e;
 }
 
 double element(const TensorView& t, int64_t off) {
@@ -172,13 +193,14 @@ const void* contiguous_data(const TensorView& t, std::vector<Tensor>& keep) {
   return keep.back().raw();
 }
 
-void check_finite(const TensorView& t, const char* what) {
+double check_finite(const TensorView& t, const char* what) {
   int64_t i = -1;
+  double max_abs = 0.0;
   if (t.dtype() == DType::f32)
-    i = first_nonfinite<float>(t, uint32_t{0x7f800000u});
+    i = first_nonfinite<float>(t, uint32_t{0x7f800000u}, &max_abs);
   else if (t.dtype() == DType::f64)
-    i = first_nonfinite<double>(t, uint64_t{0x7ff0000000000000ull});
-  if (i < 0) return;
+    i = first_nonfinite<double>(t, uint64_t{0x7ff0000000000000ull}, &max_abs);
+  if (i < 0) return max_abs;
   int64_t off = 0, rem = i;  // the element's offset from its C-order index
   for (int d = t.rank() - 1; d >= 0; --d) {
     off += (rem % t.shape()[d]) * t.strides()[d];
@@ -211,16 +233,17 @@ MaskView bind_mask(const TensorView& mask, const AttentionProblem& p) {
                   " (dim " + std::to_string(md) + " against " + std::to_string(target[t]) + ")");
     stride[t] = md == 1 ? 0 : mask.strides()[i];
   }
+  MaskView view;
   if (mask.dtype() != DType::boolean) {
     for_each_element(mask, [&](int64_t n, int64_t off) {
       const double x = element(mask, off);
+      if (std::isfinite(x)) view.max_abs_add = std::max(view.max_abs_add, std::fabs(x));
       if (std::isnan(x) || x == INFINITY)
         throw Error("mask: additive mask values must be finite or -inf, found " +
                     std::string(std::isnan(x) ? "NaN" : "+inf") + " at " +
                     index_str(mask.shape(), n));
     });
   }
-  MaskView view;
   switch (mask.dtype()) {
     case DType::boolean: view.keep = mask.data<bool>(); break;
     case DType::f32: view.add_f32 = mask.data<float>(); break;

@@ -22,8 +22,9 @@ MaskView bind_mask(const TensorView& mask, const AttentionProblem& p);
 const void* contiguous_data(const TensorView& t, std::vector<Tensor>& keep);
 
 // Throws qkv::Error naming `what` and the first index (in C order) holding
-// NaN or Inf. Any strides.
-void check_finite(const TensorView& t, const char* what);
+// NaN or Inf; otherwise returns the largest magnitude, found in the same
+// pass (the overflow guard of check_attention_args uses it). Any strides.
+double check_finite(const TensorView& t, const char* what);
 
 // How many inputs the op has copied in this process (for tests that prove a
 // strided input, such as a KV-cache slice, is read in place).
