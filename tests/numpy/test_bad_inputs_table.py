@@ -200,7 +200,21 @@ SETUP = {
     "sample-config-duplicate-key": lambda i: edited(i, "config.json", '{"layers": 1, "layers": 2}'),
     "sample-vocab-not-json": lambda i: edited(i, "vocab.json", "[1, 2"),
     "sample-tokens-negative": lambda i: i.sample(i._model, tokens="-1"),
-    "sample-temperature-zero": lambda i: i.sample(i._model, "--temperature", "0"),
+    "sample-temperature-negative": lambda i: i.sample(i._model, "--temperature=-1"),
+    "sample-temperature-nan": lambda i: i.sample(i._model, "--temperature", "nan"),
+    "sample-top-p-zero": lambda i: i.sample(i._model, "--top-p", "0"),
+    "sample-top-p-above-one": lambda i: i.sample(i._model, "--top-p", "1.5"),
+    "sample-top-p-nan": lambda i: i.sample(i._model, "--top-p", "nan"),
+    # "\udcff" reaches the command line as the byte 0xFF (Python's surrogateescape)
+    "sample-prompt-invalid-utf8": lambda i: i.sample(i._model, "--prompt", "the \udcff"),
+    # qkv logits
+    "logits-empty-prompt": lambda i: ["logits", "--model", i._model, "--prompt", "",
+                                      "-o", i.tmp / "l.npy"],
+    "logits-prompt-too-long": lambda i: ["logits", "--model", i._model, "--prompt", "the cat s",
+                                         "-o", i.tmp / "l.npy"],
+    "logits-missing-output": lambda i: ["logits", "--model", i._model, "--prompt", "the"],
+    "logits-unwritable-output": lambda i: ["logits", "--model", i._model, "--prompt", "the",
+                                           "-o", i.tmp / "no" / "dir" / "l.npy"],
     # qkv explain, qkv demo, qkv itself
     "explain-heads-not-divisor": lambda i: ["explain", "--heads", "3"],
     "explain-mask-missing-file": lambda i: ["explain", "--mask", str(i.tmp / "m.npy")],
