@@ -32,8 +32,10 @@ h1 { font-size: 1.2em; margin: 0 0 .3em; }
 .keys { display: flex; flex-wrap: wrap; gap: 1px; margin-bottom: 6px; }
 .key { font-family: ui-monospace, monospace; font-size: 12px; padding: 1px 2px;
        white-space: pre; display: inline-flex; flex-direction: column; align-items: center; }
-.w { font-size: 10px; color: #444; }
-canvas { image-rendering: pixelated; width: 100%; max-width: 320px; }
+.w { font-size: 10px; }
+.map { position: relative; width: 100%; max-width: 320px; }
+canvas { image-rendering: pixelated; width: 100%; display: block; }
+.row { position: absolute; left: 0; right: 0; outline: 1px solid #d33; pointer-events: none; }
 </style></head><body>
 <h1 id="title"></h1>
 <p class="hint">Hover a token (or tab to it) to see what it attends to in every layer and head.
@@ -75,17 +77,24 @@ for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
     k.append(label, v); keys.appendChild(k);
     return { k, v };
   });
+  // The heatmap, one pixel per weight scaled up, and the outline of the
+  // selected query's row over it.
+  const map = document.createElement("div"); map.className = "map";
   const c = document.createElement("canvas"); c.width = T; c.height = T;
+  const row = document.createElement("div"); row.className = "row";
+  row.style.height = `${100 / T}%`;
+  map.append(c, row);
   const g = c.getContext("2d");
   for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
     g.fillStyle = shade(w(l, h, i, j)); g.fillRect(j, i, 1, 1);
   }
-  p.append(title, keys, c); grid.appendChild(p);
-  panels.push({ l, h, cells, c, g });
+  p.append(title, keys, map); grid.appendChild(p);
+  panels.push({ l, h, cells, row });
 }
 function select(i) {
   toks.forEach((s, k) => s.classList.toggle("sel", k === i));
   for (const P of panels) {
+    P.row.style.top = `${(100 * i) / T}%`;
     P.cells.forEach(({ k, v }, j) => {
       const x = j <= i ? w(P.l, P.h, i, j) : 0;
       k.style.background = shade(x);

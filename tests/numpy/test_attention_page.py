@@ -179,6 +179,11 @@ def test_page_shows_the_models_weights_on_hover(learned, run, tmp_path, browser)
         row = np.array([[[float(shown[l, h, k][1]) for k in range(i + 1)] for h in range(H)]
                         for l in range(L)])
         np.testing.assert_allclose(row.sum(-1), 1, atol=(i + 1) * 6e-4)
+        # Each panel's heatmap outlines the selected query's row.
+        tops = browser.execute_script(
+            "return [...document.querySelectorAll('.map .row')].map(e => e.style.top)")
+        assert len(tops) == L * H
+        assert all(abs(float(t.rstrip("%")) - 100 * i / T) < 1e-6 for t in tops), tops
     # The keyboard reaches the tokens too: focus selects.
     browser.execute_script("arguments[0].focus()", tokens[5])
     assert browser.execute_script("return document.body.dataset.selected") == "5"
