@@ -23,8 +23,8 @@ struct SampleOptions {
 
 // The distribution the next token is drawn from, given the model's logits
 // [V]: softmax(logits / temperature) over the tokens that survive, in this
-// order: `excluded` removed (the tokenizer's fallback id, which stands for no
-// character of the training text, so a model never learnt to predict it;
+// order: `excluded` removed (the tokenizer's fallback id: it stands for no
+// character of the training text, so drawing it could only print U+FFFD;
 // -1 = none), the top_k likeliest kept (ties with the k-th kept too), then
 // the smallest set of likeliest tokens whose probability reaches top_p
 // (nucleus sampling; computed on the tempered, top-k distribution). With
