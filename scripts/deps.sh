@@ -12,7 +12,9 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   clang libomp-dev libclang-rt-14-dev lld
                   # qkv::mpi: ring attention and data-parallel training
                   openmpi-bin libopenmpi-dev
-                  python3 python3-venv)
+                  python3 python3-venv
+                  # the browser test of explain's HTML page (Selenium drives it headless)
+                  chromium chromium-driver)
 missing=()
 for p in "${QKV_APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

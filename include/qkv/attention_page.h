@@ -21,10 +21,15 @@ struct AttentionPage {
   std::string title;                // e.g. the model directory
   std::vector<std::string> tokens;  // T labels, one per position
   Tensor maps;                      // [layers, heads, T, T] float32 or float64
+  // The model's numbers of the layers and heads in `maps`, for a page that
+  // shows a selection (e.g. layer 2 only); empty = 0, 1, ... They name the
+  // panels and fill the data-layer and data-head attributes.
+  std::vector<int64_t> layer_ids, head_ids;
 };
 
-// Checks the page (maps 4-D with T x T panels matching the labels, weights
-// finite and within [0, 1] up to rounding) and writes it atomically. Throws
+// Checks the page (maps 4-D with T x T panels matching the labels, one id
+// per layer and head when given, weights finite and within [0, 1] up to
+// rounding) and writes it atomically. Throws
 // qkv::Error naming what is wrong.
 void write_attention_html(const std::string& path, const AttentionPage& page);
 

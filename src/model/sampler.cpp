@@ -9,12 +9,31 @@
 namespace qkv {
 namespace {
 
-// Draws from softmax(logits / temperature) restricted to the top k, by
-// inverse CDF with one uniform number.
-int32_t draw(std::span<const float> logits, const SampleOptions& o, NumpyGenerator& rng,
-             std::vector<double>& p) {
-  const int64_t V = static_cast<int64_t>(logits.size());
-  p.assign(logits.begin(), logits.end());
+// The option checks of next_token_probs and sample, in one place.
+void check_choice_options(const SampleOptions& o) {
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+    throw Error("temperature: expected a number >= 0 (0 = greedy), found " + std::to_string(o.temperature));
+  if (o.top_k < 0) throw Error("top_k: expected 0 (off) or a positive count, found " + std::to_string(o.top_k));
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))  // NaN fails too
+    throw Error("top_p: expected a probability in (0, 1], found " + std::to_string(o.top_p));
+}
+
+}  // namespace
+
+std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
+                                     int32_t excluded) {
+  check_choice_options(o);
+  // p holds logits, -inf for the tokens removed so far; then probabilities.
+  std::vector<double> p(logits, logits + V);
+  if (excluded >= 0 && excluded < V) p[static_cast<size_t>(excluded)] = -INFINITY;
+  const auto best = std::max_element(p.begin(), p.end());  // the first maximum
+  if (*best == -INFINITY) throw Error("sample: every token is excluded, none is left to choose");
+  if (o.temperature == 0.0) {
+    // Greedy: the argmax survives any top-k and top-p, so those change nothing.
+    std::vector<double> one_hot(static_cast<size_t>(V), 0.0);
+    one_hot[static_cast<size_t>(best - p.begin())] = 1.0;
+    return one_hot;
+  }
   if (o.top_k > 0 && o.top_k < V) {
     std::vector<double> sorted = p;
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
@@ -22,31 +41,42 @@ int32_t draw(std::span<const float> logits, const SampleOptions& o, NumpyGenerat
     for (double& x : p)
       if (x < kth) x = -INFINITY;
   }
-  const double m = *std::max_element(p.begin(), p.end());
+  const double m = *best;
   double sum = 0.0;
   for (double& x : p) sum += (x = std::exp((x - m) / o.temperature));
-  const double u = rng.random() * sum;
-  double acc = 0.0;
-  for (int64_t i = 0; i < V; ++i)
-    if ((acc += p[i]) > u) return static_cast<int32_t>(i);
-  for (int64_t i = V - 1; i >= 0; --i)  // u landed on the rounding edge: the last nonzero
-    if (p[i] > 0.0) return static_cast<int32_t>(i);
-  return 0;
+  for (double& x : p) x /= sum;
+  if (o.top_p < 1.0) {
+    // Likeliest first (the lower id first among equals), keep tokens until
+    // their mass reaches top_p: the smallest such set.
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) order[static_cast<size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    double kept = 0.0;
+    size_t n = 0;
+    while (n < order.size() && kept < o.top_p) kept += p[static_cast<size_t>(order[n++])];
+    for (size_t i = n; i < order.size(); ++i) p[static_cast<size_t>(order[i])] = 0.0;
+    for (double& x : p) x /= kept;
+  }
+  return p;
 }
 
-}  // namespace
+int32_t pick_token(const std::vector<double>& probs, double u) {
+  double acc = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i)
+    if ((acc += probs[i]) > u) return static_cast<int32_t>(i);
+  for (size_t i = probs.size(); i-- > 0;)  // u landed on the rounding edge: the last nonzero
+    if (probs[i] > 0.0) return static_cast<int32_t>(i);
+  throw Error("sample: no token has a nonzero probability");
+}
 
 std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& o,
                             const std::function<void(const std::string&)>& on_token) {
-  if (!(o.temperature > 0.0) || !std::isfinite(o.temperature))
-    throw Error("temperature: expected a number > 0, found " + std::to_string(o.temperature));
-  if (o.top_k < 0) throw Error("top_k: expected 0 (off) or a positive count, found " + std::to_string(o.top_k));
+  check_choice_options(o);
   if (o.tokens < 0) throw Error("tokens: expected a count >= 0, found " + std::to_string(o.tokens));
   const int64_t ctx = model.config().context, V = model.config().vocab;
   std::vector<int32_t> seq = tok.encode(o.prompt.empty() ? "\n" : o.prompt);
   const size_t prompt_len = seq.size();
   NumpyGenerator rng(o.seed);
-  std::vector<double> p;
   KVCache cache = model.new_cache();
   int64_t cache_start = 0;  // the cache holds seq[cache_start, cache_start + cache.len())
   std::span<const float> logits;
@@ -66,7 +96,8 @@ std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOp
       for (int64_t i = start; i < len; ++i) logits = model.decode_step(seq[i], cache);
     }
     // logits views the model's scratch: used here, before the next step.
-    const int32_t next = draw(logits, o, rng, p);
+    const int32_t next =
+        pick_token(next_token_probs(logits.data(), V, o, tok.unknown_id()), rng.random());
     seq.push_back(next);
     on_token(tok.decode({next}));
   }

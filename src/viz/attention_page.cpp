@@ -32,8 +32,10 @@ h1 { font-size: 1.2em; margin: 0 0 .3em; }
 .keys { display: flex; flex-wrap: wrap; gap: 1px; margin-bottom: 6px; }
 .key { font-family: ui-monospace, monospace; font-size: 12px; padding: 1px 2px;
        white-space: pre; display: inline-flex; flex-direction: column; align-items: center; }
-.w { font-size: 10px; color: #444; }
-canvas { image-rendering: pixelated; width: 100%; max-width: 320px; }
+.w { font-size: 10px; }
+.map { position: relative; width: 100%; max-width: 320px; }
+canvas { image-rendering: pixelated; width: 100%; display: block; }
+.row { position: absolute; left: 0; right: 0; outline: 1px solid #d33; pointer-events: none; }
 </style></head><body>
 <h1 id="title"></h1>
 <p class="hint">Hover a token (or tab to it) to see what it attends to in every layer and head.
@@ -46,7 +48,7 @@ constexpr const char* kTail = R"(</script>
 <script>
 "use strict";
 const data = JSON.parse(document.getElementById("data").textContent);
-const T = data.tokens.length, L = data.layers, H = data.heads;
+const T = data.tokens.length, L = data.layer_ids.length, H = data.head_ids.length;
 const w = (l, h, i, j) => data.weights[((l * H + h) * T + i) * T + j];
 const shade = x => `rgba(40, 70, 200, ${Math.min(1, Math.max(0, x)).toFixed(3)})`;
 document.getElementById("title").textContent = data.title;
@@ -65,27 +67,34 @@ const panels = [];
 for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
   const p = document.createElement("div"); p.className = "panel";
   const title = document.createElement("h2");
-  title.textContent = `layer ${l} · head ${h}`;
+  title.textContent = `layer ${data.layer_ids[l]} · head ${data.head_ids[h]}`;
   const keys = document.createElement("div"); keys.className = "keys";
   const cells = data.tokens.map((t, j) => {
     const k = document.createElement("span"); k.className = "key";
     const label = document.createElement("span"); label.textContent = t;
     const v = document.createElement("span"); v.className = "w";
-    v.dataset.layer = l; v.dataset.head = h; v.dataset.key = j;
+    v.dataset.layer = data.layer_ids[l]; v.dataset.head = data.head_ids[h]; v.dataset.key = j;
     k.append(label, v); keys.appendChild(k);
     return { k, v };
   });
+  // The heatmap, one pixel per weight scaled up, and the outline of the
+  // selected query's row over it.
+  const map = document.createElement("div"); map.className = "map";
   const c = document.createElement("canvas"); c.width = T; c.height = T;
+  const row = document.createElement("div"); row.className = "row";
+  row.style.height = `${100 / T}%`;
+  map.append(c, row);
   const g = c.getContext("2d");
   for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
     g.fillStyle = shade(w(l, h, i, j)); g.fillRect(j, i, 1, 1);
   }
-  p.append(title, keys, c); grid.appendChild(p);
-  panels.push({ l, h, cells, c, g });
+  p.append(title, keys, map); grid.appendChild(p);
+  panels.push({ l, h, cells, row });
 }
 function select(i) {
   toks.forEach((s, k) => s.classList.toggle("sel", k === i));
   for (const P of panels) {
+    P.row.style.top = `${(100 * i) / T}%`;
     P.cells.forEach(({ k, v }, j) => {
       const x = j <= i ? w(P.l, P.h, i, j) : 0;
       k.style.background = shade(x);
@@ -112,6 +121,19 @@ void write_attention_html(const std::string& path, const AttentionPage& page) {
   if (static_cast<int64_t>(page.tokens.size()) != T)
     throw Error("attention page: " + std::to_string(page.tokens.size()) + " token labels for " +
                 std::to_string(T) + " positions");
+  const auto ids = [](const std::vector<int64_t>& given, int64_t n, const char* what) {
+    if (given.empty()) {
+      std::vector<int64_t> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+      return all;
+    }
+    if (static_cast<int64_t>(given.size()) != n)
+      throw Error(std::string("attention page: ") + std::to_string(given.size()) + " " + what +
+                  " ids for " + std::to_string(n) + " " + what + "s in the maps");
+    return given;
+  };
+  const std::vector<int64_t> layer_ids = ids(page.layer_ids, L, "layer");
+  const std::vector<int64_t> head_ids = ids(page.head_ids, H, "head");
   nlohmann::json weights = nlohmann::json::array();
   for (int64_t i = 0; i < m.numel(); ++i) {
     const double x = m.get(i);
@@ -122,7 +144,8 @@ void write_attention_html(const std::string& path, const AttentionPage& page) {
     weights.push_back(std::round(x * 1e4) / 1e4);
   }
   const nlohmann::json data = {{"title", page.title}, {"tokens", page.tokens},
-                               {"layers", L}, {"heads", H}, {"weights", std::move(weights)}};
+                               {"layer_ids", layer_ids}, {"head_ids", head_ids},
+                               {"weights", std::move(weights)}};
   std::string text = data.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
   for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3)
     text.replace(at, 2, "<\\/");

@@ -37,8 +37,11 @@ void Canvas::fill(int x0, int y0, int x1, int y1, Rgb c) {
 
 std::string font_text(const std::string& text, size_t max_chars) {
   std::string out;
-  for (const std::string& g : display_glyphs(text))
-    out += g.size() == 1 && g[0] >= 0x20 && g[0] < 0x7f ? g[0] : '?';
+  for (const std::string& g : display_glyphs(text)) {
+    if (g.size() == 1 && g[0] >= 0x20 && g[0] < 0x7f) out += g[0];
+    else if (g == "\u2423") out += '_';  // ␣, a visible space: the nearest glyph the font has
+    else out += '?';
+  }
   if (out.size() > max_chars) {
     out.resize(max_chars);
     if (max_chars > 0) out.back() = '~';

@@ -38,8 +38,9 @@ void draw_line(Canvas& canvas, int x0, int y0, int x1, int y1, Rgb c);
 constexpr int kCapHeight = 7;
 constexpr int kLineHeight = 9;
 
-// `text` as the font can draw it: printable ASCII, anything else '?' (one
-// per UTF-8 character), cut to `max_chars` with a final '~'.
+// `text` as the font can draw it: printable ASCII, '␣' (a visible space,
+// as token labels show it) as '_', anything else '?' (one per UTF-8
+// character), cut to `max_chars` with a final '~'.
 std::string font_text(const std::string& text, size_t max_chars);
 
 // Length of font_text(text) in pixels at `scale` pixels per font unit.

@@ -158,7 +158,8 @@ def test_train_bad_options(args, message, run, tmp_path):
 
 def test_sample_bad_options(trained, run):
     out, _ = trained
-    assert run("sample", "--model", out, "--temperature", "0").returncode == 2
+    assert run("sample", "--model", out, "--temperature=-0.5").returncode == 2  # 0 is greedy
+    assert run("sample", "--model", out, "--top-p", "0").returncode == 2
     assert run("sample", "--model", out, "--top-k", "-1").returncode == 2
     r = run("sample", "--model", out / "nowhere")
     assert r.returncode == 1 and "cannot read" in r.stderr

@@ -3,6 +3,8 @@
 // weights as a picture: shaded in the terminal, and a PNG with --png.
 // Both forms take a --mask, --scale and --raw-scores, so the lessons' practice
 // tasks (no √d_k scaling, a padding mask) can be tried on one's own words.
+// A third form, --model (explain_model.cpp), shows a trained model's own
+// attention over a --prompt.
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -10,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "explain_model.h"
 #include "explain_stages.h"
 #include "one_head.h"
 #include "qkv/attention.h"
@@ -31,7 +34,49 @@ struct ExplainArgs {
   std::string causal = "none", positions = "sinusoidal";
   std::string q, k, v, mask, png;
   bool no_color = false, raw_scores = false;
+  ExplainModelArgs model;  // the --model form; its png and color are copied from above
 };
+
+// The options of the words and .npy forms, and why each means nothing for a
+// trained model: refused with --model rather than silently ignored.
+struct WordsOnly {
+  const char* option;
+  const char* why;
+};
+constexpr WordsOnly kWordsOnly[] = {
+    {"--tokens", "the text to explain is --prompt"},
+    {"--q", "q, k and v come from the checkpoint"},
+    {"--k", "q, k and v come from the checkpoint"},
+    {"--v", "q, k and v come from the checkpoint"},
+    {"--d-model", "the checkpoint's config.json sets the model's shape"},
+    {"--heads", "the checkpoint's config.json sets the model's shape (--head picks one head)"},
+    {"--kv-heads", "the checkpoint's config.json sets the model's shape"},
+    {"--d-k", "the checkpoint's config.json sets the model's shape"},
+    {"--positions", "the checkpoint's config.json sets its positions (learned or RoPE)"},
+    {"--seed", "the weights are the checkpoint's, not drawn"},
+    {"--causal", "a GPT's attention is causal, as it was trained"},
+    {"--mask", "a GPT's attention is causal, as it was trained"},
+    {"--scale", "the model's scale is 1/sqrt(head dim), as it was trained"},
+    {"--raw-scores", "the model's view shows the weights"},
+};
+// The options of the --model form only.
+constexpr const char* kModelOnly[] = {"--prompt", "--html", "--layer", "--head", "--weights-npy"};
+
+// Refuses the options of the other forms: those of the words and .npy forms
+// with --model, those of --model without it.
+void check_form(const ExplainArgs& a, const CLI::App& cmd) {
+  if (!a.model.model_dir.empty()) {
+    for (const WordsOnly& w : kWordsOnly)
+      if (cmd.count(w.option) > 0)
+        throw UsageError(std::string(w.option) + ": not used with --model: " + w.why);
+    if (cmd.count("--prompt") == 0)
+      throw UsageError("--prompt: required with --model (the text whose attention to show)");
+    return;
+  }
+  for (const char* option : kModelOnly)
+    if (cmd.count(option) > 0)
+      throw UsageError(std::string(option) + ": only with --model (a trained model's attention)");
+}
 
 std::vector<std::string> split_words(const std::string& s) {
   std::istringstream in(s);
@@ -126,7 +171,13 @@ ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::st
   return in;
 }
 
-int run_explain(const ExplainArgs& a) {
+int run_explain(ExplainArgs& a, const CLI::App& cmd) {
+  check_form(a, cmd);
+  if (!a.model.model_dir.empty()) {
+    a.model.png = a.png;
+    a.model.color = !a.no_color && stdout_wants_color();
+    return explain_model(a.model);
+  }
   const bool from_files = !a.q.empty() || !a.k.empty() || !a.v.empty();
   if (from_files && (a.q.empty() || a.k.empty() || a.v.empty()))
     throw UsageError("--q, --k, --v: expected all three .npy files together, found only some");
@@ -186,7 +237,8 @@ Runner add_explain(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "explain",
       "Every stage of attention for your own words (or q/k/v .npy files), with the weights as a "
-      "heatmap in the terminal and, with --png, as a picture.");
+      "heatmap in the terminal and, with --png, as a picture. With --model: what a model trained "
+      "by `qkv train` attends to in a --prompt, every layer and head, also as an HTML page.");
   cmd->add_option("--tokens", a->tokens, "words to attend over, split on spaces")->capture_default_str();
   cmd->add_option("--d-model", a->d_model, "embedding width C")->capture_default_str();
   cmd->add_option("--heads", a->heads, "query heads (must divide --d-model unless --d-k is given)")
@@ -214,9 +266,22 @@ Runner add_explain(CLI::App& app) {
   cmd->add_option("--mask", a->mask,
                   "bool (true = may attend) or additive mask broadcastable to [..., Hq, N, S] "
                   "(.npy); with --tokens, to [heads, words, words], e.g. one bool per word");
-  cmd->add_option("--png", a->png, "also draw the weights to this PNG file, one panel per head");
+  cmd->add_option("--png", a->png,
+                  "also draw the weights to this PNG file, one panel per head (with --model a "
+                  "grid, layers x heads)");
   cmd->add_flag("--no-color", a->no_color, "shade the terminal heatmap with characters, not colour");
-  return [a] { return run_explain(*a); };
+  cmd->add_option("--model", a->model.model_dir,
+                  "explain a trained model instead: the --out directory of qkv train");
+  cmd->add_option("--prompt", a->model.prompt,
+                  "with --model: the text to run it on, at most its context in characters");
+  cmd->add_option("--html", a->model.html,
+                  "with --model: write a self-contained page (hover a token to see what it "
+                  "attends to in every layer and head)");
+  cmd->add_option("--layer", a->model.layer, "with --model: show this layer only (from 0)");
+  cmd->add_option("--head", a->model.head, "with --model: show this head only (from 0)");
+  cmd->add_option("--weights-npy", a->model.weights_npy,
+                  "with --model: save the weights shown, [layers, heads, T, T] float32 (.npy)");
+  return [a, cmd] { return run_explain(*a, *cmd); };
 }
 
 }  // namespace qkv::cli

@@ -1,15 +1,24 @@
 // qkv sample: generate text from a model `qkv train` wrote.
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "model_prompt.h"
 #include "qkv/checkpoint.h"
 #include "qkv/sampler.h"
 #include "qkv/tokenizer.h"
 
 namespace qkv::cli {
 namespace {
+
+// A number as the user would write it ("0.5", "-1", "nan"), for messages.
+std::string number_str(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
 
 struct SampleArgs {
   std::string model_dir;
@@ -20,8 +29,11 @@ struct SampleArgs {
 
 int run_sample(SampleArgs& a) {
   if (a.o.tokens < 0) throw UsageError("--tokens: expected a count >= 0, found " + std::to_string(a.o.tokens));
-  if (!(a.o.temperature > 0.0) || !std::isfinite(a.o.temperature))
-    throw UsageError("--temperature: expected a number > 0, found " + std::to_string(a.o.temperature));
+  if (!(a.o.temperature >= 0.0) || !std::isfinite(a.o.temperature))  // NaN fails too
+    throw UsageError("--temperature: expected a finite number >= 0 (0 = greedy), found " +
+                     number_str(a.o.temperature));
+  if (!(a.o.top_p > 0.0 && a.o.top_p <= 1.0))
+    throw UsageError("--top-p: expected a probability in (0, 1] (1 = off), found " + number_str(a.o.top_p));
   if (a.o.top_k < 0) throw UsageError("--top-k: expected 0 (off) or a positive count, found " + std::to_string(a.o.top_k));
   check_threads("--threads", a.threads);
   if (a.model_dir.empty()) throw UsageError("--model: expected a directory, found an empty string");
@@ -44,6 +56,8 @@ int run_sample(SampleArgs& a) {
   GPT model(m.config);
   set_weights(model, m.weights);
   model.set_attention(Kernel::automatic, a.threads);
+  // Refuses invalid UTF-8 as a usage error; reports unseen characters once.
+  encode_prompt("qkv sample", m.tokenizer, a.o.prompt);
   std::cout << a.o.prompt << std::flush;
   sample(model, m.tokenizer, a.o, [](const std::string& piece) {
     std::cout << piece << std::flush;
@@ -62,9 +76,14 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "the --out directory of qkv train")->required();
   cmd->add_option("--prompt", a->o.prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", a->o.tokens, "characters to generate")->capture_default_str();
-  cmd->add_option("--temperature", a->o.temperature, "sharpen (< 1) or flatten (> 1) the choice")
+  cmd->add_option("--temperature", a->o.temperature,
+                  "sharpen (< 1) or flatten (> 1) the choice; 0 = greedy: always the likeliest")
       ->capture_default_str();
   cmd->add_option("--top-k", a->o.top_k, "choose among the k likeliest only (0 = all)")->capture_default_str();
+  cmd->add_option("--top-p", a->o.top_p,
+                  "nucleus: choose among the fewest likeliest tokens whose probability reaches P "
+                  "(0 < P <= 1; 1 = all)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
   cmd->add_option("--threads", a->threads, "threads")->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache,

@@ -16,6 +16,7 @@ Runner add_explain(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_sample(CLI::App& app);
+Runner add_logits(CLI::App& app);
 Runner add_size(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -1,0 +1,88 @@
+"""`qkv logits` against the checkpoint run in NumPy, and `qkv sample`'s
+choice: --temperature 0 is the argmax of those logits at every step, a tiny
+--top-p keeps only the likeliest token, the unknown id is never chosen."""
+import numpy as np
+import pytest
+
+import tiny_models
+from gpt_reference import Checkpoint
+
+
+@pytest.fixture
+def run(qkv_bin):
+    return tiny_models.runner(qkv_bin)
+
+
+@pytest.fixture(scope="module", params=sorted(tiny_models.VARIANTS))
+def model(request, tmp_path_factory, qkv_bin):
+    return tiny_models.trained(tmp_path_factory, qkv_bin, request.param)
+
+
+def logits(run, model, prompt, tmp_path):
+    out = tmp_path / "logits.npy"
+    r = run("logits", "--model", model, "--prompt", prompt, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert f"to {out}" in r.stdout
+    return np.load(out)
+
+
+def test_logits_equal_numpy_forward_of_the_checkpoint(model, run, tmp_path):
+    ck = Checkpoint(model)
+    prompt = "a dog sat on the cat while"
+    got = logits(run, model, prompt, tmp_path)
+    assert got.shape == (len(prompt), len(ck.chars) + 1) and got.dtype == np.float32
+    _, truth = ck.run(ck.encode(prompt))
+    np.testing.assert_allclose(got, truth, atol=2e-5 * np.abs(truth).max(), rtol=0)
+
+
+def sample(run, model, prompt, *options):
+    r = run("sample", "--model", model, "--prompt", prompt, *options)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(prompt) and r.stdout.endswith("\n")
+    return r.stdout[len(prompt):-1]
+
+
+def assert_greedy(run, model, prompt, generated, tmp_path):
+    """Each generated character is the argmax of the logits after the text before it.
+
+    `qkv logits` runs the whole text in one pass (row t follows characters
+    0..t), the sampler one token at a time against its KV cache; their float
+    rounding differs, so a step whose two best logits are within 1e-5 may
+    go either way. The unknown id (the last) is never a candidate."""
+    ck = Checkpoint(model)
+    assert "\ufffd" not in generated
+    rows = logits(run, model, prompt + generated[:-1], tmp_path)[len(prompt) - 1:, :-1]
+    chosen = ck.encode(generated)
+    assert len(rows) == len(chosen)
+    for step, (row, c) in enumerate(zip(rows, chosen)):
+        best = int(np.argmax(row))
+        assert c == best or row[best] - row[c] < 1e-5, (step, ck.chars[c], ck.chars[best])
+
+
+def test_temperature_zero_is_the_argmax_at_each_step(model, run, tmp_path):
+    prompt = "the dog "
+    n = 32 - len(prompt)  # the whole text fits the context: one logits pass checks every step
+    greedy = sample(run, model, prompt, "--temperature", "0", "--tokens", n)
+    assert len(greedy) == n
+    assert_greedy(run, model, prompt, greedy, tmp_path)
+    # Deterministic: the seed draws nothing; recomputing the context agrees.
+    assert sample(run, model, prompt, "--temperature", "0", "--tokens", n, "--seed", "99") == greedy
+    assert sample(run, model, prompt, "--temperature", "0", "--tokens", n, "--no-cache") == greedy
+
+
+def test_tiny_top_p_keeps_only_the_likeliest(model, run):
+    prompt = "a cat "
+    greedy = sample(run, model, prompt, "--temperature", "0", "--tokens", 20)
+    for seed in ("1", "2"):
+        nucleus = sample(run, model, prompt, "--top-p", "1e-9", "--tokens", 20, "--seed", seed)
+        assert nucleus == greedy
+
+
+def test_top_p_narrows_the_choice(model, run):
+    """Over many draws, a smaller nucleus gives fewer distinct characters."""
+    prompt = "the "
+    wide = sample(run, model, prompt, "--temperature", "2", "--tokens", 300, "--seed", "3")
+    narrow = sample(run, model, prompt, "--temperature", "2", "--top-p", "0.5", "--tokens", 300,
+                    "--seed", "3")
+    assert len(set(narrow)) < len(set(wide)), (set(narrow), set(wide))
+    assert "\ufffd" not in wide + narrow  # the unknown id is never drawn, even flattened

@@ -1,0 +1,53 @@
+// qkv logits: the next-token logits a trained model gives at every position
+// of a prompt, as a NumPy file, to check or study what `qkv sample` draws
+// from (greedy sampling picks each row's argmax).
+#include <algorithm>
+#include <iostream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "model_prompt.h"
+#include "qkv/checkpoint.h"
+
+namespace qkv::cli {
+namespace {
+
+struct LogitsArgs {
+  std::string model_dir, prompt, out;
+};
+
+int run_logits(const LogitsArgs& a) {
+  const LoadedModel m = load_model(a.model_dir);
+  const Prompt p = encode_prompt("qkv logits", m.tokenizer, a.prompt);
+  check_prompt_fits(p, m.config.context);
+  GPT model(m.config);
+  set_weights(model, m.weights);
+  const int64_t T = static_cast<int64_t>(p.ids.size()), V = m.config.vocab;
+  model.forward(p.ids.data(), nullptr, 1, T);
+  // Row t is the model's prediction for the token after prompt[0..t]: one
+  // pass over the prompt gives every position, as training sees them.
+  Tensor logits(DType::f32, {T, V});
+  std::copy(model.logits(), model.logits() + T * V, logits.data<float>());
+  save_npy_arg("--out", a.out, logits);
+  std::cout << "wrote next-token logits " << shape_str(logits.shape()) << " float32 (row t follows "
+            << "the prompt's first t + 1 characters; the last id, " << m.tokenizer.unknown_id()
+            << ", is the unknown token) to " << a.out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_logits(CLI::App& app) {
+  auto a = std::make_shared<LogitsArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "logits",
+      "The next-token logits of a model trained by `qkv train` at every position of a prompt, "
+      "as a [T, vocab] float32 .npy file.");
+  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train")->required();
+  cmd->add_option("--prompt", a->prompt, "the text, at most the model's context in characters")
+      ->required();
+  cmd->add_option("-o,--out", a->out, "output .npy file: logits [T, vocab] float32")->required();
+  return [a] { return run_logits(*a); };
+}
+
+}  // namespace qkv::cli

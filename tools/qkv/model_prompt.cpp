@@ -1,0 +1,87 @@
+#include "model_prompt.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "cli_common.h"
+#include "qkv/error.h"
+
+namespace qkv::cli {
+namespace {
+
+// The code point of one valid UTF-8 character (encode() has checked it).
+uint32_t code_point(const std::string& c) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(c[i]) & 0x3Fu; };
+  const auto b0 = static_cast<unsigned char>(c[0]);
+  switch (c.size()) {
+    case 1: return b0;
+    case 2: return (b0 & 0x1Fu) << 6 | b(1);
+    case 3: return (b0 & 0x0Fu) << 12 | b(1) << 6 | b(2);
+    default: return (b0 & 0x07u) << 18 | b(1) << 12 | b(2) << 6 | b(3);
+  }
+}
+
+std::string u_plus(uint32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", cp);
+  return buf;
+}
+
+}  // namespace
+
+Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std::string& text) {
+  Prompt p;
+  try {
+    p.ids = tok.encode(text);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--prompt: ") + e.what());
+  }
+  // Valid UTF-8 now: a character starts at every byte that is not a
+  // continuation byte (10xxxxxx).
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) p.chars.emplace_back();
+    p.chars.back() += text[i];
+  }
+  std::vector<std::string> unseen;
+  for (size_t i = 0; i < p.ids.size(); ++i)
+    if (p.ids[i] == tok.unknown_id() &&
+        std::find(unseen.begin(), unseen.end(), p.chars[i]) == unseen.end())
+      unseen.push_back(p.chars[i]);
+  if (!unseen.empty()) {
+    std::string list;
+    for (const std::string& c : unseen) {
+      const uint32_t cp = code_point(c);
+      const bool printable = cp >= 0x20 && cp != 0x7F && !(cp >= 0x80 && cp < 0xA0);
+      list += (list.empty() ? "" : ", ") + (printable ? "'" + c + "' " : std::string()) + u_plus(cp);
+    }
+    std::cerr << cmd << ": warning: --prompt: " << unseen.size()
+              << (unseen.size() == 1 ? " character" : " characters")
+              << " not in the model's vocabulary, read as its unknown token: " << list << "\n";
+  }
+  return p;
+}
+
+void check_prompt_fits(const Prompt& p, int64_t context) {
+  const auto n = static_cast<int64_t>(p.ids.size());
+  if (n == 0) throw UsageError("--prompt: expected at least one character, found an empty string");
+  if (n > context)
+    throw UsageError("--prompt: expected at most the model's context of " + std::to_string(context) +
+                     " characters, found " + std::to_string(n));
+}
+
+std::vector<std::string> token_labels(const Prompt& p) {
+  std::vector<std::string> labels;
+  for (const std::string& c : p.chars) {
+    const uint32_t cp = code_point(c);
+    if (c == " ") labels.push_back("\u2423");  // ␣, the open box: a visible space
+    else if (c == "\n") labels.push_back("\\n");
+    else if (c == "\t") labels.push_back("\\t");
+    else if (c == "\r") labels.push_back("\\r");
+    else if (cp < 0x20 || cp == 0x7F) labels.push_back(u_plus(cp));
+    else labels.push_back(c);
+  }
+  return labels;
+}
+
+}  // namespace qkv::cli
