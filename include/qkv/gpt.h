@@ -135,7 +135,12 @@ class BasicGPT {
   // (causal, after RoPE when on): [layers, heads, n, n] in T, rows summing to 1.
   Tensor attention_maps(const int32_t* tokens, int64_t n);
 
-  // Kernel and threads for attention (forward and backward).
+  // Threads for everything the model runs (attention, layers, GEMM; 0 = all
+  // cores): forward, backward, decode_step and attention_maps each run
+  // under a ThreadScope of this count, the one place it is set.
+  void set_threads(int threads);
+  int threads() const { return attn_opts_.threads; }
+  // The attention kernel, and the threads as set_threads.
   void set_attention(Kernel kernel, int threads);
 
  private:

@@ -24,7 +24,24 @@ Isa active_isa();
 void set_isa(Isa isa);
 
 // Threads used when an option asks for 0 ("all"): the number of cores
-// OpenMP sees (OMP_NUM_THREADS is honoured).
+// OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
 int default_threads();
+
+// Runs the calling thread's OpenMP regions (attention, the layers, the GEMM,
+// the optimizer) on `threads` threads (0 = leave the count as it is: all
+// cores unless an outer scope or OMP_NUM_THREADS says otherwise) while it lives, then
+// restores the count it found. OpenMP keeps that count per calling thread,
+// so no other thread of the program is affected: the library never sets a
+// process-wide thread count. Throws qkv::Error for a negative count.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads);
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace qkv

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "qkv/gpt.h"
+#include "qkv/runtime.h"
 #include "qkv/nn.h"
 
 namespace qkv {
@@ -61,6 +62,7 @@ KVCache BasicGPT<T>::new_cache() const {
 
 template <class T>
 std::span<const T> BasicGPT<T>::decode_step(int32_t token, KVCache& cache) {
+  const ThreadScope threads(attn_opts_.threads);
   const int64_t C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   cache.check_append(cfg_, dtype_of<T>());

@@ -1,5 +1,6 @@
 // gpt.cpp: the model's parameters, forward and backward, block by block.
 #include "qkv/gpt.h"
+#include "qkv/runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -38,9 +39,16 @@ BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg) {
 }
 
 template <class T>
-void BasicGPT<T>::set_attention(Kernel kernel, int threads) {
-  attn_opts_.kernel = kernel;
+void BasicGPT<T>::set_threads(int threads) {
+  if (threads < 0)
+    throw Error("gpt: threads must be 0 (all cores) or a positive count, found " + std::to_string(threads));
   attn_opts_.threads = threads;
+}
+
+template <class T>
+void BasicGPT<T>::set_attention(Kernel kernel, int threads) {
+  set_threads(threads);
+  attn_opts_.kernel = kernel;
 }
 
 template <class T>
@@ -175,6 +183,7 @@ void BasicGPT<T>::attention_backward(LayerActs& a) {
 
 template <class T>
 T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
+  const ThreadScope threads(attn_opts_.threads);
   if (B < 1 || Tn < 1 || Tn > cfg_.context)
     throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
                 " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
@@ -227,6 +236,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
 
 template <class T>
 void BasicGPT<T>::backward() {
+  const ThreadScope threads(attn_opts_.threads);
   if (!has_targets_) throw Error("gpt: backward needs a forward with targets");
   Acts& a = acts_;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, V = cfg_.vocab;

@@ -2,12 +2,14 @@
 #include <cstring>
 
 #include "qkv/gpt.h"
+#include "qkv/runtime.h"
 
 namespace qkv {
 
 template <class T>
 Tensor BasicGPT<T>::attention_maps(const int32_t* tokens, int64_t n) {
   forward(tokens, nullptr, 1, n);
+  const ThreadScope threads(attn_opts_.threads);
   const int64_t L = cfg_.layers, H = cfg_.heads;
   Tensor maps(dtype_of<T>(), {L, H, n, n});
   AttentionOptions o = attn_opts_;

@@ -47,3 +47,19 @@ double GradientSum::sum(double x) {
 }
 
 }  // namespace qkv
+
+namespace qkv {
+
+TrainOptions data_parallel(TrainOptions o, GradientSum& sum) {
+  o.rank = sum.rank();
+  o.ranks = sum.ranks();
+  if (o.batch % o.ranks != 0)
+    throw Error("data parallel: the global batch " + std::to_string(o.batch) +
+                " must divide by the " + std::to_string(o.ranks) + " ranks");
+  o.sum_over_ranks = [&sum](float* v, int64_t n) { sum.sum(v, n); };
+  o.sum_scalar_over_ranks = [&sum](double x) { return sum.sum(x); };
+  if (o.rank != 0) o.on_progress = nullptr;  // rank 0 reports
+  return o;
+}
+
+}  // namespace qkv

@@ -10,8 +10,14 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "qkv/model_size.h"
+#include "qkv/peak.h"
 #include "qkv/plot.h"
+#include "qkv/runtime.h"
 #include "qkv/trainer.h"
+#ifdef QKV_HAVE_MPI
+#include "data_parallel.h"
+#endif
 
 namespace qkv::cli {
 namespace {
@@ -20,7 +26,124 @@ struct TrainArgs {
   TrainOptions o;
   std::string kernel = "auto";
   bool no_progress = false;
+  CLI::App* cmd = nullptr;  // to tell the options given from the defaults
 };
+
+std::string format_clock(double seconds) {
+  char buf[32];
+  const int s = static_cast<int>(seconds + 0.5);
+  std::snprintf(buf, sizeof buf, "%d:%02d", s / 60, s % 60);
+  return buf;
+}
+
+// What the run will train, before it starts: the model's size and cost
+// (qkv size's numbers) and a step-time estimate from this machine's
+// measured FMA peak.
+void print_summary(const TrainOptions& o, const TrainProgress& p) {
+  GPTConfig cfg = o.model;
+  cfg.vocab = p.vocab;
+  const ModelSize size = model_size(shape_of(cfg));
+  // A step: forward + backward = 3 forwards of batch x context tokens.
+  const double step_flops = 3.0 * size.flops_per_token * static_cast<double>(o.batch * cfg.context);
+  const int threads = o.threads > 0 ? o.threads : default_threads();
+  const double peak = measure_fma_gflops(active_isa(), threads, 0.05) * 1e9;
+  // 60%: what the nanoGPT recipe reaches here (README, training figures).
+  const double step_ms = step_flops / (0.6 * peak) * 1e3;
+  std::printf("model: %lld parameters (%d layers, %lld heads / %lld kv, embd %lld, context %lld%s), "
+              "vocabulary %lld\n",
+              static_cast<long long>(p.params), static_cast<int>(cfg.layers),
+              static_cast<long long>(cfg.heads), static_cast<long long>(cfg.kv_heads),
+              static_cast<long long>(cfg.embd), static_cast<long long>(cfg.context),
+              cfg.rope ? ", RoPE" : "", static_cast<long long>(p.vocab));
+  std::printf("data: %lld tokens (90%% train, 10%% validation); %lld tokens per step\n",
+              static_cast<long long>(p.text_tokens), static_cast<long long>(o.batch * cfg.context));
+  std::printf("cost: %.2f GFLOP per step, about %.0f ms each on %d threads (60%% of the measured "
+              "%.0f GFLOP/s peak); %lld steps%s\n",
+              step_flops / 1e9, step_ms, threads, peak / 1e9, static_cast<long long>(o.iters),
+              p.first_iter > 0 ? (", resuming at " + std::to_string(p.first_iter)).c_str() : "");
+  std::fflush(stdout);
+}
+
+// The command's view of the loop: a bar redrawn on stderr (a terminal), or
+// one line per logged step and per evaluation on stdout. Both name a step by
+// the same number, its 0-based index.
+std::function<void(const TrainProgress&)> progress_printer(const TrainOptions& o, bool bar) {
+  return [&o, bar](const TrainProgress& p) {
+    using E = TrainProgress::Event;
+    switch (p.event) {
+      case E::start:
+        print_summary(o, p);
+        break;
+      case E::step:
+        if (bar) {
+          constexpr int kWidth = 24;
+          const int fill = static_cast<int>(kWidth * (p.iter + 1) / std::max<int64_t>(p.iters, 1));
+          std::string b(fill, '=');
+          b.resize(kWidth, ' ');
+          char val[32] = "";
+          if (!std::isnan(p.val_loss)) std::snprintf(val, sizeof val, " val %.4f", p.val_loss);
+          std::fprintf(stderr, "\r[%s] iter %lld/%lld loss %.4f%s | %.1fk tok/s | ETA %s   ", b.c_str(),
+                       static_cast<long long>(p.iter), static_cast<long long>(p.iters), p.loss, val,
+                       p.tokens_per_s / 1000.0, format_clock(p.eta_s).c_str());
+          std::fflush(stderr);
+        } else if (p.logged) {
+          std::printf("iter %lld/%lld loss %.4f lr %.2e %.1fk tok/s %.1fs\n",
+                      static_cast<long long>(p.iter), static_cast<long long>(p.iters), p.loss, p.lr,
+                      p.tokens_per_s / 1000.0, p.elapsed_s);
+          std::fflush(stdout);  // log lines appear as they happen, also in a pipe
+        }
+        break;
+      case E::eval:
+        if (bar) break;
+        std::printf("iter %lld: train %.4f, val %.4f", static_cast<long long>(p.iter), p.loss, p.val_loss);
+        if (!std::isnan(p.val_loss_full)) std::printf(" (whole split %.4f)", p.val_loss_full);
+        std::printf(" (checkpoint saved)\n");
+        std::fflush(stdout);
+        break;
+      case E::done:
+        if (bar) std::fprintf(stderr, "\n");
+        std::printf("done: train loss %.4f, val loss %.4f, on the whole validation split %.4f; "
+                    "model in %s\n",
+                    p.loss, p.val_loss, p.val_loss_full, o.out_dir.c_str());
+        break;
+    }
+  };
+}
+
+// --resume keeps the checkpoint's options: one given again with another
+// value would be silently ignored, so it is refused, named.
+void refuse_conflicts_with_checkpoint(const TrainArgs& a) {
+  const TrainOptions saved = saved_train_options(a.o.out_dir);
+  const TrainOptions& o = a.o;
+  std::string conflicts;
+  auto check = [&](const char* flag, auto given, auto kept) {
+    if (a.cmd->count(flag) > 0 && given != kept)
+      conflicts += std::string(conflicts.empty() ? "" : ", ") + flag + " " + std::to_string(given) +
+                   " (checkpoint: " + std::to_string(kept) + ")";
+  };
+  check("--layers", o.model.layers, saved.model.layers);
+  check("--heads", o.model.heads, saved.model.heads);
+  check("--kv-heads", o.model.kv_heads, saved.model.kv_heads);
+  check("--embd", o.model.embd, saved.model.embd);
+  check("--context", o.model.context, saved.model.context);
+  check("--rope", o.model.rope, saved.model.rope);
+  check("--bias", o.model.bias, saved.model.bias);
+  check("--batch", o.batch, saved.batch);
+  check("--iters", o.iters, saved.iters);
+  check("--lr", o.lr, saved.lr);
+  check("--min-lr", o.min_lr, saved.min_lr);
+  check("--warmup", o.warmup, saved.warmup);
+  check("--weight-decay", o.adam.weight_decay, saved.adam.weight_decay);
+  check("--grad-clip", o.adam.grad_clip, saved.adam.grad_clip);
+  check("--eval-interval", o.eval_interval, saved.eval_interval);
+  check("--eval-iters", o.eval_iters, saved.eval_iters);
+  check("--log-interval", o.log_interval, saved.log_interval);
+  check("--seed", o.seed, saved.seed);
+  if (!conflicts.empty())
+    throw UsageError("--resume: the checkpoint in '" + o.out_dir +
+                     "' continues with its own options; these differ: " + conflicts +
+                     ". Drop them, or start afresh with --force");
+}
 
 // Ctrl-C (SIGINT) or SIGTERM: the handler only records the signal; the
 // training loop finishes its step, saves a checkpoint and returns. The
@@ -80,7 +203,8 @@ int run_train(TrainArgs& a) {
   positive("--eval-interval", o.eval_interval);
   positive("--eval-iters", o.eval_iters);
   positive("--log-interval", o.log_interval);
-  if (o.warmup < 0) throw UsageError("--warmup: expected an integer >= 0, found " + std::to_string(o.warmup));
+  if (a.cmd->count("--warmup") > 0 && o.warmup < 0)
+    throw UsageError("--warmup: expected an integer >= 0, found " + std::to_string(o.warmup));
   if (o.model.kv_heads == 0) o.model.kv_heads = o.model.heads;
   if (o.model.kv_heads < 1 || o.model.heads % o.model.kv_heads != 0)
     throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(o.model.heads) +
@@ -106,10 +230,15 @@ int run_train(TrainArgs& a) {
     throw UsageError("--stop-at: expected a multiple of --eval-interval " +
                      std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
   check_train_memory(o);
+  if (o.resume) refuse_conflicts_with_checkpoint(a);
   o.kernel = *parse_kernel(a.kernel);
-  o.progress_bar = !a.no_progress && isatty(STDERR_FILENO);
+  o.on_progress = progress_printer(o, !a.no_progress && isatty(STDERR_FILENO));
   catch_stop_signals();
   o.stop_requested = &g_stop_signal;
+#ifdef QKV_HAVE_MPI
+  // Under mpirun (or srun) with more than one rank: data parallel.
+  if (launched_by_mpi()) return run_data_parallel(o, g_stop_signal);
+#endif
   const TrainResult r = train(o);
   plot_training_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
   if (!r.interrupted) return 0;
@@ -142,7 +271,7 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--iters", o.iters, "optimisation steps")->capture_default_str();
   cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
-  cmd->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "linear warm-up steps (default: min(100, iters / 10))");
   cmd->add_option("--weight-decay", o.adam.weight_decay, "AdamW decay on matrices")->capture_default_str();
   cmd->add_option("--grad-clip", o.adam.grad_clip, "clip the gradient norm (0 = off)")->capture_default_str();
   cmd->add_option("--eval-interval", o.eval_interval, "evaluate and checkpoint every N steps")->capture_default_str();
@@ -160,6 +289,9 @@ Runner add_train(CLI::App& app) {
                   "stop after the checkpoint of this iteration (a multiple of --eval-interval), "
                   "to continue later with --resume");
   cmd->add_flag("--no-progress", a->no_progress, "log lines instead of a progress bar on a terminal");
+  cmd->add_flag("--eval-full", o.eval_full,
+                "evaluate on the whole validation split at every evaluation (always done at the end)");
+  a->cmd = cmd;
   check_integers<int64_t>(cmd, {"--layers", "--heads", "--kv-heads", "--embd", "--context",
                                 "--batch", "--iters", "--warmup", "--eval-interval", "--eval-iters",
                                 "--log-interval", "--stop-at"});

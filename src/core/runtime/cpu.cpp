@@ -75,4 +75,12 @@ Isa active_isa() {
 
 int default_threads() { return omp_get_max_threads(); }
 
+ThreadScope::ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+  if (threads < 0)
+    throw Error("threads: expected 0 (all cores) or a positive count, found " + std::to_string(threads));
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+ThreadScope::~ThreadScope() { omp_set_num_threads(saved_); }
+
 }  // namespace qkv

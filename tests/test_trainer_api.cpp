@@ -1,0 +1,85 @@
+// The training loop as a library (qkv/trainer.h): its own argument checks,
+// progress through the callback only (nothing printed), and the resume
+// point read back by saved_train_options.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "qkv/trainer.h"
+
+namespace qkv {
+namespace {
+
+struct TinyRun {
+  std::string dir;
+  TrainOptions o;
+  TinyRun() {
+    dir = (std::filesystem::temp_directory_path() / ("qkv_trainer_api_" + std::to_string(::getpid())))
+              .string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string text = dir + "/text.txt";
+    std::ofstream(text) << std::string(40, ' ') +
+                               "the cat sat on a mat while the dog ran far away and came back "
+                               "home to the cat who sat on the mat all day long ";
+    std::ofstream(text, std::ios::app) << std::string(2000, 'a');
+    o.text_path = text;
+    o.out_dir = dir + "/run";
+    o.model.layers = 1, o.model.heads = 2, o.model.kv_heads = 2, o.model.embd = 16, o.model.context = 8;
+    o.batch = 4, o.iters = 6, o.eval_interval = 3, o.eval_iters = 2, o.log_interval = 2, o.threads = 1;
+  }
+  ~TinyRun() { std::filesystem::remove_all(dir); }
+};
+
+TEST(TrainerApi, ChecksItsOwnArguments) {
+  TinyRun r;
+  for (auto bad : std::vector<void (*)(TrainOptions&)>{
+           [](TrainOptions& o) { o.eval_interval = 0; },  // was a division by zero
+           [](TrainOptions& o) { o.eval_iters = 0; },
+           [](TrainOptions& o) { o.log_interval = 0; },
+           [](TrainOptions& o) { o.batch = 0; },
+           [](TrainOptions& o) { o.lr = std::nan(""); },
+           [](TrainOptions& o) { o.min_lr = 1.0; },  // above lr
+           [](TrainOptions& o) { o.threads = -1; },
+           [](TrainOptions& o) { o.ranks = 3; },      // batch 4 does not divide
+           [](TrainOptions& o) { o.out_dir.clear(); }}) {
+    TrainOptions o = r.o;
+    bad(o);
+    EXPECT_THROW(train(o), Error);
+  }
+}
+
+TEST(TrainerApi, ReportsThroughTheCallbackAndPrintsNothing) {
+  TinyRun r;
+  std::vector<TrainProgress> seen;
+  r.o.on_progress = [&](const TrainProgress& p) { seen.push_back(p); };
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const TrainResult res = train(r.o);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front().event, TrainProgress::Event::start);
+  EXPECT_GT(seen.front().params, 0);
+  EXPECT_EQ(seen.back().event, TrainProgress::Event::done);
+  int steps = 0, evals = 0;
+  for (const TrainProgress& p : seen) {
+    steps += p.event == TrainProgress::Event::step;
+    evals += p.event == TrainProgress::Event::eval;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(evals, 3);  // iterations 0, 3 and 6
+  EXPECT_TRUE(std::isfinite(res.final_val_loss_full));
+  EXPECT_DOUBLE_EQ(seen.back().val_loss_full, res.final_val_loss_full);
+  // The warm-up defaulted to min(100, iters / 10) and was saved as such.
+  EXPECT_EQ(saved_train_options(r.o.out_dir).warmup, 0);
+}
+
+}  // namespace
+}  // namespace qkv
