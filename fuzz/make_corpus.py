@@ -51,8 +51,8 @@ def corpus_npy():
     put("npy", "f8_v3.npy", npy("<f8", (1,), f64(7), version=(3, 0)))
     put("npy", "f4_2x2x2.npy", npy("<f4", (2, 2, 2), f32(*range(8))))
     # Slightly broken.
-    put("npy", "bad_fortran.npy", npy("<f4", (2, 2), f32(1, 2, 3, 4), fortran=True))
-    put("npy", "bad_bigendian.npy", npy(">f4", (2,), struct.pack(">2f", 1, 2)))
+    put("npy", "f4_fortran_2x2.npy", npy("<f4", (2, 2), f32(1, 2, 3, 4), fortran=True))
+    put("npy", "f4_bigendian.npy", npy(">f4", (2,), struct.pack(">2f", 1, 2)))
     put("npy", "bad_i4.npy", npy("<i4", (2,), struct.pack("<2i", 1, 2)))
     put("npy", "bad_truncated.npy", npy("<f4", (2, 3), f32(1, 2, 3)))
     put("npy", "bad_overflow_shape.npy", npy("<f4", (), b"", header=

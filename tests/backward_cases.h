@@ -26,7 +26,7 @@ struct Case {
   AttentionOptions opts;
   AttentionOptions options(Kernel kernel) const {
     AttentionOptions o = opts;
-    o.mask = mask ? &*mask : nullptr;
+    o.mask = mask ? TensorView(*mask) : TensorView();
     o.kernel = kernel;
     o.return_lse = true;
     return o;

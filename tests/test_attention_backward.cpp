@@ -36,7 +36,7 @@ struct GradCase {
   AttentionOptions opts;
   AttentionOptions options() const {
     AttentionOptions o = opts;
-    o.mask = mask ? &*mask : nullptr;
+    o.mask = mask ? TensorView(*mask) : TensorView();
     o.kernel = Kernel::reference;
     return o;
   }

@@ -54,7 +54,6 @@ AttentionGrads plain_float32(const Case& c, AttentionGrads& mag) {
   const float* dO = c.dout.data<float>();
   float *dQ = g.dq.data<float>(), *dK = g.dk.data<float>(), *dV = g.dv.data<float>();
   double *mQ = mag.dq.data<double>(), *mK = mag.dk.data<double>(), *mV = mag.dv.data<double>();
-  const Tensor* mask = p.mask.tensor;
   const float scale = static_cast<float>(p.scale), cap = static_cast<float>(p.softcap);
   std::vector<float> P(p.S), dcap(p.S), out(p.Dv);
   for (int64_t b = 0; b < p.B; ++b)
@@ -72,12 +71,10 @@ AttentionGrads plain_float32(const Case& c, AttentionGrads& mag) {
           float bias = 0.0f;
           if (p.alibi_slopes)
             bias = -static_cast<float>((*p.alibi_slopes)[h]) * static_cast<float>(std::abs(p.diag(i) - j));
-          if (mask) {
+          if (p.mask.present()) {
             const int64_t at = p.mask.head_offset[bh] + i * p.mask.stride_n + j * p.mask.stride_s;
-            if (mask->dtype() == DType::boolean)
-              visible = visible && mask->data<bool>()[at];
-            else
-              bias += static_cast<float>(mask->get(at));
+            visible = visible && !p.mask.hides(at);
+            bias += static_cast<float>(p.mask.bias(at));
           }
           P[j] = -INFINITY, dcap[j] = 1.0f;
           if (!visible) continue;

@@ -47,7 +47,7 @@ struct Case {
 
   AttentionOptions options(Kernel kernel) const {
     AttentionOptions o = opts;
-    o.mask = mask ? &*mask : nullptr;
+    o.mask = mask ? TensorView(*mask) : TensorView();
     o.kernel = kernel;
     return o;
   }
@@ -221,7 +221,6 @@ AttentionResult plain_float32(const Case& c) {
   const float* Q = c.q.data<float>();
   const float* K = c.k.data<float>();
   const float* V = c.v.data<float>();
-  const Tensor* mask = p.mask.tensor;
   const float scale = static_cast<float>(p.scale), cap = static_cast<float>(p.softcap);
   std::vector<float> s(p.S);
   for (int64_t b = 0; b < p.B; ++b)
@@ -236,12 +235,10 @@ AttentionResult plain_float32(const Case& c) {
           if (p.alibi_slopes)
             bias = -static_cast<float>((*p.alibi_slopes)[h]) *
                    static_cast<float>(std::abs(p.diag(i) - j));
-          if (mask) {
+          if (p.mask.present()) {
             const int64_t at = p.mask.head_offset[bh] + i * p.mask.stride_n + j * p.mask.stride_s;
-            if (mask->dtype() == DType::boolean)
-              visible = visible && mask->data<bool>()[at];
-            else
-              bias += static_cast<float>(mask->get(at));
+            visible = visible && !p.mask.hides(at);
+            bias += static_cast<float>(p.mask.bias(at));
           }
           float x = -INFINITY;
           if (visible) {

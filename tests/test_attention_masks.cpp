@@ -99,7 +99,7 @@ TEST(Alibi, EqualsTheSameBiasAsAFloatMask) {
       for (int64_t j = 0; j < S; ++j)
         bias.data<double>()[(h * N + i) * S + j] = -a.alibi_slopes[h] * std::fabs(double(i + S - N - j));
   AttentionOptions m;
-  m.mask = &bias;
+  m.mask = bias;
   m.causal = Causal::bottom_right;
   Tensor oa = attention(q, k, v, a).out, om = attention(q, k, v, m).out;
   for (int64_t i = 0; i < oa.numel(); ++i) EXPECT_NEAR(oa.get(i), om.get(i), 1e-14);
@@ -113,7 +113,7 @@ TEST(Softcap, CapsScoresBeforeTheMask) {
   Tensor mask = Tensor::from<double>({5}, {0.0, 1.5, -INFINITY, 0.0, -0.5});
   AttentionOptions o;
   o.softcap = 2.0;
-  o.mask = &mask;
+  o.mask = mask;
   o.return_weights = true;
   auto r = attention(q, k, v, o);
   for (int64_t i = 0; i < 2; ++i) {

@@ -142,8 +142,8 @@ TEST(AttentionRef, BoolMaskBroadcastsLikeNumPy) {
   for (int64_t i = 0; i < N * S; ++i) small.data<bool>()[i] = (i * 7) % 3 != 0;
   for (int64_t i = 0; i < full.numel(); ++i) full.data<bool>()[i] = small.data<bool>()[i % (N * S)];
   AttentionOptions a, b;
-  a.mask = &small;
-  b.mask = &full;
+  a.mask = small;
+  b.mask = full;
   Tensor oa = attention(q, k, v, a).out, ob = attention(q, k, v, b).out;
   for (int64_t i = 0; i < oa.numel(); ++i) EXPECT_EQ(oa.get(i), ob.get(i));
 
@@ -151,7 +151,7 @@ TEST(AttentionRef, BoolMaskBroadcastsLikeNumPy) {
   per_head.data<bool>()[0] = true;
   for (int64_t j = 0; j < S; ++j) per_head.data<bool>()[S + j] = true;
   AttentionOptions c;
-  c.mask = &per_head;
+  c.mask = per_head;
   Tensor oc = attention(q, k, v, c).out;
   for (int64_t i = 0; i < N; ++i)  // batch (0,0), head 0, row i == v[0,0,0,0,:]
     for (int64_t e = 0; e < 2; ++e) EXPECT_NEAR(oc.get(i * 2 + e), v.get(e), 1e-15);
@@ -164,20 +164,20 @@ TEST(AttentionRef, FloatMaskIsAdditive) {
   Tensor bmask(DType::boolean, {2, 4});
   for (int64_t i = 0; i < 8; ++i) bmask.data<bool>()[i] = fmask.get(i) == 0.0;
   AttentionOptions a, b;
-  a.mask = &fmask;
-  b.mask = &bmask;
+  a.mask = fmask;
+  b.mask = bmask;
   Tensor oa = attention(q, k, v, a).out, ob = attention(q, k, v, b).out;
   for (int64_t i = 0; i < oa.numel(); ++i) EXPECT_DOUBLE_EQ(oa.get(i), ob.get(i));
   // A constant bias per row changes nothing (softmax shift invariance)...
   Tensor row_bias = Tensor::from<float>({2, 1}, {5.f, -3.f});
   AttentionOptions c;
-  c.mask = &row_bias;
+  c.mask = row_bias;
   Tensor oc = attention(q, k, v, c).out, plain = attention(q, k, v).out;
   for (int64_t i = 0; i < oc.numel(); ++i) EXPECT_NEAR(oc.get(i), plain.get(i), 1e-14);
   // ...but a bias of log(2) on key 0 doubles its unnormalised weight.
   Tensor bias = Tensor::from<double>({4}, {std::log(2.0), 0, 0, 0});
   AttentionOptions d;
-  d.mask = &bias;
+  d.mask = bias;
   d.return_weights = true;
   AttentionOptions w;
   w.return_weights = true;
@@ -192,7 +192,7 @@ TEST(AttentionRef, MaskAndCausalCombineByAnd) {
   Tensor mask(DType::boolean, {3});  // key 0 blocked for everyone
   mask.data<bool>()[1] = mask.data<bool>()[2] = true;
   AttentionOptions o;
-  o.mask = &mask;
+  o.mask = mask;
   o.causal = Causal::top_left;
   o.return_lse = true;
   auto r = attention(q, k, index_values(1, 3), o);
@@ -270,7 +270,7 @@ TEST(AttentionRef, RejectsBadValuesAndMasks) {
   k.data<float>()[5] = 0;
   Tensor bad_mask(DType::boolean, {3, 3});
   AttentionOptions o;
-  o.mask = &bad_mask;
+  o.mask = bad_mask;
   try {
     attention(q, k, v, o);
     FAIL();
@@ -278,7 +278,7 @@ TEST(AttentionRef, RejectsBadValuesAndMasks) {
     EXPECT_THAT(e.what(), HasSubstr("mask: expected a shape broadcastable to [1, 2, 3]"));
   }
   Tensor plus_inf = Tensor::from<float>({3}, {0.f, INFINITY, 0.f});
-  o.mask = &plus_inf;
+  o.mask = plus_inf;
   EXPECT_THROW(attention(q, k, v, o), Error);
   AttentionOptions s;
   s.scale = INFINITY;

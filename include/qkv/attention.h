@@ -10,15 +10,23 @@
 //   mask broadcastable to [..., Hq, N, S] (NumPy rules)
 // The leading "..." dims (zero or more) must be identical in q, k and v.
 //
+// Inputs are views (qkv/view.h; a Tensor converts to one): any strides work.
+// q, k and v are read in place when their last dim is contiguous (stride 1),
+// so a slice of a KV cache, k[:, :, :len], costs no copy; an input whose last
+// dim is strided (a transposed or Fortran-ordered array) is copied once into
+// contiguous scratch. The outputs are always C-ordered Tensors.
+//
 // Semantics (the contract every kernel in qkv must match):
 // - scale defaults to 1/sqrt(D); any finite positive or negative value may be
 //   given, 1.0 meaning "no scaling".
 // - mask: bool, true = may attend (PyTorch SDPA polarity); or float32/float64,
 //   added to the scaled scores (-inf blocks; +inf and NaN are rejected).
+//   A view like q, k, v: a stride of 0 broadcasts a dim in place.
 // - causal top-left: query i sees keys j <= i (PyTorch is_causal=True).
 //   causal bottom-right: query i sees keys j <= i + S - N (KV-cache decode:
 //   the last query sees every key). Causal and mask combine by AND.
-// - query head h reads key/value head h / (Hq / Hkv); K and V are never copied.
+// - query head h reads key/value head h / (Hq / Hkv); a group's heads share
+//   K and V, never copied per head.
 // - sliding window (left, right): query i sees keys j with
 //   a(i) - left <= j <= a(i) + right, where a(i) is query i's diagonal: i, or
 //   i + S - N when causal is bottom-right (the window is aligned like the
@@ -44,6 +52,7 @@
 #include <vector>
 
 #include "qkv/tensor.h"
+#include "qkv/view.h"
 
 namespace qkv {
 
@@ -55,7 +64,8 @@ const char* causal_name(Causal c);
 std::optional<Causal> parse_causal(const std::string& s);
 
 // Which implementation runs. Both give the same results within float32
-// rounding; automatic picks fast.
+// rounding; automatic picks fast for float32, the reference for float64.
+// Among the fast paths the op takes the one for active_isa() (qkv/runtime.h).
 enum class Kernel { reference, fast, automatic };
 
 // "reference", "fast", "auto".
@@ -69,7 +79,7 @@ struct SlidingWindow {
 
 struct AttentionOptions {
   std::optional<double> scale;   // default 1/sqrt(D)
-  const Tensor* mask = nullptr;  // not owned; must outlive the call
+  TensorView mask;               // null view = no mask; not owned, must outlive the call
   Causal causal = Causal::none;
   std::optional<SlidingWindow> window;
   std::vector<int64_t> key_lengths;   // [B] (flattened leading dims), empty = no padding
@@ -94,7 +104,7 @@ struct AttentionResult {
 //
 // Kernel::fast takes float32 only (float64 with fast is an error; automatic
 // sends float64 to the reference kernel).
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
                           const AttentionOptions& opts = {});
 
 // The shapes attention() would return for these arguments, after the same
@@ -105,14 +115,14 @@ struct AttentionShapes {
   Shape weights;  // [..., Hq, N, S]
   Shape lse;      // [..., Hq, N]
 };
-AttentionShapes attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const AttentionOptions& opts = {});
+AttentionShapes attention_shapes(const TensorView& q, const TensorView& k,
+                                 const TensorView& v, const AttentionOptions& opts = {});
 
 // The same, writing into `res`: tensors already of the right dtype and shape
 // are reused, so a loop of same-shaped calls (decoding, benchmarking)
 // allocates nothing.
-void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const AttentionOptions& opts = {});
+void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
+                    const TensorView& v, const AttentionOptions& opts = {});
 
 // Gradients of out = attention(q, k, v, opts).
 struct AttentionGrads {
@@ -128,8 +138,10 @@ struct AttentionGrads {
 // reference kernel recomputes the weights in double; the fast one recomputes
 // each score tile from lse, so nothing of size N x S is stored. Fully masked
 // rows give zero gradients. Results are bitwise identical for any thread count.
-void attention_backward_into(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, const Tensor& dout,
-                             const AttentionOptions& opts = {});
+// out, lse and dout may be strided views too (copied once if they are not
+// C-ordered); the gradients are C-ordered Tensors of q's, k's and v's shapes.
+void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
+                             const TensorView& v, const TensorView& out, const TensorView& lse,
+                             const TensorView& dout, const AttentionOptions& opts = {});
 
 }  // namespace qkv

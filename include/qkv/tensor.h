@@ -1,8 +1,9 @@
 // qkv/tensor.h: a dense, C-ordered, owning n-d array.
 //
-// Deliberately small: a dtype, a shape and a contiguous buffer. Every op in
-// qkv takes and returns Tensors in row-major (C) order, so strides are always
-// derived from the shape and never stored.
+// Deliberately small: a dtype, a shape and a contiguous buffer, in row-major
+// (C) order, so strides are derived from the shape and never stored. Ops
+// that read strided memory take a TensorView (qkv/view.h), which any Tensor
+// converts to.
 //
 // Dimension glossary, used in every shape comment in qkv:
 //   B    batch (any number of leading dims, written "...")

@@ -1,9 +1,9 @@
 // attention_problem.h: one attention call, validated, as every kernel sees it.
 //
 // The op (core/ops/attention.cpp) checks its arguments once and hands the
-// reference and the fast kernels this description: sizes, the resolved scale
-// and the masks in a form they can address directly, so no kernel re-checks
-// or re-derives anything. It lives below both the op and the kernels, which
+// reference and the fast kernels this description: sizes, the resolved scale,
+// where each head of q, k and v lives, and the mask in a form they can
+// address directly, so no kernel re-checks or re-derives anything. It lives below both the op and the kernels, which
 // never include each other.
 #pragma once
 
@@ -14,17 +14,63 @@
 
 namespace qkv {
 
-// How a mask broadcast to [..., Hq, N, S] is addressed: element (b, h, i, j)
-// lives at head_offset[b * Hq + h] + i * stride_n + j * stride_s, where a
-// broadcast dim has stride 0.
+// An input [..., H, L, E] as the kernels read it, in place: row r (< L) of
+// head bh = b * H + h starts at data + head_offset[bh] + r * row_stride
+// (elements of the input's dtype) and its E elements are contiguous. Lead and
+// head strides are folded into head_offset once, so a kernel's per-row
+// address is one multiply-add, as it was for C-ordered inputs.
+struct HeadRows {
+  const void* data = nullptr;
+  std::vector<int64_t> head_offset;  // [B * H]
+  int64_t row_stride = 0;
+
+  template <class T>
+  const T* head(int64_t bh) const {
+    return static_cast<const T*>(data) + head_offset[bh];
+  }
+  template <class T>
+  const T* row(int64_t bh, int64_t r) const {
+    return head<T>(bh) + r * row_stride;
+  }
+};
+
+// The mask broadcast to [..., Hq, N, S], typed once at the op boundary:
+// exactly one pointer is set (none without a mask), so the kernels choose
+// their mask loop once per tile, never per score. Element (b, h, i, j) lives
+// at head_offset[b * Hq + h] + i * stride_n + j * stride_s; a broadcast dim
+// has stride 0.
 struct MaskView {
-  const Tensor* tensor = nullptr;  // null: no mask
-  std::vector<int64_t> head_offset;
+  const bool* keep = nullptr;      // bool mask: true = may attend
+  const float* add_f32 = nullptr;  // additive float32 mask
+  const double* add_f64 = nullptr; // additive float64 mask
+  std::vector<int64_t> head_offset;  // [B * Hq]
   int64_t stride_n = 0;
   int64_t stride_s = 0;
+
+  bool present() const { return keep || add_f32 || add_f64; }
+  // For plain loops (the reference, tests): element m hides the key (bool
+  // mask), and what it adds to the score (additive mask; 0 for bool).
+  bool hides(int64_t m) const { return keep && !keep[m]; }
+  double bias(int64_t m) const { return add_f32 ? add_f32[m] : add_f64 ? add_f64[m] : 0.0; }
+};
+
+// The forward's results that the backward reads, C-ordered in q's dtype
+// (the op copies a strided out, lse or dout once).
+struct BackwardInputs {
+  const void* out = nullptr;   // [..., Hq, N, Dv]
+  const void* lse = nullptr;   // [..., Hq, N]
+  const void* dout = nullptr;  // [..., Hq, N, Dv]
 };
 
 struct AttentionProblem {
+  AttentionProblem() = default;
+  // Move-only: q, k and v may point into `copies`, which a copy would not share.
+  AttentionProblem(AttentionProblem&&) = default;
+  AttentionProblem& operator=(AttentionProblem&&) = default;
+  AttentionProblem(const AttentionProblem&) = delete;
+  AttentionProblem& operator=(const AttentionProblem&) = delete;
+
+  DType dtype = DType::f32;  // of q, k, v and every result
   Shape lead;           // the leading "..." dims
   int64_t B = 1;        // product of lead
   int64_t Hq = 0, Hkv = 0, N = 0, S = 0, D = 0, Dv = 0;
@@ -37,6 +83,12 @@ struct AttentionProblem {
   const std::vector<int64_t>* key_lengths = nullptr;  // [B] or null
   const std::vector<double>* alibi_slopes = nullptr;  // [Hq] or null
   MaskView mask;
+  HeadRows q;  // [..., Hq, N, D]
+  HeadRows k;  // [..., Hkv, S, D]
+  HeadRows v;  // [..., Hkv, S, Dv]
+  // Inputs the op had to copy (an input whose last dim is strided); q, k or
+  // v point into them. Moving the problem keeps those pointers valid.
+  std::vector<Tensor> copies;
 
   // Query i's diagonal: the key it is aligned with (causal bottom-right
   // aligns the last query with the last key).

@@ -10,6 +10,7 @@
 #include "io/atomic_file.h"
 #include "io/byte_source.h"
 #include "io/npy_header.h"
+#include "qkv/view.h"
 
 namespace qkv {
 
@@ -66,14 +67,31 @@ std::string numpy_type_name(const std::string& descr) {
   return "unknown dtype";
 }
 
-DType dtype_from_descr(const std::string& descr, const std::string& name) {
+struct FileDType {
+  DType dtype;
+  bool big_endian;  // '>f4', '>f8': bytes swapped on load
+};
+
+FileDType dtype_from_descr(const std::string& descr, const std::string& name) {
   for (DType dt : {DType::f32, DType::f64, DType::boolean})
-    if (descr == descr_of(dt)) return dt;
-  if (descr.size() > 1 && descr[0] == '>')
-    throw Error(prefix(name) + "big-endian dtype '" + descr + "' is not supported; save with arr.astype('<" +
-                descr.substr(1) + "')");
+    if (descr == descr_of(dt)) return {dt, false};
+  if (descr == ">f4") return {DType::f32, true};
+  if (descr == ">f8") return {DType::f64, true};
   throw Error(prefix(name) + "unsupported dtype '" + descr + "' (" + numpy_type_name(descr) +
-              "); qkv reads '<f4' float32, '<f8' float64 and '|b1' bool");
+              "); qkv reads '<f4' float32, '<f8' float64 and '|b1' bool (and big-endian '>f4', '>f8')");
+}
+
+// Big-endian elements of `item` bytes to this (little-endian) host's order.
+void swap_bytes(std::byte* data, int64_t n, size_t item) {
+  for (int64_t i = 0; i < n; ++i) std::reverse(data + i * item, data + (i + 1) * item);
+}
+
+// The strides of a Fortran-ordered (column-major) array: the first dim
+// varies fastest.
+Strides fortran_strides(const Shape& shape) {
+  Strides s(shape.size(), 1);
+  for (size_t d = 1; d < shape.size(); ++d) s[d] = s[d - 1] * shape[d - 1];
+  return s;
 }
 
 uint64_t read_le(const unsigned char* p, int n) {
@@ -129,9 +147,7 @@ RawHeader read_header(const ByteSource& src, const std::string& name) {
 Tensor decode(const ByteSource& src, const std::string& name) {
   const auto [text, data_start] = read_header(src, name);
   const NpyHeader h = parse_npy_header(text, name);
-  const DType dtype = dtype_from_descr(h.descr, name);
-  if (h.fortran_order)
-    throw Error(prefix(name) + "Fortran-order arrays are not supported; save with np.ascontiguousarray");
+  const auto [dtype, big_endian] = dtype_from_descr(h.descr, name);
   int64_t numel = 0;
   try {
     numel = shape_numel(h.shape);
@@ -150,6 +166,7 @@ Tensor decode(const ByteSource& src, const std::string& name) {
                 std::to_string(have));
   Tensor t(dtype, h.shape);
   src.read(data_start, t.nbytes(), t.raw());
+  if (big_endian) swap_bytes(t.raw(), numel, item);
   if (dtype == DType::boolean) {
     const auto* b = reinterpret_cast<const unsigned char*>(t.raw());
     for (int64_t i = 0; i < numel; ++i)
@@ -157,6 +174,10 @@ Tensor decode(const ByteSource& src, const std::string& name) {
         throw Error(prefix(name) + "bool element " + std::to_string(i) + " is byte " + std::to_string(b[i]) +
                     ", expected 0 or 1");
   }
+  // A Tensor is C-ordered: a Fortran-ordered file is read as it lies, then
+  // transposed through a view of it (one extra copy, at load time only).
+  if (h.fortran_order && t.rank() > 1)
+    return TensorView(t.raw(), dtype, h.shape, fortran_strides(h.shape)).contiguous();
   return t;
 }
 

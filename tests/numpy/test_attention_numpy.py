@@ -187,3 +187,25 @@ def test_cases_cover_the_space():
     # Options together, and rows that nothing may see.
     assert any(len({"window", "key_lengths", "alibi", "softcap"} & c.keys()) >= 3 for c in extra)
     assert sum(np.isneginf(numpy_attention(c)[2]).any() for c in extra) >= 10
+
+
+@pytest.mark.parametrize("layout", ["fortran", "big-endian", "fortran big-endian"])
+def test_fortran_and_big_endian_inputs_match_c_order(layout, run, tmp_path):
+    """np.asfortranarray and '>f4' files give the very bytes C-ordered '<f4' ones do."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.normal(size=s).astype(np.float32) for s in ((2, 5, 8), (2, 7, 8), (2, 7, 6)))
+    outs = []
+    for variant in ("c", layout):
+        args = ["attention", "--causal", "bottom-right", "-o", tmp_path / f"out_{variant}.npy"]
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if "fortran" in variant:
+                x = np.asfortranarray(x)
+            if "big-endian" in variant:
+                x = x.astype(">f4")
+            np.save(tmp_path / f"{name}_{variant}.npy", x)
+            args += [f"--{name}", tmp_path / f"{name}_{variant}.npy"]
+        r = run(*args)
+        assert r.returncode == 0, r.stderr
+        outs.append(np.load(tmp_path / f"out_{variant}.npy"))
+    assert outs[0].dtype == np.float32 and outs[0].flags.c_contiguous
+    assert outs[0].tobytes() == outs[1].tobytes()

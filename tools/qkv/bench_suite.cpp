@@ -199,7 +199,7 @@ CaseResult measure_case(const BenchCase& c, const BenchSettings& s) {
   }
   const ReferenceRows sub = reference_rows(c, q, k, v);
   AttentionOptions sub_opts;
-  if (c.causal != Causal::none || c.window) sub_opts.mask = &sub.mask;
+  if (c.causal != Causal::none || c.window) sub_opts.mask = sub.mask;
   sub_opts.kernel = Kernel::reference;
   const double sub_ms =
       median_ms(ref_warmup, ref_reps, [&] { attention(sub.q, sub.k, sub.v, sub_opts); });

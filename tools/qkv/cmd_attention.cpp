@@ -150,7 +150,7 @@ int run_attention(const AttentionArgs& a) {
   Tensor mask;
   if (!a.mask.empty()) {
     mask = load_npy_arg("--mask", a.mask);
-    opts.mask = &mask;
+    opts.mask = mask;
   }
   // Hq is q's third dim from the end; a q with fewer dims is reported by attention().
   if (a.alibi && q.rank() >= 3) opts.alibi_slopes = alibi_paper_slopes(q.dim(-3));

@@ -154,7 +154,7 @@ int run_explain(const ExplainArgs& a) {
   }
   AttentionOptions opts;
   opts.causal = *parse_causal(a.causal);
-  if (!a.mask.empty()) opts.mask = &mask;
+  if (!a.mask.empty()) opts.mask = mask;
   opts.scale = a.scale;
   opts.return_weights = true;
   const AttentionResult res = attention(in.q, in.k, in.v, opts);

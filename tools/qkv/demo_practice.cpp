@@ -110,7 +110,7 @@ void practice_padding(const Lesson2& l, const Printer& p) {
   // qkv::attention takes the same mask [S] (NumPy broadcasting to [1, N, S]).
   AttentionOptions opts;
   opts.kernel = Kernel::reference;
-  opts.mask = &is_token;
+  opts.mask = is_token;
   const Tensor out = attention(Q.reshaped({1, 6, 3}), K.reshaped({1, 6, 3}),
                                V.reshaped({1, 6, 3}), opts).out;
   p.line(std::string("attention(Q, K, V, mask) with that (6,) array gives masked weights @ V: ") +

@@ -36,12 +36,11 @@
 namespace qkv::kernels {
 namespace {
 
+// q, k and v are read through p.q, p.k, p.v (rows of any stride); the
+// rest is C-ordered.
 struct Ctx {
   const AttentionProblem& p;
   const FlashKernels& kern;
-  const float* Q;    // [B, Hq, N, D]
-  const float* K;    // [B, Hkv, S, D]
-  const float* V;    // [B, Hkv, S, Dv]
   const float* dO;   // [B, Hq, N, Dv]
   const float* O;    // [B, Hq, N, Dv]: the forward's out
   const float* lse;  // [B, Hq, N]
@@ -57,7 +56,8 @@ struct Panel {
   int64_t b, h, i0;
   int npos;
   bool by_rows;
-  int64_t row0(const AttentionProblem& p) const { return (b * p.Hq + h) * p.N + i0; }
+  int64_t bh(const AttentionProblem& p) const { return b * p.Hq + h; }
+  int64_t row0(const AttentionProblem& p) const { return bh(p) * p.N + i0; }
   int64_t kv(const AttentionProblem& p) const { return b * p.Hkv + h / p.group; }
 };
 
@@ -108,7 +108,7 @@ void pack(const Ctx& c, const Panel& pn, const Workspace& ws) {
     ws.lse[r] = r < pn.npos ? c.lse[row0 + r] : -INFINITY;
   }
   for (int r = 0; r < pn.npos; ++r) {
-    const float* q = c.Q + (row0 + r) * p.D;
+    const float* q = p.q.row<float>(pn.bh(p), pn.i0 + r);
     const float* o = c.dO + (row0 + r) * p.Dv;
     for (int64_t d = 0; d < p.D; ++d) ws.Qt[pn.by_rows ? r * p.D + d : d * kBR + r] = q[d] * scale;
     for (int64_t e = 0; e < p.Dv; ++e) ws.dOt[e * kBR + r] = o[e];
@@ -127,28 +127,29 @@ void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_
   const AttentionProblem& p = c.p;
   const FlashKernels& f = c.kern;
   const int64_t g = pn.kv(p), row0 = pn.row0(p);
-  const float* K = c.K + (g * p.S + j0) * p.D;    // [nj, D]
-  const float* V = c.V + (g * p.S + j0) * p.Dv;   // [nj, Dv]
+  const float* K = p.k.row<float>(g, j0);  // [nj, D], rows ldk apart
+  const float* V = p.v.row<float>(g, j0);  // [nj, Dv], rows ldv apart
+  const int64_t ldk = p.k.row_stride, ldv = p.v.row_stride;
   // P [nj][kBR] = exp(mask(K · Qt) - lse): the forward's weights exactly.
   if (pn.by_rows)  // padding columns stay unset; probs zeroes them (lse = -inf)
-    f.qk_rows(ws.P, K, p.D, nj, ws.Qt, p.D, pn.npos);
+    f.qk_rows(ws.P, K, ldk, nj, ws.Qt, p.D, pn.npos);
   else
-    f.qk(ws.P, K, p.D, nj, ws.Qt, p.D, pn.npos);
+    f.qk(ws.P, K, ldk, nj, ws.Qt, p.D, pn.npos);
   if (!tile_is_interior(p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
     mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
   f.probs(ws.P, nj, pn.npos, ws.lse);
   // dS [nj][kBR] = P ∘ (V · dOt - D) · cap' · scale.
-  f.qk(ws.dS, V, p.Dv, nj, ws.dOt, p.Dv, pn.npos);
+  f.qk(ws.dS, V, ldv, nj, ws.dOt, p.Dv, pn.npos);
   f.dscores(ws.dS, ws.P, nj, pn.npos, ws.Dd, ws.dcap, static_cast<float>(p.scale));
   if (kv) {
     // dV [nj][Dv] += P [nj][npos] · dO [npos][Dv];  dK [nj][D] += dS · Q [npos][D].
     f.mac(c.dV + (g * p.S + j0) * p.Dv, p.Dv, ws.P, kBR, 1, c.dO + row0 * p.Dv, p.Dv, nj,
           pn.npos, p.Dv);
-    f.mac(c.dK + (g * p.S + j0) * p.D, p.D, ws.dS, kBR, 1, c.Q + row0 * p.D, p.D, nj, pn.npos,
-          p.D);
+    f.mac(c.dK + (g * p.S + j0) * p.D, p.D, ws.dS, kBR, 1, p.q.row<float>(pn.bh(p), pn.i0),
+          p.q.row_stride, nj, pn.npos, p.D);
   }
   // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D].
-  if (q) f.mac(c.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, p.D, pn.npos, nj, p.D);
+  if (q) f.mac(c.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, ldk, pn.npos, nj, p.D);
 }
 
 // The panel against its visible keys within [kbeg, kend), in tiles of kBC
@@ -217,17 +218,13 @@ void two_passes(const Ctx& c, int threads) {
 
 }  // namespace
 
-void flash_backward(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& out, const Tensor& lse, const Tensor& dout,
-                    const AttentionProblem& p, int threads, Isa isa) {
+void flash_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
+                    int threads, Isa isa) {
   const Ctx c{p,
               flash_kernels(isa),
-              q.data<float>(),
-              k.data<float>(),
-              v.data<float>(),
-              dout.data<float>(),
-              out.data<float>(),
-              lse.data<float>(),
+              static_cast<const float*>(in.dout),
+              static_cast<const float*>(in.out),
+              static_cast<const float*>(in.lse),
               g.dq.data<float>(),
               g.dk.data<float>(),
               g.dv.data<float>(),

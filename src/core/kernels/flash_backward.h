@@ -11,8 +11,9 @@ namespace qkv::kernels {
 // are recomputed tile by tile from lse (FlashAttention-2), so nothing of size
 // N x S exists; extra memory is one scratch buffer of tile size per thread.
 // Results are bitwise identical for any thread count.
-void flash_backward(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& out, const Tensor& lse, const Tensor& dout,
-                    const AttentionProblem& p, int threads, Isa isa);
+// q, k and v come from p (rows of any stride, innermost dim contiguous);
+// out, lse and dout from `in`, C-ordered; g's tensors already sized.
+void flash_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
+                    int threads, Isa isa);
 
 }  // namespace qkv::kernels

@@ -26,12 +26,12 @@ namespace {
 
 constexpr int64_t kSplitKeys = 512;
 
+// q, k and v are read through p.q, p.k, p.v: a head's rows are ldk (ldv)
+// floats apart, which the micro-kernels take as they are, so a strided
+// input (a KV-cache slice) costs nothing extra.
 struct Ctx {
   const AttentionProblem& p;
   const FlashKernels& kern;
-  const float* Q;  // [B, Hq, N, D]
-  const float* K;  // [B, Hkv, S, D]
-  const float* V;  // [B, Hkv, S, Dv]
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
 };
 
@@ -123,7 +123,8 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
   const float scale = static_cast<float>(p.scale);
   const int rows = pn.rows();
   for (int r = 0; r < rows; ++r) {
-    const float* q = c.Q + out_row(p, blk, pn, r) * p.D;
+    const float* q =
+        p.q.row<float>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos);
     if (rows <= kRowsForQkRows)
       for (int64_t d = 0; d < p.D; ++d) pn.Qp[r * p.D + d] = q[d] * scale;
     else
@@ -137,11 +138,12 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
 // The scaled, masked score tile of the panel for keys [j0, j0+nj).
 void score_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int64_t nj, float* St) {
   const AttentionProblem& p = c.p;
-  const float* K = c.K + ((blk.b * p.Hkv + blk.g) * p.S + j0) * p.D;
+  const float* K = p.k.row<float>(blk.b * p.Hkv + blk.g, j0);  // [nj, D], rows ldk apart
+  const int64_t ldk = p.k.row_stride;
   if (pn.rows() <= kRowsForQkRows)
-    c.kern.qk_rows(St, K, p.D, nj, pn.Qp, p.D, pn.rows());
+    c.kern.qk_rows(St, K, ldk, nj, pn.Qp, p.D, pn.rows());
   else
-    c.kern.qk(St, K, p.D, nj, pn.Qp, p.D, pn.rows());
+    c.kern.qk(St, K, ldk, nj, pn.Qp, p.D, pn.rows());
   // Interior tiles of an unmasked problem need no per-element work: every
   // row sees every key of the tile.
   if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
@@ -165,7 +167,8 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   }
   int64_t first, end;
   visible_range(c, blk, first, end);
-  const float* Vg = c.V + (blk.b * p.Hkv + blk.g) * p.S * p.Dv;
+  const float* Vg = p.v.head<float>(blk.b * p.Hkv + blk.g);  // [S, Dv], rows ldv apart
+  const int64_t ldv = p.v.row_stride;
   // Decode reads each K and V row once, straight from memory. The micro-
   // kernels prefetch rows ahead within a stream, but the first V rows of a
   // tile would still be cold when P·V starts: ask for the whole V tile
@@ -174,11 +177,12 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
     if (stream_v)
-      for (int64_t x = 0; x < nj * p.Dv; x += 16) __builtin_prefetch(Vg + j0 * p.Dv + x, 0, 2);
+      for (int64_t j = j0; j < j0 + nj; ++j)
+        for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(Vg + j * ldv + x, 0, 2);
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, j0, nj, ws.St);
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-      c.kern.pv(pn.O, ws.St, nj, pn.rows(), Vg + j0 * p.Dv, p.Dv, p.Dv, ws.alpha);
+      c.kern.pv(pn.O, ws.St, nj, pn.rows(), Vg + j0 * ldv, ldv, p.Dv, ws.alpha);
     }
   }
 }
@@ -306,11 +310,9 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
 
 }  // namespace
 
-void flash_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const AttentionProblem& p, bool want_weights, bool want_lse, int threads,
-                   Isa isa) {
-  const Ctx c{p, flash_kernels(isa), q.data<float>(), k.data<float>(), v.data<float>(),
-              needs_elementwise(p)};
+void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                   bool want_lse, int threads, Isa isa) {
+  const Ctx c{p, flash_kernels(isa), needs_elementwise(p)};
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;

@@ -11,8 +11,9 @@ namespace qkv::kernels {
 // bounded by threads x tile sizes. Results are bitwise identical for any
 // thread count: every output row is computed by one thread in a fixed order,
 // and the split-KV partials of the decode path merge in a fixed order.
-void flash_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const AttentionProblem& p, bool want_weights, bool want_lse, int threads,
-                   Isa isa);
+// q, k and v come from p (rows of any stride, innermost dim contiguous);
+// res's tensors are already sized, C-ordered.
+void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                   bool want_lse, int threads, Isa isa);
 
 }  // namespace qkv::kernels

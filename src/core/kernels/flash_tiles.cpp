@@ -3,16 +3,38 @@
 #include <cmath>
 
 namespace qkv::kernels {
+namespace {
 
-void mask_tile(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
-               float* dcap) {
-  const Tensor* mask = p.mask.tensor;
-  const bool bool_mask = mask && mask->dtype() == DType::boolean;
+// How one mask element acts on a score: each type's apply() is the whole
+// per-score mask work, so the loop below is compiled once per mask type and
+// the type is chosen once per tile, not per score.
+struct NoMask {
+  void apply(float&, int64_t) const {}
+};
+struct KeepMask {  // bool mask: false hides the key
+  const bool* keep;
+  void apply(float& s, int64_t m) const {
+    if (!keep[m]) s = -INFINITY;
+  }
+};
+template <class T>
+struct AddMask {  // additive mask, float32 or float64
+  const T* add;
+  void apply(float& s, int64_t m) const { s += static_cast<float>(add[m]); }
+};
+
+// mask_tile's loop for one mask type M.
+template <class M>
+void mask_rows(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
+               float* dcap, const M& mask) {
   const float cap = static_cast<float>(p.softcap);
   for (int r = 0; r < t.rows; ++r) {
     const int64_t h = t.h0 + r / t.npos, i = t.i0 + r % t.npos;
     const int64_t first = p.first_key(i), last = p.last_key(t.b, i);
-    const int64_t mrow = mask ? p.mask.head_offset[t.b * p.Hq + h] + i * p.mask.stride_n : 0;
+    // Without a mask head_offset is empty; mrow is then never used.
+    const int64_t mrow = p.mask.head_offset.empty()
+                             ? 0
+                             : p.mask.head_offset[t.b * p.Hq + h] + i * p.mask.stride_n;
     for (int64_t jj = 0; jj < nj; ++jj) {
       const int64_t j = j0 + jj;
       float& s = St[jj * kBR + r];
@@ -29,16 +51,24 @@ void mask_tile(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t
         dcap[jj * kBR + r] = 1.0f;
       }
       if (p.alibi_slopes) s += static_cast<float>(p.alibi(h, i, j));
-      if (mask) {
-        const int64_t m = mrow + j * p.mask.stride_s;
-        if (bool_mask) {
-          if (!mask->data<bool>()[m]) s = -INFINITY;
-        } else {
-          s += static_cast<float>(mask->get(m));
-        }
-      }
+      mask.apply(s, mrow + j * p.mask.stride_s);
     }
   }
+}
+
+}  // namespace
+
+void mask_tile(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
+               float* dcap) {
+  const MaskView& m = p.mask;
+  if (m.keep)
+    mask_rows(p, t, j0, nj, St, dcap, KeepMask{m.keep});
+  else if (m.add_f32)
+    mask_rows(p, t, j0, nj, St, dcap, AddMask<float>{m.add_f32});
+  else if (m.add_f64)
+    mask_rows(p, t, j0, nj, St, dcap, AddMask<double>{m.add_f64});
+  else
+    mask_rows(p, t, j0, nj, St, dcap, NoMask{});
 }
 
 }  // namespace qkv::kernels

@@ -40,7 +40,7 @@ struct TileRows {
 // True when mask, ALiBi or soft-cap touch every score, so no tile may skip
 // the element-wise pass.
 inline bool needs_elementwise(const AttentionProblem& p) {
-  return p.mask.tensor != nullptr || p.alibi_slopes != nullptr || p.softcap > 0.0;
+  return p.mask.present() || p.alibi_slopes != nullptr || p.softcap > 0.0;
 }
 
 // The keys [first, end) any of positions [i0, i0+npos) may see (first_key

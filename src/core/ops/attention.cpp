@@ -1,11 +1,9 @@
 // attention.cpp: the public entry point. Checks once, allocates the outputs,
-// hands the validated problem to a kernel.
+// hands the validated problem to the backend the table picks.
 #include "qkv/attention.h"
 
+#include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
-#include "core/kernels/flash_forward.h"
-#include "qkv/runtime.h"
-#include "core/ref/attention_ref.h"
 
 namespace qkv {
 
@@ -52,29 +50,24 @@ AttentionShapes shapes_of(const AttentionProblem& p) {
 
 }  // namespace
 
-AttentionShapes attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionShapes attention_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
                                  const AttentionOptions& opts) {
   return shapes_of(check_attention_args(q, k, v, opts));
 }
 
-void attention_into(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const AttentionOptions& opts) {
+void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
+                    const TensorView& v, const AttentionOptions& opts) {
   const AttentionProblem p = check_attention_args(q, k, v, opts);
-  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  const AttentionBackend& backend = select_backend(opts.kernel, p);
   const int threads = resolve_threads(opts.threads);
   const AttentionShapes shapes = shapes_of(p);
-  fit_tensor(res.out, q.dtype(), shapes.out);
-  if (opts.return_weights) fit_tensor(res.weights, q.dtype(), shapes.weights);
-  if (opts.return_lse) fit_tensor(res.lse, q.dtype(), shapes.lse);
-  if (kernel == Kernel::reference) {
-    ref::attention_forward(res, q, k, v, p, opts.return_weights, opts.return_lse);
-    return;
-  }
-  kernels::flash_forward(res, q, k, v, p, opts.return_weights, opts.return_lse, threads,
-                         active_isa());
+  fit_tensor(res.out, p.dtype, shapes.out);
+  if (opts.return_weights) fit_tensor(res.weights, p.dtype, shapes.weights);
+  if (opts.return_lse) fit_tensor(res.lse, p.dtype, shapes.lse);
+  backend.forward(res, p, opts.return_weights, opts.return_lse, threads);
 }
 
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
                           const AttentionOptions& opts) {
   AttentionResult res;
   attention_into(res, q, k, v, opts);

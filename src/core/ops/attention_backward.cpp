@@ -3,19 +3,18 @@
 // hands the validated problem to a kernel.
 #include <cmath>
 
+#include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
-#include "core/kernels/flash_backward.h"
+#include "core/ops/attention_operands.h"
 #include "qkv/attention.h"
-#include "qkv/runtime.h"
-#include "core/ref/attention_backward_ref.h"
 
 namespace qkv {
 namespace {
 
 // `t` must be a float tensor of q's dtype and exactly `shape`.
-void check_like(const Tensor& t, const char* name, DType dtype, const Shape& shape,
+void check_like(const TensorView& t, const char* name, DType dtype, const Shape& shape,
                 const char* layout) {
-  if (t.rank() == 0 && t.numel() == 0)
+  if (!t || (t.rank() == 0 && t.numel() == 0))
     throw Error(std::string(name) + ": missing; expected " + layout + " = " + shape_str(shape) +
                 (std::string(name) == "lse" ? " (run the forward with return_lse = true)" : ""));
   if (t.shape() != shape)
@@ -26,46 +25,56 @@ void check_like(const Tensor& t, const char* name, DType dtype, const Shape& sha
                 dtype_name(t.dtype()));
 }
 
-// lse may be -inf (a row with no visible key), never NaN or +inf.
-void check_lse_values(const Tensor& lse) {
-  for (int64_t i = 0; i < lse.numel(); ++i) {
-    const double x = lse.get(i);
+// lse may be -inf (a row with no visible key), never NaN or +inf. `lse` is
+// C-ordered (the op's copy if the caller's was not).
+template <class T>
+void check_lse_values(const T* lse, const Shape& shape) {
+  const int64_t n = shape_numel(shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = lse[i];
     if (std::isnan(x) || x == INFINITY)
       throw Error("lse: values must be finite or -inf, found " +
-                  std::string(std::isnan(x) ? "NaN" : "+inf") + " at " + index_str(lse.shape(), i));
+                  std::string(std::isnan(x) ? "NaN" : "+inf") + " at " + index_str(shape, i));
   }
 }
 
 }  // namespace
 
-void attention_backward_into(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, const Tensor& dout,
-                             const AttentionOptions& opts) {
-  const AttentionProblem p = check_attention_args(q, k, v, opts);
+void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
+                             const TensorView& v, const TensorView& out, const TensorView& lse,
+                             const TensorView& dout, const AttentionOptions& opts) {
+  AttentionProblem p = check_attention_args(q, k, v, opts);
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;
     s.insert(s.end(), tail);
     return s;
   };
   const Shape rows_dv = with({p.Hq, p.N, p.Dv});
-  check_like(out, "out", q.dtype(), rows_dv, "[..., Hq, N, Dv]");
-  check_like(lse, "lse", q.dtype(), with({p.Hq, p.N}), "[..., Hq, N]");
-  check_like(dout, "dout", q.dtype(), rows_dv, "[..., Hq, N, Dv]");
+  check_like(out, "out", p.dtype, rows_dv, "[..., Hq, N, Dv]");
+  check_like(lse, "lse", p.dtype, with({p.Hq, p.N}), "[..., Hq, N]");
+  check_like(dout, "dout", p.dtype, rows_dv, "[..., Hq, N, Dv]");
   if (opts.check_finite) {
     check_finite(out, "out");
     check_finite(dout, "dout");
-    check_lse_values(lse);
   }
-  const Kernel kernel = resolve_kernel(opts.kernel, q.dtype());
+  // The kernels read out, lse and dout C-ordered: a strided one is copied
+  // once (into p.copies, which lives as long as the call).
+  BackwardInputs in;
+  in.out = contiguous_data(out, p.copies);
+  in.lse = contiguous_data(lse, p.copies);
+  in.dout = contiguous_data(dout, p.copies);
+  if (opts.check_finite) {
+    if (p.dtype == DType::f32)
+      check_lse_values(static_cast<const float*>(in.lse), lse.shape());
+    else
+      check_lse_values(static_cast<const double*>(in.lse), lse.shape());
+  }
+  const AttentionBackend& backend = select_backend(opts.kernel, p);
   const int threads = resolve_threads(opts.threads);
-  fit_tensor(g.dq, q.dtype(), q.shape());
-  fit_tensor(g.dk, q.dtype(), k.shape());
-  fit_tensor(g.dv, q.dtype(), v.shape());
-  if (kernel == Kernel::reference) {
-    ref::attention_backward(g, q, k, v, lse, dout, p);
-    return;
-  }
-  kernels::flash_backward(g, q, k, v, out, lse, dout, p, threads, active_isa());
+  fit_tensor(g.dq, p.dtype, q.shape());
+  fit_tensor(g.dk, p.dtype, k.shape());
+  fit_tensor(g.dv, p.dtype, v.shape());
+  backend.backward(g, p, in, threads);
 }
 
 }  // namespace qkv

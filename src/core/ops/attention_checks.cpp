@@ -1,5 +1,7 @@
 #include "core/ops/attention_checks.h"
 
+#include "core/ops/attention_operands.h"
+
 #include "qkv/runtime.h"
 
 #include <algorithm>
@@ -12,104 +14,13 @@ namespace {
 
 bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64; }
 
-void require_float(const Tensor& t, const char* name) {
+void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
     throw Error(std::string(name) + ": expected float32 or float64, found " + dtype_name(t.dtype()));
 }
 
-// Builds the broadcast view of `mask` over target = lead + [Hq, N, S].
-MaskView mask_view(const Tensor& mask, const AttentionProblem& p) {
-  Shape target = p.lead;
-  target.insert(target.end(), {p.Hq, p.N, p.S});
-  const int tr = static_cast<int>(target.size());
-  const int mr = mask.rank();
-  const std::string expected = "a shape broadcastable to " + shape_str(target) +
-                               " (that is [..., Hq, N, S])";
-  if (mr > tr)
-    throw Error("mask: expected " + expected + ", found " + shape_str(mask.shape()) +
-                " with more dims");
-  // Strides of the mask aligned to target dims from the right; 0 = broadcast.
-  std::vector<int64_t> stride(tr, 0);
-  int64_t s = 1;
-  for (int i = mr - 1; i >= 0; --i) {
-    const int t = i + tr - mr;
-    const int64_t md = mask.shape()[i];
-    if (md != target[t] && md != 1)
-      throw Error("mask: expected " + expected + ", found " + shape_str(mask.shape()) +
-                  " (dim " + std::to_string(md) + " against " + std::to_string(target[t]) + ")");
-    stride[t] = (md == 1) ? 0 : s;
-    s *= md;
-  }
-  if (mask.dtype() != DType::boolean) {
-    const int64_t n = mask.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = mask.get(i);
-      if (std::isnan(x) || x == INFINITY)
-        throw Error("mask: additive mask values must be finite or -inf, found " +
-                    std::string(std::isnan(x) ? "NaN" : "+inf") + " at " +
-                    index_str(mask.shape(), i));
-    }
-  }
-  MaskView view;
-  view.tensor = &mask;
-  view.stride_n = stride[tr - 2];
-  view.stride_s = stride[tr - 1];
-  // Offsets of every (batch, head) pair: walk the lead dims and the head dim.
-  const int lr = static_cast<int>(p.lead.size());
-  view.head_offset.assign(p.B * p.Hq, 0);
-  for (int64_t bh = 0; bh < p.B * p.Hq; ++bh) {
-    int64_t rem = bh, off = 0;
-    off += (rem % p.Hq) * stride[lr];
-    rem /= p.Hq;
-    for (int d = lr - 1; d >= 0; --d) {
-      off += (rem % p.lead[d]) * stride[d];
-      rem /= p.lead[d];
-    }
-    view.head_offset[bh] = off;
-  }
-  return view;
-}
-
 }  // namespace
 
-
-namespace {
-
-// Flat index of the first NaN or Inf among n values, or -1. An exponent of
-// all ones is exactly "not finite"; testing the bits keeps the loop free of
-// branches, so it vectorises, and blocks run on all threads: this scan runs
-// on every attention call and must stay far cheaper than the attention.
-template <class T, class Bits>
-int64_t first_nonfinite(const T* x, int64_t n, Bits exp_mask) {
-  constexpr int64_t kBlock = 1 << 14;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  int64_t first_bad_block = blocks;
-#pragma omp parallel for schedule(static) reduction(min : first_bad_block) if (n > 4 * kBlock)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t end = std::min(n, (blk + 1) * kBlock);
-    bool bad = false;
-    for (int64_t i = blk * kBlock; i < end; ++i) {
-      Bits b;
-      std::memcpy(&b, x + i, sizeof b);
-      bad |= (b & exp_mask) == exp_mask;
-    }
-    if (bad) first_bad_block = std::min(first_bad_block, blk);
-  }
-  if (first_bad_block == blocks) return -1;
-  for (int64_t i = first_bad_block * kBlock;; ++i)
-    if (!std::isfinite(x[i])) return i;
-}
-
-}  // namespace
-
-Kernel resolve_kernel(Kernel requested, DType dtype) {
-  if (requested == Kernel::automatic)
-    return dtype == DType::f32 ? Kernel::fast : Kernel::reference;
-  if (requested == Kernel::fast && dtype != DType::f32)
-    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(dtype) +
-                " (the reference kernel, or auto, handles float64)");
-  return requested;
-}
 
 int resolve_threads(int requested) {
   if (requested < 0)
@@ -122,27 +33,15 @@ void fit_tensor(Tensor& t, DType dtype, const Shape& shape) {
   if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
 }
 
-void check_finite(const Tensor& t, const char* what) {
-  int64_t i = -1;
-  if (t.dtype() == DType::f32)
-    i = first_nonfinite(t.data<float>(), t.numel(), uint32_t{0x7f800000u});
-  else if (t.dtype() == DType::f64)
-    i = first_nonfinite(t.data<double>(), t.numel(), uint64_t{0x7ff0000000000000ull});
-  if (i < 0) return;
-  const double x = t.get(i);
-  throw Error(std::string(what) + ": values must be finite, found " +
-              (std::isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf")) + " at " + index_str(t.shape(), i));
-}
-
-AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const AttentionOptions& opts) {
+AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
+                                      const TensorView& v, const AttentionOptions& opts) {
   require_float(q, "q");
   require_float(k, "k");
   require_float(v, "v");
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
     throw Error(std::string("k, v: expected the dtype of q (") + dtype_name(q.dtype()) +
                 "), found k " + dtype_name(k.dtype()) + " and v " + dtype_name(v.dtype()));
-  struct Arg { const Tensor* t; const char* name; const char* layout; };
+  struct Arg { const TensorView* t; const char* name; const char* layout; };
   for (const Arg& a : {Arg{&q, "q", "[..., Hq, N, D]"}, Arg{&k, "k", "[..., Hkv, S, D]"},
                        Arg{&v, "v", "[..., Hkv, S, Dv]"}}) {
     if (a.t->rank() < 3)
@@ -150,6 +49,7 @@ AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Te
                   shape_str(a.t->shape()));
   }
   AttentionProblem p;
+  p.dtype = q.dtype();
   p.lead.assign(q.shape().begin(), q.shape().end() - 3);
   const Shape k_lead(k.shape().begin(), k.shape().end() - 3);
   const Shape v_lead(v.shape().begin(), v.shape().end() - 3);
@@ -178,6 +78,9 @@ AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Te
     throw Error("k: query heads Hq = " + std::to_string(p.Hq) +
                 " must be a multiple of key/value heads Hkv = " + std::to_string(p.Hkv));
   p.group = p.Hq / p.Hkv;
+  for (const Arg& a : {Arg{&q, "q", ""}, Arg{&k, "k", ""}, Arg{&v, "v", ""}})
+    if (!a.t->raw())
+      throw Error(std::string(a.name) + ": null data for shape " + shape_str(a.t->shape()));
   if (opts.check_finite) {
     check_finite(q, "q");
     check_finite(k, "k");
@@ -217,7 +120,8 @@ AttentionProblem check_attention_args(const Tensor& q, const Tensor& k, const Te
       if (!std::isfinite(sl)) throw Error("alibi_slopes: expected finite slopes, found " + std::to_string(sl));
     p.alibi_slopes = &opts.alibi_slopes;
   }
-  if (opts.mask) p.mask = mask_view(*opts.mask, p);
+  if (opts.mask) p.mask = bind_mask(opts.mask, p);
+  bind_inputs(p, q, k, v);
   return p;
 }
 

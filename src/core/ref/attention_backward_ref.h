@@ -17,9 +17,9 @@ namespace qkv::ref {
 // with k_j, v_j of the shared key/value head h / group, so a GQA group's
 // heads sum into it. Every sum is accumulated in double; results are rounded
 // to q's dtype once. g's tensors must already have their shapes and dtype.
+// q, k and v are read through p (any row strides); lse and dout from `in`.
 // D_i comes from the weights themselves rather than from dout · out, so the
 // reference needs no `out` and stays exact when the forward's out is rounded.
-void attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& lse, const Tensor& dout, const AttentionProblem& p);
+void attention_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in);
 
 }  // namespace qkv::ref

@@ -11,28 +11,26 @@ namespace {
 // score_row's contract (attention_ref.h). Visibility and bias come first, so
 // a hidden key costs no dot product.
 template <class T>
-void row_scores(const AttentionProblem& p, const T* qi, const T* Kg, int64_t b, int64_t h,
-                int64_t i, double* s, double* dcap) {
-  const Tensor* mask = p.mask.tensor;
-  const bool bool_mask = mask && mask->dtype() == DType::boolean;
+void row_scores(const AttentionProblem& p, const T* qi, int64_t b, int64_t h, int64_t i,
+                double* s, double* dcap) {
+  const bool mask = p.mask.present();
   const int64_t bh = b * p.Hq + h;
+  const T* Kg = p.k.head<T>(b * p.Hkv + h / p.group);  // GQA: the shared K head
   const int64_t first = p.first_key(i), last = p.last_key(b, i);
   for (int64_t j = 0; j < p.S; ++j) {
     bool visible = first <= j && j <= last;
     double bias = p.alibi(h, i, j);
     if (mask) {
       const int64_t m = p.mask.head_offset[bh] + i * p.mask.stride_n + j * p.mask.stride_s;
-      if (bool_mask)
-        visible = visible && mask->data<bool>()[m];
-      else
-        bias += mask->get(m);
+      visible = visible && !p.mask.hides(m);
+      bias += p.mask.bias(m);
     }
     if (dcap) dcap[j] = 1.0;
     if (!visible) {
       s[j] = -INFINITY;
       continue;
     }
-    const T* kj = Kg + j * p.D;
+    const T* kj = Kg + j * p.k.row_stride;
     double dot = 0.0;
     for (int64_t d = 0; d < p.D; ++d) dot += static_cast<double>(qi[d]) * static_cast<double>(kj[d]);
     double x = dot * p.scale;
@@ -46,11 +44,7 @@ void row_scores(const AttentionProblem& p, const T* qi, const T* Kg, int64_t b, 
 }
 
 template <class T>
-void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-             const AttentionProblem& p, bool want_weights, bool want_lse) {
-  const T* Q = q.data<T>();
-  const T* K = k.data<T>();
-  const T* V = v.data<T>();
+void forward(AttentionResult& res, const AttentionProblem& p, bool want_weights, bool want_lse) {
   T* O = res.out.data<T>();
   T* W = want_weights ? res.weights.data<T>() : nullptr;
   T* L = want_lse ? res.lse.data<T>() : nullptr;
@@ -60,15 +54,14 @@ void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tenso
     for (int64_t h = 0; h < p.Hq; ++h) {
       const int64_t bh = b * p.Hq + h;
       const int64_t bg = b * p.Hkv + h / p.group;  // GQA: the shared K/V head
-      const T* Kb = K + bg * p.S * p.D;
-      const T* Vb = V + bg * p.S * p.Dv;
+      const T* Vb = p.v.head<T>(bg);
       for (int64_t i = 0; i < p.N; ++i) {
-        row_scores(p, Q + (bh * p.N + i) * p.D, Kb, b, h, i, s.data(), nullptr);
+        row_scores(p, p.q.row<T>(bh, i), b, h, i, s.data(), nullptr);
         const double lse = softmax_row(s.data(), s.data(), p.S);  // s now holds weights
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < p.S; ++j) {
           if (s[j] == 0.0) continue;
-          const T* vj = Vb + j * p.Dv;
+          const T* vj = Vb + j * p.v.row_stride;
           for (int64_t e = 0; e < p.Dv; ++e) acc[e] += s[j] * static_cast<double>(vj[e]);
         }
         T* oi = O + (bh * p.N + i) * p.Dv;
@@ -83,21 +76,21 @@ void forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tenso
 
 }  // namespace
 
-void score_row(const AttentionProblem& p, const float* qi, const float* Kg, int64_t b, int64_t h,
-               int64_t i, double* s, double* dcap) {
-  row_scores(p, qi, Kg, b, h, i, s, dcap);
+void score_row(const AttentionProblem& p, const float* qi, int64_t b, int64_t h, int64_t i,
+               double* s, double* dcap) {
+  row_scores(p, qi, b, h, i, s, dcap);
 }
-void score_row(const AttentionProblem& p, const double* qi, const double* Kg, int64_t b, int64_t h,
-               int64_t i, double* s, double* dcap) {
-  row_scores(p, qi, Kg, b, h, i, s, dcap);
+void score_row(const AttentionProblem& p, const double* qi, int64_t b, int64_t h, int64_t i,
+               double* s, double* dcap) {
+  row_scores(p, qi, b, h, i, s, dcap);
 }
 
-void attention_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionProblem& p, bool want_weights, bool want_lse) {
-  if (q.dtype() == DType::f32)
-    forward<float>(res, q, k, v, p, want_weights, want_lse);
+void attention_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                       bool want_lse) {
+  if (p.dtype == DType::f32)
+    forward<float>(res, p, want_weights, want_lse);
   else
-    forward<double>(res, q, k, v, p, want_weights, want_lse);
+    forward<double>(res, p, want_weights, want_lse);
 }
 
 }  // namespace qkv::ref

@@ -8,20 +8,22 @@ namespace qkv::ref {
 // Row i of query head h in batch element b: s[j] for every key j < S is the
 // score the softmax sees, cap(scale · q_i·k_j) + ALiBi + additive mask, or
 // -inf where causal, window, key_lengths or a bool mask hide key j. qi is
-// q[b,h,i,:], Kg is k[b,h/group,:,:] [S, D]. With dcap, also dcap[j] =
+// q[b,h,i,:]; k[b,h/group,j,:] is read from p.k. With dcap, also dcap[j] =
 // d cap(x)/dx at x = scale · q_i·k_j: 1 - tanh²(x/c), or 1 without soft-cap
 // (the backward's chain rule). The forward and the backward share it, so
 // they cannot disagree on which keys a row sees.
-void score_row(const AttentionProblem& p, const float* qi, const float* Kg, int64_t b, int64_t h,
-               int64_t i, double* s, double* dcap = nullptr);
-void score_row(const AttentionProblem& p, const double* qi, const double* Kg, int64_t b, int64_t h,
-               int64_t i, double* s, double* dcap = nullptr);
+void score_row(const AttentionProblem& p, const float* qi, int64_t b, int64_t h, int64_t i,
+               double* s, double* dcap = nullptr);
+void score_row(const AttentionProblem& p, const double* qi, int64_t b, int64_t h, int64_t i,
+               double* s, double* dcap = nullptr);
 
 // out[b,h,i,:] = sum_j softmax_j(cap(scale * q[b,h,i,:]·k[b,g,j,:]) + bias) * v[b,g,j,:]
 // with g = h / group, bias = ALiBi + additive mask, and -inf for every key
-// that causal, window, key_lengths or a bool mask hides. Shapes as in qkv/attention.h, problem already checked.
-// Every sum is accumulated in double; results are rounded to q's dtype once.
-void attention_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionProblem& p, bool want_weights, bool want_lse);
+// that causal, window, key_lengths or a bool mask hides. Shapes as in
+// qkv/attention.h; q, k, v are read through p (any row strides); the problem
+// is already checked and res's tensors sized. Every sum is accumulated in
+// double; results are rounded to p.dtype once.
+void attention_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                       bool want_lse);
 
 }  // namespace qkv::ref

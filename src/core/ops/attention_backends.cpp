@@ -1,0 +1,72 @@
+#include "core/ops/attention_backends.h"
+
+#include <string>
+
+#include "core/kernels/flash_backward.h"
+#include "core/kernels/flash_forward.h"
+#include "core/ref/attention_backward_ref.h"
+#include "core/ref/attention_ref.h"
+#include "qkv/runtime.h"
+
+namespace qkv {
+namespace {
+
+// The fast CPU path for one instruction set: float32 only, and only the set
+// active_isa() names (QKV_ISA or set_isa() force one; tests run each).
+template <Isa I>
+bool fast_supports(const AttentionProblem& p) {
+  return p.dtype == DType::f32 && active_isa() == I;
+}
+
+template <Isa I>
+void fast_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                  bool want_lse, int threads) {
+  kernels::flash_forward(res, p, want_weights, want_lse, threads, I);
+}
+
+template <Isa I>
+void fast_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
+                   int threads) {
+  kernels::flash_backward(g, p, in, threads, I);
+}
+
+bool ref_supports(const AttentionProblem&) { return true; }
+
+// The reference is single-threaded: plain loops are its point.
+void ref_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
+                 bool want_lse, int) {
+  ref::attention_forward(res, p, want_weights, want_lse);
+}
+
+void ref_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in, int) {
+  ref::attention_backward(g, p, in);
+}
+
+template <Isa I>
+AttentionBackend fast(const char* name) {
+  return {name, Kernel::fast, fast_supports<I>, fast_forward<I>, fast_backward<I>};
+}
+
+}  // namespace
+
+const std::vector<AttentionBackend>& attention_backends() {
+  static const std::vector<AttentionBackend> table = {
+      fast<Isa::avx512>("fast-avx512"),
+      fast<Isa::avx2>("fast-avx2"),
+      fast<Isa::scalar>("fast-scalar"),
+      {"reference", Kernel::reference, ref_supports, ref_forward, ref_backward},
+  };
+  return table;
+}
+
+const AttentionBackend& select_backend(Kernel requested, const AttentionProblem& p) {
+  if (requested == Kernel::fast && p.dtype != DType::f32)
+    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(p.dtype) +
+                " (the reference kernel, or auto, handles float64)");
+  for (const AttentionBackend& b : attention_backends())
+    if ((requested == Kernel::automatic || b.kind == requested) && b.supports(p)) return b;
+  throw Error(std::string("kernel ") + kernel_name(requested) + ": no backend runs " +
+              dtype_name(p.dtype) + " inputs on this machine");
+}
+
+}  // namespace qkv
