@@ -1,0 +1,33 @@
+// arrays.h: NumPy arrays and DLPack tensors <-> qkv views and Tensors, with
+// no copy either way.
+//
+// In: a nanobind ndarray (NumPy through the buffer protocol, PyTorch and any
+// other DLPack producer through __dlpack__) becomes a TensorView of the same
+// memory: its pointer, dtype, shape and strides (nanobind counts strides in
+// elements, as qkv does). Out: a qkv Tensor moves onto the heap and is handed
+// to NumPy or PyTorch with a capsule that owns it, so the caller's array is
+// the Tensor's own 64-byte-aligned buffer.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "qkv/tensor.h"
+#include "qkv/view.h"
+
+namespace qkvpy {
+
+namespace nb = nanobind;
+using Array = nb::ndarray<nb::ro>;
+
+// The array as a view; `what` names it in errors. TypeError for a dtype qkv
+// does not take or a tensor that is not in CPU memory.
+qkv::TensorView view_of(const Array& a, const char* what);
+
+// Which kind of array the caller gave, so results come back as the same.
+enum class Framework { numpy, torch };
+
+// `t` (moved) as a NumPy array or a torch.Tensor owning its buffer.
+nb::object wrap(qkv::Tensor&& t, Framework fw);
+
+}  // namespace qkvpy
