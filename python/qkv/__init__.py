@@ -90,6 +90,15 @@ def _tolist(x: Any) -> list:
     return x.tolist() if hasattr(x, "tolist") else list(x)
 
 
+def _unsqueeze(x: Any) -> Any:
+    # [N, D] -> [1, N, D]: a view (NumPy and torch alike), no copy.
+    return x[None]
+
+
+def _squeeze(x: Any) -> Any:
+    return None if x is None else x[0]
+
+
 def _check_gqa(query, key, enable_gqa: bool) -> None:
     if query.ndim >= 3 and key.ndim >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
         raise ValueError(
@@ -109,8 +118,8 @@ def scaled_dot_product_attention(
     The arguments shared with ``torch.nn.functional.scaled_dot_product_attention``
     mean the same:
 
-    - query ``[..., Hq, N, D]``, key ``[..., Hkv, S, D]``, value ``[..., Hkv, S, Dv]``:
-      float32 or float64 NumPy arrays or CPU torch tensors, all of one dtype, with
+    - query ``[..., Hq, N, D]``, key ``[..., Hkv, S, D]``, value ``[..., Hkv, S, Dv]``
+      (or ``[N, D]``, ``[S, D]``, ``[S, Dv]``: one head, no batch): float32 or float64 NumPy arrays or CPU torch tensors, all of one dtype, with
       identical leading dims. Read in place when the last dim is contiguous (any other
       strides: slices, transposed heads); a strided last dim is copied once.
     - attn_mask: broadcastable to ``[..., Hq, N, S]``; bool (True = may attend) or
@@ -142,10 +151,15 @@ def scaled_dot_product_attention(
     _check_gqa(q, k, enable_gqa)
     opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
                     kernel, threads, torch_in)
+    flat = q.ndim == 2 and k.ndim == 2 and v.ndim == 2  # [N, D]: one head, as PyTorch allows
+    if flat:
+        q, k, v = _unsqueeze(q), _unsqueeze(k), _unsqueeze(v)
     out, weights, lse = _qkv.attention(
         q, k, v, scale=None if scale is None else float(scale),
         return_weights=bool(return_weights), return_lse=bool(return_lse), torch_out=torch_in,
         **opts)
+    if flat:
+        out, weights, lse = _squeeze(out), _squeeze(weights), _squeeze(lse)
     if not (return_weights or return_lse):
         return out
     return (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
@@ -171,10 +185,15 @@ def attention_backward(query, key, value, out, lse, grad_out, attn_mask=None,
     _check_gqa(q, k, enable_gqa)
     opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
                     kernel, threads, torch_in)
-    return _qkv.attention_backward(
-        q, k, v, _arg(out, "out", torch_in), _arg(lse, "lse", torch_in),
-        _arg(grad_out, "grad_out", torch_in), scale=None if scale is None else float(scale),
+    out, lse = _arg(out, "out", torch_in), _arg(lse, "lse", torch_in)
+    grad_out = _arg(grad_out, "grad_out", torch_in)
+    flat = q.ndim == 2 and k.ndim == 2 and v.ndim == 2
+    if flat:
+        q, k, v, out, lse, grad_out = (_unsqueeze(x) for x in (q, k, v, out, lse, grad_out))
+    grads = _qkv.attention_backward(
+        q, k, v, out, lse, grad_out, scale=None if scale is None else float(scale),
         torch_out=torch_in, **opts)
+    return tuple(_squeeze(g) for g in grads) if flat else grads
 
 
 def _tokens(model: "_qkv.Model", tokens: Union[str, Sequence[int]]) -> List[int]:
@@ -279,7 +298,7 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     options (the command's, with underscores): context, layers, heads, kv_heads,
     embd, rope, bias, batch, iters, warmup, eval_interval, eval_iters,
     log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
-    threads, kernel, resume, stop_at.
+    threads, kernel, resume, stop_at. kv_heads defaults to heads.
 
     progress, if given, is called on this thread with each line the trainer logs
     (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs
@@ -288,6 +307,8 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     final_train_loss, final_val_loss, interrupted and next_iter.
     """
     text_path, out_dir = os.fspath(text_path), os.fspath(out_dir)
+    if "heads" in options and "kv_heads" not in options:
+        options["kv_heads"] = options["heads"]  # as `qkv train`: no GQA unless asked
     result: Dict[str, Any] = {}
     failure: List[BaseException] = []
 

@@ -130,3 +130,22 @@ def test_gil_is_released_while_the_kernel_runs():
     # With the GIL held for the whole call, the loop could not run in between.
     assert alone > 0.02
     assert ticks >= 5
+
+
+def test_two_dim_inputs_are_one_head():
+    r = rng()
+    q, k, v = r.random((4, 3)), r.random((6, 3)), r.random((6, 2))
+    out, w, lse = qkv.scaled_dot_product_attention(q, k, v, is_causal=True, causal="bottom-right",
+                                                   return_weights=True, return_lse=True)
+    assert out.shape == (4, 2) and w.shape == (4, 6) and lse.shape == (4,)
+    before = _qkv.input_copies()
+    o3 = qkv.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True,
+                                          causal="bottom-right")
+    assert _qkv.input_copies() == before
+    np.testing.assert_array_equal(out, o3[0])
+    t = torch.from_numpy(q)
+    torch.testing.assert_close(qkv.scaled_dot_product_attention(t, t, t),
+                               torch.nn.functional.scaled_dot_product_attention(t, t, t))
+    dq, dk, dv = qkv.attention_backward(q, k, v, out, lse, np.ones((4, 2)), is_causal=True,
+                                        causal="bottom-right")
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
