@@ -1,5 +1,7 @@
 #include "arrays.h"
 
+#include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,7 +23,44 @@ std::string dtype_str(nb::dlpack::dtype dt) {
   return kind + std::to_string(dt.bits);
 }
 
+// Results the caller has dropped, newest first; bounded in count and bytes so
+// the pool never holds more than a few outputs' worth of memory.
+constexpr size_t kPoolTensors = 8;
+constexpr size_t kPoolBytes = size_t{256} << 20;
+std::mutex g_pool_mutex;  // a torch tensor's deleter may run on another thread
+std::deque<qkv::Tensor> g_pool;
+size_t g_pool_bytes = 0;
+
+void recycle(qkv::Tensor* t) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    if (t->nbytes() > 0 && t->nbytes() <= kPoolBytes) {
+      g_pool_bytes += t->nbytes();
+      g_pool.push_front(std::move(*t));
+      while (g_pool.size() > kPoolTensors || g_pool_bytes > kPoolBytes) {
+        g_pool_bytes -= g_pool.back().nbytes();
+        g_pool.pop_back();
+      }
+    }
+  } catch (...) {  // a full deque: the tensor is simply freed
+  }
+  delete t;
+}
+
 }  // namespace
+
+qkv::Tensor reuse(qkv::DType dtype, const qkv::Shape& shape) {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  for (auto it = g_pool.begin(); it != g_pool.end(); ++it) {
+    if (it->dtype() == dtype && it->shape() == shape) {
+      qkv::Tensor t = std::move(*it);
+      g_pool_bytes -= t.nbytes();
+      g_pool.erase(it);
+      return t;
+    }
+  }
+  return {};
+}
 
 qkv::TensorView view_of(const Array& a, const char* what) {
   if (a.device_type() != nb::device::cpu::value)
@@ -58,7 +97,7 @@ qkv::TensorView view_of(const Array& a, const char* what) {
 
 nb::object wrap(qkv::Tensor&& t, Framework fw) {
   auto* owned = new qkv::Tensor(std::move(t));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<qkv::Tensor*>(p); });
+  nb::capsule owner(owned, [](void* p) noexcept { recycle(static_cast<qkv::Tensor*>(p)); });
   std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
   nb::dlpack::dtype dt = owned->dtype() == qkv::DType::f32   ? nb::dtype<float>()
                          : owned->dtype() == qkv::DType::f64 ? nb::dtype<double>()

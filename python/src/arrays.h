@@ -27,7 +27,17 @@ qkv::TensorView view_of(const Array& a, const char* what);
 // Which kind of array the caller gave, so results come back as the same.
 enum class Framework { numpy, torch };
 
-// `t` (moved) as a NumPy array or a torch.Tensor owning its buffer.
+// `t` (moved) as a NumPy array or a torch.Tensor owning its buffer. When
+// that array dies its Tensor goes back to a small pool (recycle below).
 nb::object wrap(qkv::Tensor&& t, Framework fw);
+
+// A Tensor of this dtype and shape from the pool of results the caller has
+// dropped, or an empty Tensor if there is none. attention_into() writes into
+// a tensor that already fits, so a loop of same-shaped calls from Python
+// (`out = sdpa(q, k, v)` each step) neither allocates nor zero-fills its
+// results, as a C++ loop over attention_into() does not: a fresh 2 MiB output
+// costs its page faults and a zero fill on every call (measured: 6% of an
+// 8 ms prefill, bench/python_overhead.py).
+qkv::Tensor reuse(qkv::DType dtype, const qkv::Shape& shape);
 
 }  // namespace qkvpy

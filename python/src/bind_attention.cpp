@@ -103,7 +103,18 @@ void bind_attention(nb::module_& m) {
         g_last_pointers = {reinterpret_cast<uintptr_t>(q.raw()),
                            reinterpret_cast<uintptr_t>(k.raw()),
                            reinterpret_cast<uintptr_t>(v.raw())};
+        // Outputs from the pool when a dropped result fits ([..., Hq, N] from q,
+        // Dv from v, S from k); a wrong guess (bad shapes) just allocates.
         qkv::AttentionResult r;
+        if (q.rank() >= 1 && k.rank() >= 2 && v.rank() >= 1) {
+          qkv::Shape rows(q.shape().begin(), q.shape().end() - 1);
+          qkv::Shape out_shape = rows, weights_shape = rows;
+          out_shape.push_back(v.dim(-1));
+          weights_shape.push_back(k.dim(-2));
+          r.out = reuse(q.dtype(), out_shape);
+          if (return_weights) r.weights = reuse(q.dtype(), weights_shape);
+          if (return_lse) r.lse = reuse(q.dtype(), rows);
+        }
         {
           nb::gil_scoped_release unlocked;
           qkv::attention_into(r, q, k, v, o);

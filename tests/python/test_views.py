@@ -149,3 +149,30 @@ def test_two_dim_inputs_are_one_head():
     dq, dk, dv = qkv.attention_backward(q, k, v, out, lse, np.ones((4, 2)), is_causal=True,
                                         causal="bottom-right")
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+
+
+def test_dropped_results_are_recycled_never_shared():
+    r = rng()
+    q, k, v = r.random((2, 3, 5, 8)), r.random((2, 3, 6, 8)), r.random((2, 3, 6, 8))
+    q2 = r.random((2, 3, 5, 8))
+    a = qkv.scaled_dot_product_attention(q, k, v)
+    expected_a = a.copy()
+    b = qkv.scaled_dot_product_attention(q2, k, v)  # `a` is alive: a different buffer
+    assert a.ctypes.data != b.ctypes.data
+    np.testing.assert_array_equal(a, expected_a)
+    view_of_b = b[1]  # a view keeps b's buffer alive
+    address = b.ctypes.data
+    del b
+    c = qkv.scaled_dot_product_attention(q, k, v)
+    assert c.ctypes.data != address
+    np.testing.assert_array_equal(c, expected_a)
+    del a
+    d = qkv.scaled_dot_product_attention(q2, k, v)  # reuses a's buffer: every element rewritten
+    np.testing.assert_array_equal(d[1], view_of_b)
+    t = torch.from_numpy(q)
+    first = qkv.scaled_dot_product_attention(t, t, t)
+    ptr, expected = first.data_ptr(), first.clone()
+    del first
+    again = qkv.scaled_dot_product_attention(t, t, t)
+    assert again.data_ptr() == ptr  # the dropped torch result came back through the pool
+    torch.testing.assert_close(again, expected, rtol=0, atol=0)
