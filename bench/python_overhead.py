@@ -104,6 +104,13 @@ def main():
         print(f"{name:8s} C++ {cpp:9.4f} ms | Python {pyt:9.4f} ms | ratio {pyt / cpp:.3f} "
               f"(median of per-round ratios {statistics.median(ratios):.3f}) | "
               f"PyTorch SDPA {tor:9.4f} ms")
+    # The fixed cost of a call (argument handling, views, GIL, wrapping the
+    # result) on a problem with nothing to compute: a bound on the overhead that
+    # the noise of a shared machine cannot hide.
+    tiny = np.ones((1, 1, 1), np.float32)
+    fixed_us = 1e3 * median_ms(lambda: qkv.scaled_dot_product_attention(tiny, tiny, tiny), 2000, 100)
+    report["fixed_call_us"] = fixed_us
+    print(f"fixed cost of a Python call (1x1x1 problem): {fixed_us:.1f} us")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
