@@ -90,3 +90,13 @@ def test_seed_stream_is_numpys():
     assert np.array_equal(ours.randn(3), np.random.randn(3))  # the spare gauss carries over
     assert np.array_equal(ours.random_sample((2, 5)), np.random.random_sample((2, 5)))
     assert ours.randn() == np.random.randn()
+
+
+def test_stop_request_checkpoints_and_resume_finishes(tmp_path):
+    # What Ctrl-C does inside qkv.train: ask the trainer to stop after its step.
+    (tmp_path / "t.txt").write_text(TEXT)
+    first = qkv.train(tmp_path / "t.txt", tmp_path / "m", iters=200,
+                      progress=lambda e: qkv._qkv.request_stop(), **TINY)
+    assert first["interrupted"] and 0 < first["next_iter"] < 200
+    rest = qkv.train(tmp_path / "t.txt", tmp_path / "m", iters=200, resume=True, **TINY)
+    assert not rest["interrupted"] and rest["next_iter"] == 200
