@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Command 2 of the README: the whole test suite. GoogleTest unit tests through
-# CTest, then the NumPy cross-checks through pytest (NumPy, pytest and Selenium
-# live in .venv, never in the system Python). Fails if either fails.
+# CTest, then the NumPy cross-checks and the Python package's tests through
+# pytest. Python, NumPy, PyTorch and pytest live in one venv outside the clone,
+# ${QKV_VENV:-$HOME/.cache/qkv/venv} (scripts/python_env.sh fills it when
+# needed and installs the package into it with `pip install .`), never in the
+# system Python. Fails if any suite fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest selenium
+bash scripts/python_env.sh --test
+PY="${QKV_VENV:-$HOME/.cache/qkv/venv}/bin/python"
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release -j2
-QKV_BIN="$PWD/build/release/qkv" .venv/bin/python -m pytest -q tests/numpy
+QKV_BIN="$PWD/build/release/qkv" "$PY" -m pytest -q tests/numpy
+# The installed package (tests/python/conftest.py refuses a source folder).
+"$PY" -m pytest -q tests/python
 
 # Sanitizers, in CI (CI=true) or when asked (QKV_SANITIZERS=1): AddressSanitizer
 # + UBSan over the whole GoogleTest suite, ThreadSanitizer over the threaded

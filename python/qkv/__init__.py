@@ -1,0 +1,376 @@
+"""qkv: exact self-attention on the CPU, from Python.
+
+The C++ library (include/qkv/) behind PyTorch's call:
+
+    import numpy as np, qkv
+    q = np.random.rand(2, 8, 16, 64)           # [B, Hq, N, D]
+    k = v = np.random.rand(2, 2, 32, 64)       # [B, Hkv, S, D]
+    out = qkv.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # [B, Hq, N, D]
+
+NumPy arrays and DLPack tensors (PyTorch CPU tensors) are read in place when
+their last dim is contiguous; the result is the same kind of array as the
+query. Also here: :func:`attention_backward`, :class:`GPT` (load a model
+directory written by ``qkv train``), :func:`train`, :mod:`qkv.lesson` (the
+lessons' NumPy random streams) and :mod:`qkv.torch` (an autograd Function).
+PyTorch is never needed by ``import qkv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _qkv
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "attention_backward",
+    "GPT",
+    "train",
+    "heatmap_png",
+    "__version__",
+]
+__version__ = "0.1.0"
+
+_CAUSAL = ("top-left", "bottom-right")
+
+
+def _is_torch(x: Any) -> bool:
+    # No import of torch: a tensor's class lives in the torch module.
+    return type(x).__module__.startswith("torch")
+
+
+def _arg(x: Any, what: str, torch_in: bool) -> Any:
+    """The object handed to the extension: NumPy arrays as they are, torch
+    tensors detached (a view, no copy) after a device check, anything else
+    with __dlpack__ as it is; other values are a TypeError."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise TypeError(
+                f"{what}: tensor is on device '{x.device}'; qkv runs on the CPU, "
+                f"move it there first ({what}.cpu())")
+        return x.detach() if x.requires_grad else x
+    if hasattr(x, "__dlpack__"):
+        return x
+    raise TypeError(f"{what}: expected a NumPy array or a DLPack tensor, got {type(x).__name__}")
+
+
+def _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap, kernel,
+             threads, torch_in):
+    if causal not in _CAUSAL:
+        raise ValueError(f"causal: expected 'top-left' or 'bottom-right', got {causal!r}")
+    mask = None if attn_mask is None else _arg(attn_mask, "attn_mask", torch_in)
+    if window is not None:
+        if len(window) != 2:
+            raise ValueError(f"window: expected (left, right), got {window!r}")
+        window = (-1 if window[0] is None else int(window[0]),
+                  -1 if window[1] is None else int(window[1]))
+    return dict(
+        attn_mask=mask,
+        causal=causal if is_causal else "none",
+        window=window,
+        key_lengths=[] if key_lengths is None else [int(x) for x in _tolist(key_lengths)],
+        alibi_slopes=[] if alibi_slopes is None else [float(x) for x in _tolist(alibi_slopes)],
+        softcap=0.0 if softcap is None else float(softcap),
+        kernel=kernel,
+        threads=int(threads),
+    )
+
+
+def _tolist(x: Any) -> list:
+    return x.tolist() if hasattr(x, "tolist") else list(x)
+
+
+def _unsqueeze(x: Any) -> Any:
+    # [N, D] -> [1, N, D]: a view (NumPy and torch alike), no copy.
+    return x[None]
+
+
+def _squeeze(x: Any) -> Any:
+    return None if x is None else x[0]
+
+
+def _check_gqa(query, key, enable_gqa: bool) -> None:
+    if query.ndim >= 3 and key.ndim >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
+        raise ValueError(
+            f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True "
+            "for grouped-query attention (as in PyTorch)")
+
+
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
+    enable_gqa: bool = False, *, causal: str = "top-left",
+    window: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    key_lengths: Optional[Sequence[int]] = None, alibi_slopes: Optional[Sequence[float]] = None,
+    softcap: Optional[float] = None, return_weights: bool = False, return_lse: bool = False,
+    kernel: str = "auto", threads: int = 0):
+    """softmax(query · keyᵀ · scale + mask) · value, exactly, on the CPU.
+
+    The arguments shared with ``torch.nn.functional.scaled_dot_product_attention``
+    mean the same:
+
+    - query ``[..., Hq, N, D]``, key ``[..., Hkv, S, D]``, value ``[..., Hkv, S, Dv]``
+      (or ``[N, D]``, ``[S, D]``, ``[S, Dv]``: one head, no batch): float32 or float64 NumPy arrays or CPU torch tensors, all of one dtype, with
+      identical leading dims. Read in place when the last dim is contiguous (any other
+      strides: slices, transposed heads); a strided last dim is copied once.
+    - attn_mask: broadcastable to ``[..., Hq, N, S]``; bool (True = may attend) or
+      float (added to the scaled scores, -inf blocks).
+    - is_causal: query i sees keys j <= i (``causal="top-left"``, PyTorch's), or
+      j <= i + S - N with ``causal="bottom-right"`` (KV-cache decoding). It combines
+      with attn_mask by AND (PyTorch refuses both together).
+    - scale: defaults to 1/sqrt(D).
+    - enable_gqa: required when Hq != Hkv (Hq % Hkv == 0); query head h reads
+      key/value head h // (Hq // Hkv).
+
+    qkv's own options (keywords only): window=(left, right) sliding window around the
+    diagonal (None or -1: unbounded), key_lengths (one per flattened batch element:
+    later keys are padding), alibi_slopes (one per query head), softcap (c·tanh(s/c)),
+    return_weights / return_lse (also return the weights ``[..., Hq, N, S]`` and the
+    log-sum-exp ``[..., Hq, N]``), kernel ("auto", "fast" float32 only, "reference")
+    and threads (0 = all cores).
+
+    A row with no visible key gives 0 (PyTorch gives NaN). Returns the output, or a
+    tuple (out, weights?, lse?) when asked for more, as the query's kind of array.
+    Raises TypeError for a wrong dtype, kind or device, and ValueError (with the
+    library's message) for shapes, options and NaN/Inf in the inputs.
+    The GIL is released while the kernel runs.
+    """
+    torch_in = _is_torch(query)
+    q = _arg(query, "query", torch_in)
+    k = _arg(key, "key", torch_in)
+    v = _arg(value, "value", torch_in)
+    _check_gqa(q, k, enable_gqa)
+    opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
+                    kernel, threads, torch_in)
+    flat = q.ndim == 2 and k.ndim == 2 and v.ndim == 2  # [N, D]: one head, as PyTorch allows
+    if flat:
+        q, k, v = _unsqueeze(q), _unsqueeze(k), _unsqueeze(v)
+    out, weights, lse = _qkv.attention(
+        q, k, v, scale=None if scale is None else float(scale),
+        return_weights=bool(return_weights), return_lse=bool(return_lse), torch_out=torch_in,
+        **opts)
+    if flat:
+        out, weights, lse = _squeeze(out), _squeeze(weights), _squeeze(lse)
+    if not (return_weights or return_lse):
+        return out
+    return (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
+
+
+def attention_backward(query, key, value, out, lse, grad_out, attn_mask=None,
+                       is_causal: bool = False, scale: Optional[float] = None,
+                       enable_gqa: bool = False, *, causal: str = "top-left",
+                       window=None, key_lengths=None, alibi_slopes=None, softcap=None,
+                       kernel: str = "auto", threads: int = 0):
+    """Gradients (dq, dk, dv) of ``out = scaled_dot_product_attention(...)``.
+
+    Give the forward's inputs and options, its ``out`` and ``lse`` (run it with
+    ``return_lse=True``) and ``grad_out`` = dLoss/dout ``[..., Hq, N, Dv]``. dk and dv
+    have key's and value's shapes: a GQA group's query heads are summed into their
+    shared head. Masks and biases get no gradient; fully masked rows give zeros.
+    Returns the query's kind of array.
+    """
+    torch_in = _is_torch(query)
+    q = _arg(query, "query", torch_in)
+    k = _arg(key, "key", torch_in)
+    v = _arg(value, "value", torch_in)
+    _check_gqa(q, k, enable_gqa)
+    opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
+                    kernel, threads, torch_in)
+    out, lse = _arg(out, "out", torch_in), _arg(lse, "lse", torch_in)
+    grad_out = _arg(grad_out, "grad_out", torch_in)
+    flat = q.ndim == 2 and k.ndim == 2 and v.ndim == 2
+    if flat:
+        q, k, v, out, lse, grad_out = (_unsqueeze(x) for x in (q, k, v, out, lse, grad_out))
+    grads = _qkv.attention_backward(
+        q, k, v, out, lse, grad_out, scale=None if scale is None else float(scale),
+        torch_out=torch_in, **opts)
+    return tuple(_squeeze(g) for g in grads) if flat else grads
+
+
+def _tokens(model: "_qkv.Model", tokens: Union[str, Sequence[int]]) -> List[int]:
+    return model.encode(tokens) if isinstance(tokens, str) else [int(t) for t in tokens]
+
+
+class GPT:
+    """A trained model directory (``qkv train`` or :func:`train`): config.json,
+    vocab.json and model.safetensors. Load with ``GPT.load(dir)``."""
+
+    def __init__(self, model: "_qkv.Model"):
+        self._m = model
+
+    @classmethod
+    def load(cls, dir: Union[str, os.PathLike]) -> "GPT":
+        """Reads and checks the model directory; ValueError names any bad file."""
+        return cls(_qkv.Model.load(os.fspath(dir)))
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """vocab, context, layers, heads, kv_heads, embd, rope, bias."""
+        return self._m.config()
+
+    def encode(self, text: str) -> List[int]:
+        """Token ids of `text` (the model's character vocabulary)."""
+        return self._m.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids."""
+        return self._m.decode([int(i) for i in ids])
+
+    def set_threads(self, threads: int = 0, kernel: str = "auto") -> None:
+        """Threads for everything the model runs (0 = all cores) and its attention kernel."""
+        self._m.set_threads(int(threads), kernel)
+
+    def logits(self, tokens: Union[str, Sequence[int]]) -> np.ndarray:
+        """Next-token logits after each prefix of `tokens` (text or ids):
+        float32 ``[T, vocab]``, 1 <= T <= context."""
+        return self._m.logits(_tokens(self._m, tokens))
+
+    def attention_maps(self, prompt: Union[str, Sequence[int]]) -> np.ndarray:
+        """Every layer's and head's attention weights over `prompt`:
+        float32 ``[layers, heads, T, T]`` (rows are queries, causal)."""
+        return self._m.attention_maps(_tokens(self._m, prompt))
+
+    def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
+                 top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
+                 on_token: Optional[Callable[[str], None]] = None) -> str:
+        """Generates `tokens` tokens after `prompt` and returns their text.
+
+        on_token, if given, is called with each piece of text as it is produced
+        (streaming); :meth:`stream` gives the same pieces as an iterator. The same
+        seed gives the same text, with or without the KV cache."""
+        pieces: List[str] = []
+
+        def piece(b: bytes) -> None:
+            s = b.decode("utf-8", errors="replace")
+            pieces.append(s)
+            if on_token is not None:
+                on_token(s)
+
+        self._m.generate(prompt, int(tokens), float(temperature), int(top_k), int(seed),
+                         bool(use_cache), piece)
+        return "".join(pieces)
+
+    def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
+               top_k: int = 0, seed: int = 1337, *, use_cache: bool = True) -> Iterator[str]:
+        """generate() as an iterator of text pieces, produced on a worker thread
+        while the caller consumes them."""
+        q: "queue.Queue[Any]" = queue.Queue()
+        done = object()
+        failure: List[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.generate(prompt, tokens, temperature, top_k, seed, use_cache=use_cache,
+                              on_token=q.put)
+            except BaseException as e:  # handed to the consumer
+                failure.append(e)
+            finally:
+                q.put(done)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        while True:
+            item = q.get()
+            if item is done:
+                break
+            yield item
+        t.join()
+        if failure:
+            raise failure[0]
+
+
+def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], *,
+          progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+          **options: Any) -> Dict[str, Any]:
+    """Trains a GPT on a text file, as ``qkv train`` does, into `out_dir`
+    (model.safetensors, config.json, vocab.json, train_state.safetensors,
+    log.jsonl); :meth:`GPT.load` reads the result.
+
+    options (the command's, with underscores): context, layers, heads, kv_heads,
+    embd, rope, bias, batch, iters, warmup, eval_interval, eval_iters,
+    log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
+    threads, kernel, resume, stop_at. kv_heads defaults to heads.
+
+    progress, if given, is called on this thread with each line the trainer logs
+    (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs
+    on a worker thread. Ctrl-C (KeyboardInterrupt) asks the trainer to write a
+    checkpoint and stop; ``resume=True`` continues from it. Returns iters_run,
+    final_train_loss, final_val_loss, interrupted and next_iter.
+    """
+    text_path, out_dir = os.fspath(text_path), os.fspath(out_dir)
+    if "heads" in options and "kv_heads" not in options:
+        options["kv_heads"] = options["heads"]  # as `qkv train`: no GQA unless asked
+    result: Dict[str, Any] = {}
+    failure: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.update(_qkv.train(text_path, out_dir, options))
+        except BaseException as e:
+            failure.append(e)
+
+    # The trainer reports through log.jsonl (flushed line by line); reading it
+    # here keeps the callback on the caller's thread and the trainer unchanged.
+    log_path = os.path.join(out_dir, "log.jsonl")
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    seen = 0
+
+    def poll() -> None:
+        nonlocal seen
+        if progress is None or not os.path.exists(log_path):
+            return
+        with open(log_path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        complete = lines[:-1]  # the last piece is "" or a line still being written
+        for line in complete[seen:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            progress(entry)
+        seen = max(seen, len(complete))
+
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+            poll()
+    except KeyboardInterrupt:
+        _qkv.request_stop()
+        worker.join()
+        poll()
+        raise
+    poll()
+    if failure:
+        raise failure[0]
+    return result
+
+
+def heatmap_png(weights, row_labels: Sequence[str] = (), col_labels: Sequence[str] = (),
+                titles: Sequence[str] = (), per_row: int = 4) -> bytes:
+    """Attention weights as a PNG image (bytes), qkv's viridis-like heat map.
+
+    weights: ``[rows, cols]`` or a stack ``[panels, rows, cols]`` of values in [0, 1]
+    (rows are queries). In a notebook: ``IPython.display.Image(qkv.heatmap_png(w))``.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim == 2:
+        w = w[None]
+    if w.ndim != 3:
+        raise ValueError(f"weights: expected [rows, cols] or [panels, rows, cols], got shape {w.shape}")
+    panels = [np.ascontiguousarray(p) for p in w]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "heatmap.png")
+        _qkv.heatmap_png(path, list(titles), panels, list(row_labels), list(col_labels),
+                         int(per_row))
+        with open(path, "rb") as f:
+            return f.read()

@@ -1,0 +1,97 @@
+"""The lessons' random streams, bit for bit, from qkv's C++ generators.
+
+The two lessons qkv reproduces draw their inputs from NumPy: one from
+``np.random.default_rng(42)``, the other from ``np.random.seed(0)``. These
+classes give the same numbers in the same order (qkv/rng.h, the generators
+``qkv demo`` uses), so a notebook can show that qkv's inputs are the lesson's.
+
+    g = qkv.lesson.default_rng(42)
+    W_q = g.normal(size=(4, 3))          # == np.random.default_rng(42).normal(size=(4, 3))
+    s = qkv.lesson.RandomState(0)
+    x = s.randn(4, 8)                    # == (np.random.seed(0), np.random.randn(4, 8))
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _qkv
+
+__all__ = ["default_rng", "RandomState", "softmax"]
+
+Size = Optional[Union[int, Sequence[int]]]
+
+
+def _shape(size: Size) -> Tuple[int, ...]:
+    if size is None:
+        return ()
+    if isinstance(size, (int, np.integer)):
+        return (int(size),)
+    return tuple(int(s) for s in size)
+
+
+def _draw(fill, size: Size):
+    shape = _shape(size)
+    flat = fill(int(np.prod(shape, dtype=np.int64)))
+    return float(flat[0]) if size is None else flat.reshape(shape)
+
+
+class Generator:
+    """``np.random.default_rng(seed)``: PCG64 seeded by SeedSequence, NumPy's ziggurat."""
+
+    def __init__(self, seed: int):
+        self._g = _qkv.NumpyGenerator(int(seed))
+
+    def random(self, size: Size = None):
+        """Generator.random: floats in [0, 1)."""
+        return _draw(self._g.random, size)
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: Size = None):
+        """Generator.normal, element by element in C order."""
+        return _draw(lambda n: self._g.normal(float(loc), float(scale), n), size)
+
+    def standard_normal(self, size: Size = None):
+        """Generator.standard_normal."""
+        return self.normal(0.0, 1.0, size)
+
+    def random_raw(self) -> int:
+        """One raw 64-bit PCG64 output (bit_generator.random_raw())."""
+        return self._g.next_uint64()
+
+
+def default_rng(seed: int) -> Generator:
+    """The stream of ``np.random.default_rng(seed)``."""
+    return Generator(seed)
+
+
+class RandomState:
+    """``np.random.seed(seed)`` / ``np.random.RandomState(seed)``: MT19937 and the
+    legacy polar Box-Muller gauss (its spare value kept between calls, as NumPy does)."""
+
+    def __init__(self, seed: int):
+        self._s = _qkv.NumpyRandomState(int(seed))
+
+    def randn(self, *shape: int):
+        """np.random.randn(*shape); a float with no arguments."""
+        return _draw(self._s.randn, None if not shape else shape)
+
+    def standard_normal(self, size: Size = None):
+        """np.random.standard_normal(size)."""
+        return _draw(self._s.randn, size)
+
+    def random_sample(self, size: Size = None):
+        """np.random.random_sample(size): floats in [0, 1)."""
+        return _draw(self._s.random_sample, size)
+
+    def random_raw(self) -> int:
+        """One raw 32-bit MT19937 output."""
+        return self._s.next_uint32()
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Row softmax with the maximum subtracted first (no overflow); -inf gives 0."""
+    x = np.asarray(x)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)

@@ -1,0 +1,60 @@
+"""qkv's attention as a ``torch.autograd.Function``: ``loss.backward()`` through qkv.
+
+    import torch, qkv.torch
+    out = qkv.torch.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()        # q.grad, k.grad, v.grad from qkv.attention_backward
+
+The forward keeps the log-sum-exp of each row (not the N x S weights); the
+backward recomputes the weights from it, like FlashAttention. Masks, ALiBi and
+the other options get no gradient. Importing this module imports PyTorch;
+``import qkv`` alone never does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+import qkv as _qkv
+
+__all__ = ["scaled_dot_product_attention", "Attention"]
+
+
+class Attention(torch.autograd.Function):
+    """forward(query, key, value, attn_mask, options) -> out; options is the dict of
+    keyword arguments shared by qkv.scaled_dot_product_attention and
+    qkv.attention_backward."""
+
+    @staticmethod
+    def forward(ctx: Any, query, key, value, attn_mask, options):  # type: ignore[override]
+        out, lse = _qkv.scaled_dot_product_attention(query, key, value, attn_mask,
+                                                     return_lse=True, **options)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.attn_mask = attn_mask
+        ctx.options = options
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out):  # type: ignore[override]
+        query, key, value, out, lse = ctx.saved_tensors
+        dq, dk, dv = _qkv.attention_backward(query, key, value, out, lse, grad_out,
+                                             ctx.attn_mask, **ctx.options)
+        return dq, dk, dv, None, None
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: Optional[torch.Tensor] = None,
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False, **options: Any) -> torch.Tensor:
+    """qkv.scaled_dot_product_attention on torch tensors, differentiable in query,
+    key and value. The keyword options (causal, window, key_lengths, alibi_slopes,
+    softcap, kernel, threads) are qkv's; return_weights and return_lse are not
+    available here."""
+    for bad in ("return_weights", "return_lse"):
+        if options.get(bad):
+            raise TypeError(f"qkv.torch.scaled_dot_product_attention: {bad} is not supported "
+                            "(use qkv.scaled_dot_product_attention)")
+        options.pop(bad, None)
+    opts = dict(options, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return Attention.apply(query, key, value, attn_mask, opts)

@@ -1,0 +1,168 @@
+// _qkv.Model, _qkv.train and _qkv.heatmap_png: the model layer and the
+// pictures, for qkv/__init__.py's GPT, train() and lesson notebooks.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "qkv/heatmap.h"
+#include "qkv/model.h"
+#include "qkv/trainer.h"
+
+namespace qkvpy {
+
+namespace {
+
+std::atomic<int> g_stop_training{0};  // set by request_stop(), read by the trainer's loop
+
+qkv::Kernel kernel_of(const std::string& s) {
+  const auto k = qkv::parse_kernel(s);
+  if (!k) throw nb::value_error(("kernel: expected 'auto', 'fast' or 'reference', got '" + s + "'").c_str());
+  return *k;
+}
+
+// TrainOptions from keyword arguments; an unknown name is a TypeError, as a
+// Python function's would be.
+qkv::TrainOptions train_options(const std::string& text_path, const std::string& out_dir,
+                                const nb::dict& kw) {
+  qkv::TrainOptions o;
+  o.text_path = text_path;
+  o.out_dir = out_dir;
+  for (auto [key, value] : kw) {
+    const std::string k = nb::cast<std::string>(key);
+    auto i64 = [&] { return nb::cast<int64_t>(value); };
+    auto f64 = [&] { return nb::cast<double>(value); };
+    if (k == "context") o.model.context = i64();
+    else if (k == "layers") o.model.layers = i64();
+    else if (k == "heads") o.model.heads = i64();
+    else if (k == "kv_heads") o.model.kv_heads = i64();
+    else if (k == "embd") o.model.embd = i64();
+    else if (k == "rope") o.model.rope = nb::cast<bool>(value);
+    else if (k == "bias") o.model.bias = nb::cast<bool>(value);
+    else if (k == "batch") o.batch = i64();
+    else if (k == "iters") o.iters = i64();
+    else if (k == "warmup") o.warmup = i64();
+    else if (k == "eval_interval") o.eval_interval = i64();
+    else if (k == "eval_iters") o.eval_iters = i64();
+    else if (k == "log_interval") o.log_interval = i64();
+    else if (k == "lr") o.lr = f64();
+    else if (k == "min_lr") o.min_lr = f64();
+    else if (k == "beta1") o.adam.beta1 = f64();
+    else if (k == "beta2") o.adam.beta2 = f64();
+    else if (k == "weight_decay") o.adam.weight_decay = f64();
+    else if (k == "grad_clip") o.adam.grad_clip = f64();
+    else if (k == "seed") o.seed = nb::cast<uint64_t>(value);
+    else if (k == "threads") o.threads = nb::cast<int>(value);
+    else if (k == "kernel") o.kernel = kernel_of(nb::cast<std::string>(value));
+    else if (k == "resume") o.resume = nb::cast<bool>(value);
+    else if (k == "stop_at") o.stop_at = i64();
+    else throw nb::type_error(("train() got an unexpected keyword argument '" + k + "'").c_str());
+  }
+  return o;
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<qkv::Model>(m, "Model")
+      .def_static("load", &qkv::Model::load, nb::arg("dir"),
+                  nb::call_guard<nb::gil_scoped_release>())
+      .def("config",
+           [](const qkv::Model& self) {
+             const qkv::GPTConfig& c = self.config();
+             nb::dict d;
+             d["vocab"] = c.vocab, d["context"] = c.context, d["layers"] = c.layers;
+             d["heads"] = c.heads, d["kv_heads"] = c.kv_heads, d["embd"] = c.embd;
+             d["rope"] = c.rope, d["bias"] = c.bias;
+             return d;
+           })
+      .def("encode", [](const qkv::Model& self, const std::string& s) { return self.tokenizer().encode(s); })
+      .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids) {
+        return self.tokenizer().decode(ids);
+      })
+      .def("set_threads", [](qkv::Model& self, int threads, const std::string& kernel) {
+        self.set_threads(threads, kernel_of(kernel));
+      })
+      .def("logits",
+           [](qkv::Model& self, const std::vector<int32_t>& tokens) {
+             qkv::Tensor t;
+             {
+               nb::gil_scoped_release unlocked;
+               t = self.logits(tokens);
+             }
+             return wrap(std::move(t), Framework::numpy);
+           })
+      .def("attention_maps",
+           [](qkv::Model& self, const std::vector<int32_t>& tokens) {
+             qkv::Tensor t;
+             {
+               nb::gil_scoped_release unlocked;
+               t = self.attention_maps(tokens);
+             }
+             return wrap(std::move(t), Framework::numpy);
+           })
+      // on_token is called with the GIL held, once per generated piece of text.
+      .def("generate",
+           [](qkv::Model& self, const std::string& prompt, int64_t tokens, double temperature,
+              int64_t top_k, uint64_t seed, bool use_cache, nb::object on_token) {
+             qkv::SampleOptions o;
+             o.prompt = prompt, o.tokens = tokens, o.temperature = temperature;
+             o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
+             std::function<void(const std::string&)> cb;
+             if (!on_token.is_none())
+               cb = [&on_token](const std::string& piece) {
+                 nb::gil_scoped_acquire locked;
+                 on_token(nb::bytes(piece.data(), piece.size()));
+               };
+             nb::gil_scoped_release unlocked;
+             return self.generate(o, cb);
+           },
+           nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
+           nb::arg("seed"), nb::arg("use_cache"), nb::arg("on_token").none());
+
+  m.def(
+      "train",
+      [](const std::string& text_path, const std::string& out_dir, const nb::dict& kw) {
+        qkv::TrainOptions o = train_options(text_path, out_dir, kw);
+        g_stop_training = 0;
+        o.stop_requested = &g_stop_training;
+        qkv::TrainResult r;
+        {
+          nb::gil_scoped_release unlocked;
+          r = qkv::train(o);
+        }
+        nb::dict d;
+        d["iters_run"] = r.iters_run, d["final_train_loss"] = r.final_train_loss;
+        d["final_val_loss"] = r.final_val_loss, d["interrupted"] = r.interrupted;
+        d["next_iter"] = r.next_iter;
+        return d;
+      },
+      nb::arg("text_path"), nb::arg("out_dir"), nb::arg("options"));
+  m.def(
+      "request_stop", [] { g_stop_training = 1; },
+      "Asks a running train() to checkpoint and return after its current step.");
+
+  // Panels of [rows, cols] float64 weights, written as one PNG at `path`.
+  m.def(
+      "heatmap_png",
+      [](const std::string& path, const std::vector<std::string>& titles,
+         const std::vector<nb::ndarray<double, nb::ndim<2>, nb::c_contig, nb::device::cpu>>& ws,
+         const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels,
+         int per_row) {
+        std::vector<qkv::HeatmapPanel> panels;
+        for (size_t i = 0; i < ws.size(); ++i)
+          panels.push_back({i < titles.size() ? titles[i] : "", ws[i].data(),
+                            static_cast<int64_t>(ws[i].shape(0)),
+                            static_cast<int64_t>(ws[i].shape(1)), row_labels, col_labels});
+        qkv::write_heatmap_png(path, panels, per_row);
+      },
+      nb::arg("path"), nb::arg("titles"), nb::arg("weights"), nb::arg("row_labels"),
+      nb::arg("col_labels"), nb::arg("per_row"));
+}
+
+}  // namespace qkvpy
