@@ -3,7 +3,7 @@
 
 Runs `qkv train` for a fixed number of iterations, then trains the same
 model in PyTorch (nanoGPT's architecture: learned positions, biases
-everywhere, GELU (tanh), tied LM head) on the CPU, float32, at the same
+everywhere, GELU (exact, as qkv train's models), tied LM head) on the CPU, float32, at the same
 thread count, with qkv's initialisation (NumPy's default_rng(seed), drawn in
 parameter order), qkv's batches (one default_rng per iteration) and qkv's
 optimiser (AdamW, betas 0.9/0.99, weight decay 0.1 on matrices, gradient
@@ -263,7 +263,7 @@ def build_model(torch, vocab, a):
             self.c_proj = nn.Linear(4 * C, C, bias=a.bias)
 
         def forward(self, x):
-            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+            return self.c_proj(F.gelu(self.c_fc(x)))  # exact (erf): config.json "gelu": "exact"
 
     class Block(nn.Module):
         def __init__(self):

@@ -198,6 +198,30 @@ INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,
                                             ::testing::Bool()),
                          config_name);
 
+// The suite above runs the default GELU (exact); models trained before the
+// choice existed run the tanh form: the same checks on one config with it.
+TEST(GptGradTanhGelu, BackwardMatchesFiniteDifferencesAndFloat32) {
+  GPTConfig cfg = tiny(false, 2, true);
+  cfg.gelu = nn::Gelu::tanh;
+  GPT64 m(cfg);
+  randomize(m, 7);
+  const Batch batch = random_batch(cfg.vocab, 8);
+  const GradReport r = check_grads(m, gradient(m, batch), batch);
+  EXPECT_EQ(r.failed, 0) << r.failed << " of " << r.checked << " entries; first " << r.first;
+  GPT m32(cfg);
+  for (int64_t i = 0; i < m32.num_params(); ++i) m32.weights()[i] = static_cast<float>(m.weights()[i]);
+  for (int64_t i = 0; i < m.num_params(); ++i) m.weights()[i] = m32.weights()[i];
+  const double loss32 = m32.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+  const double loss64 = m.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+  EXPECT_NEAR(loss32, loss64, 1e-5 * loss64);
+  // And the form matters: the same weights under the exact GELU give another loss.
+  cfg.gelu = nn::Gelu::exact;
+  GPT64 exact(cfg);
+  exact.weights() = m.weights();
+  const double loss_exact = exact.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+  EXPECT_GT(std::abs(loss_exact - loss64), 1e-6 * loss64);
+}
+
 // The checker itself: a gradient wrong by 1% in one slice must fail it. The
 // slice is the key heads' rows of layer 1's c_attn (a GQA-specific place),
 // checked in full.
@@ -254,6 +278,9 @@ TEST(GptDecode, StepsMatchForward) {
       SCOPED_TRACE(std::string(rope ? "rope" : "wpe") + " kv_heads " + std::to_string(kv));
       expect_decode_matches_forward<float>(tiny(rope, kv, false), 1e-5);
       expect_decode_matches_forward<double>(tiny(rope, kv, true), 1e-12);
+      GPTConfig tanh_cfg = tiny(rope, kv, false);
+      tanh_cfg.gelu = nn::Gelu::tanh;
+      expect_decode_matches_forward<float>(tanh_cfg, 1e-5);
     }
 }
 

@@ -129,16 +129,30 @@ TEST(NnGradCheck, LayerNorm) {
 }
 
 TEST(NnGradCheck, Gelu) {
-  std::mt19937 rng(3);
-  const int64_t N = 60;
-  VecD x = random_vec<double>(rng, N, -5.0, 5.0), R = random_vec<double>(rng, N), out(N);
-  auto loss = [&] {
-    nn::ref::gelu_forward(out.data(), x.data(), N);
-    return dot(R, out);
-  };
-  VecD dx(N);
-  nn::ref::gelu_backward(dx.data(), x.data(), R.data(), N);
-  expect_grad("dinp", x, dx, loss);
+  for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {
+    SCOPED_TRACE(form == nn::Gelu::exact ? "exact" : "tanh");
+    std::mt19937 rng(3);
+    const int64_t N = 60;
+    VecD x = random_vec<double>(rng, N, -5.0, 5.0), R = random_vec<double>(rng, N), out(N);
+    auto loss = [&] {
+      nn::ref::gelu_forward(out.data(), x.data(), N, form);
+      return dot(R, out);
+    };
+    VecD dx(N);
+    nn::ref::gelu_backward(dx.data(), x.data(), R.data(), N, form);
+    expect_grad("dinp", x, dx, loss);
+  }
+}
+
+// The two forms are different functions: at x = 1 they differ in the 4th
+// digit (exact 0.8413447 = Φ(1), tanh 0.8411920), so a mix-up cannot pass.
+TEST(NnGradCheck, GeluFormsDiffer) {
+  const double x = 1.0;
+  double exact = 0.0, tanh_form = 0.0;
+  nn::ref::gelu_forward(&exact, &x, 1, nn::Gelu::exact);
+  nn::ref::gelu_forward(&tanh_form, &x, 1, nn::Gelu::tanh);
+  EXPECT_NEAR(exact, 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(tanh_form, 0.8411919906082768, 1e-15);
 }
 
 TEST(NnGradCheck, Embedding) {
@@ -283,9 +297,10 @@ TEST(NnFloat32, LayerNorm) {
 }
 
 TEST(NnFloat32, Gelu) {
-  std::mt19937 rng(13);
+  for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh})
   for (int64_t N : {1, 7, 4096, 4097, 100003}) {
-    SCOPED_TRACE("N " + std::to_string(N));
+    std::mt19937 rng(13);
+    SCOPED_TRACE(std::string(form == nn::Gelu::exact ? "exact" : "tanh") + ", N " + std::to_string(N));
     VecF x = random_vec(rng, N, -6.0, 6.0);
     if (N > 8) {  // the far tails, where exp over- and underflows
       x[0] = -20.0f; x[1] = 20.0f; x[2] = -100.0f; x[3] = 100.0f; x[4] = 0.0f; x[5] = -1e-6f;
@@ -293,25 +308,27 @@ TEST(NnFloat32, Gelu) {
     const VecF dout = random_vec(rng, N);
     const VecD x_d = to_double(x), dout_d = to_double(dout);
     Buf out = Buf::nan(N);
-    nn::gelu_forward(out.f.data(), x.data(), N);
-    nn::ref::gelu_forward(out.plain.data(), x.data(), N);
-    nn::ref::gelu_forward(out.d.data(), x_d.data(), N);
+    nn::gelu_forward(out.f.data(), x.data(), N, form);
+    nn::ref::gelu_forward(out.plain.data(), x.data(), N, form);
+    nn::ref::gelu_forward(out.d.data(), x_d.data(), N, form);
     expect_close("out", out.f, out.d, out.plain);
     Buf dx(random_vec(rng, N));
-    nn::gelu_backward(dx.f.data(), x.data(), dout.data(), N);
-    nn::ref::gelu_backward(dx.plain.data(), x.data(), dout.data(), N);
-    nn::ref::gelu_backward(dx.d.data(), x_d.data(), dout_d.data(), N);
+    nn::gelu_backward(dx.f.data(), x.data(), dout.data(), N, form);
+    nn::ref::gelu_backward(dx.plain.data(), x.data(), dout.data(), N, form);
+    nn::ref::gelu_backward(dx.d.data(), x_d.data(), dout_d.data(), N, form);
     expect_close("dinp", dx.f, dx.d, dx.plain);
   }
 }
 
 TEST(NnFloat32, GeluPropagatesNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  float out = 0.0f, dinp = 0.0f, dout = 1.0f;
-  nn::gelu_forward(&out, &nan, 1);
-  nn::gelu_backward(&dinp, &nan, &dout, 1);
-  EXPECT_TRUE(std::isnan(out));
-  EXPECT_TRUE(std::isnan(dinp));
+  for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {
+    float out = 0.0f, dinp = 0.0f, dout = 1.0f;
+    nn::gelu_forward(&out, &nan, 1, form);
+    nn::gelu_backward(&dinp, &nan, &dout, 1, form);
+    EXPECT_TRUE(std::isnan(out));
+    EXPECT_TRUE(std::isnan(dinp));
+  }
 }
 
 TEST(NnFloat32, Embedding) {
@@ -560,10 +577,14 @@ TEST(NnDeterminism, SameBitsForAnyThreadCount) {
     return out;
   });
   expect_same_bits_for_any_threads("gelu", [&] {
-    VecF out(big.size()), gi(big.size());
-    nn::gelu_forward(out.data(), big.data(), static_cast<int64_t>(big.size()));
-    nn::gelu_backward(gi.data(), big.data(), dbig.data(), static_cast<int64_t>(big.size()));
-    out.insert(out.end(), gi.begin(), gi.end());
+    VecF out;
+    for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {
+      VecF y(big.size()), gi(big.size());
+      nn::gelu_forward(y.data(), big.data(), static_cast<int64_t>(big.size()), form);
+      nn::gelu_backward(gi.data(), big.data(), dbig.data(), static_cast<int64_t>(big.size()), form);
+      out.insert(out.end(), y.begin(), y.end());
+      out.insert(out.end(), gi.begin(), gi.end());
+    }
     return out;
   });
   expect_same_bits_for_any_threads("embedding", [&] {

@@ -210,6 +210,24 @@ TEST(CharTokenizer, JsonRoundTrip) {
   EXPECT_EQ(hand.encode("\xC3\xA9" "a?"), (Ids{1, 0, 2}));
 }
 
+// nanoGPT's vocabulary (qkv import): exactly the text's characters, no
+// fallback id; an unseen character is refused, and the form survives a save.
+TEST(CharTokenizer, WithoutUnknownIdIsNanoGptsVocabulary) {
+  const CharTokenizer tok = CharTokenizer::from_text("hello world\n", /*unknown_token=*/false);
+  EXPECT_FALSE(tok.has_unknown());
+  EXPECT_EQ(tok.vocab_size(), 9);  // "\n", " ", d, e, h, l, o, r, w: no id beyond them
+  EXPECT_EQ(tok.unknown_id(), -1);
+  EXPECT_EQ(tok.encode("hold"), (Ids{4, 6, 5, 2}));
+  EXPECT_EQ(tok.decode(tok.encode("world\n")), "world\n");
+  expect_error([&] { tok.encode("hex"); }, "character U+0078 at position 2 is not in the vocabulary");
+  expect_error([&] { tok.decode({9}); }, "outside the vocabulary [0, 9)");
+  EXPECT_EQ(tok.to_json(), "{\"type\":\"char\",\"chars\":[\"\\n\",\" \",\"d\",\"e\",\"h\",\"l\",\"o\",\"r\",\"w\"],\"unknown\":null}\n");
+  const CharTokenizer back = CharTokenizer::from_json(tok.to_json(), "vocab.json");
+  EXPECT_FALSE(back.has_unknown());
+  EXPECT_EQ(back.vocab_size(), tok.vocab_size());
+  EXPECT_EQ(back.to_json(), tok.to_json());
+}
+
 TEST(CharTokenizer, MalformedJsonIsRefusedWithItsReason) {
   const auto bad = [](const std::string& json, const std::string& part) {
     expect_error([&] { CharTokenizer::from_json(json, "vocab.json"); }, "'vocab.json': bad vocabulary: " + part);
@@ -227,7 +245,7 @@ TEST(CharTokenizer, MalformedJsonIsRefusedWithItsReason) {
   bad("{\"type\":\"char\",\"chars\":[\"a\"],\"unk\\nown\":1" + unk, "unexpected key \"unk\\nown\"");  // stays one line
   bad("{\"type\":\"char\",\"type\":\"char\",\"chars\":[\"a\"]" + unk, "duplicate key \"type\"");
   bad("{\"type\":\"bpe\",\"chars\":[\"a\"]" + unk, "\"type\" must be \"char\" (qkv's character tokenizer), found \"bpe\"");
-  bad("{\"type\":\"char\",\"chars\":[\"a\"],\"unknown\":\"?\"}", "\"unknown\" must be \"\\uFFFD\", found \"?\"");
+  bad("{\"type\":\"char\",\"chars\":[\"a\"],\"unknown\":\"?\"}", "\"unknown\" must be \"\\uFFFD\" or null (no fallback id), found \"?\"");
   bad("{\"type\":\"char\",\"chars\":[]" + unk, "\"chars\" must be a non-empty list of one-character strings, found []");
   bad("{\"type\":\"char\",\"chars\":\"ab\"" + unk, "\"chars\" must be a non-empty list of one-character strings, found a JSON string");
   bad("{\"type\":\"char\",\"chars\":[\"a\",1]" + unk, "chars[1] must be a string, found a JSON number");

@@ -4,7 +4,7 @@
 //   block: x += attn(ln_1(x));  x += mlp(ln_2(x))
 //   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> causal attention
 //          (qkv::attention, top-left) -> c_proj
-//   mlp:   c_fc (4C) -> GELU (tanh) -> c_proj
+//   mlp:   c_fc (4C) -> GELU (exact, nanoGPT's; or tanh: GPTConfig::gelu) -> c_proj
 // Every layer is one of qkv/nn.h; RoPE (when on) turns q and k after the
 // head split, from one cos/sin table built with the model.
 //
@@ -33,6 +33,9 @@ struct GPTConfig {
   int64_t embd = 128;    // C
   bool rope = false;     // RoPE on q and k instead of the learned wpe table
   bool bias = false;     // biases in Linear and LayerNorm layers (nanoGPT: off)
+  // The MLP's GELU: exact (erf, nanoGPT's nn.GELU()) for new models; tanh for
+  // models trained before the choice existed (a config.json without "gelu").
+  nn::Gelu gelu = nn::Gelu::exact;
 
   int64_t head_dim() const { return embd / heads; }
   // Throws qkv::Error naming the first inconsistent field.

@@ -52,11 +52,18 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C);
 
-// GELU, tanh form: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). N elements.
+// Which GELU:
+//   exact  x Φ(x) = 0.5 x (1 + erf(x / √2)): PyTorch's nn.GELU(), nanoGPT's
+//   tanh   0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))): GPT-2's approximation,
+//          what qkv's models used before the choice existed
+enum class Gelu { exact, tanh };
+
+// out [N] = gelu(inp [N]), in the given form.
 template <class T>
-void gelu_forward(T* out, const T* inp, int64_t N);
+void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
+// dinp [N] += gelu'(inp) · dout.
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form);
 
 // out [B*T, C] = wte[tokens[b,t]] + wpe[t]; wte [V, C], wpe [maxT, C]
 // (wpe may be null: no learned positions, e.g. with RoPE). With wpe null it

@@ -56,7 +56,8 @@ double param_count(const GPTConfig& c) {
 std::string config_to_json(const GPTConfig& c) {
   json j = {{"vocab", c.vocab},   {"context", c.context}, {"layers", c.layers},
             {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"embd", c.embd},
-            {"rope", c.rope},     {"bias", c.bias}, {"arch", "gpt"}};
+            {"rope", c.rope},     {"bias", c.bias}, {"gelu", c.gelu == nn::Gelu::exact ? "exact" : "tanh"},
+            {"arch", "gpt"}};
   return j.dump(2) + "\n";
 }
 
@@ -72,12 +73,12 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   // A key qkv does not know (a typo, another program's config) would be
   // ignored silently; refuse it by name instead.
   static const char* const kKeys[] = {"vocab", "context", "layers", "heads", "kv_heads",
-                                      "embd",  "rope",    "bias",   "arch"};
+                                      "embd",  "rope",    "bias",   "gelu",  "arch"};
   for (const auto& [key, value] : j.items())
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
       throw Error("'" + name + "': unknown key \"" + key +
                   "\" (qkv's config has vocab, context, layers, heads, kv_heads, embd, rope, bias, "
-                  "arch)");
+                  "gelu, arch)");
   GPTConfig c;
   c.vocab = require_int(j, "vocab", name);
   c.context = require_int(j, "context", name);
@@ -91,6 +92,15 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   if (!j.contains("bias") || !j["bias"].is_boolean())
     throw Error("'" + name + "': expected a boolean 'bias'");
   c.bias = j["bias"].get<bool>();
+  // Checkpoints written before the GELU was a choice have no "gelu": they
+  // were trained with the tanh form, so they load as tanh.
+  c.gelu = nn::Gelu::tanh;
+  if (j.contains("gelu")) {
+    const json& g = j["gelu"];
+    if (g.is_string() && g.get<std::string>() == "exact") c.gelu = nn::Gelu::exact;
+    else if (!g.is_string() || g.get<std::string>() != "tanh")
+      throw Error("'" + name + "': expected 'gelu' \"exact\" or \"tanh\", found " + json_excerpt(g));
+  }
   if (!j.contains("arch") || !j["arch"].is_string() || j["arch"].get<std::string>() != "gpt")
     throw Error("'" + name + "': expected 'arch' \"gpt\" (the only architecture qkv builds), found " +
                 (j.contains("arch") ? j["arch"].dump() : std::string("none")));

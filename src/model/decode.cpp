@@ -113,7 +113,7 @@ std::span<const T> BasicGPT<T>::decode_step(int32_t token, KVCache& cache) {
                           1, C);
     nn::linear_forward(step_fc_.data(), step_ln_.data(), w(L.fc_w), w(L.fc_b), 1, C,
                        4 * C);
-    nn::gelu_forward(step_fc_.data() + 4 * C, step_fc_.data(), 4 * C);
+    nn::gelu_forward(step_fc_.data() + 4 * C, step_fc_.data(), 4 * C, cfg_.gelu);
     nn::linear_forward(step_y_.data(), step_fc_.data() + 4 * C, w(L.fc_proj_w), w(L.fc_proj_b),
                        1, 4 * C, C);
     nn::residual_forward(step_x_.data(), step_x_.data(), step_y_.data(), C);

@@ -212,7 +212,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
     nn::layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
                           w(L.ln2_w), w(L.ln2_b), BT, C);
     nn::linear_forward(la.fch.data(), la.ln2.data(), w(L.fc_w), w(L.fc_b), BT, C, 4 * C);
-    nn::gelu_forward(la.fch_gelu.data(), la.fch.data(), BT * 4 * C);
+    nn::gelu_forward(la.fch_gelu.data(), la.fch.data(), BT * 4 * C, cfg_.gelu);
     nn::linear_forward(la.res3.data(), la.fch_gelu.data(), w(L.fc_proj_w), w(L.fc_proj_b), BT,
                        4 * C, C);
     nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
@@ -262,7 +262,7 @@ void BasicGPT<T>::backward() {
     nn::linear_backward(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(),
                         la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C);
     std::fill(dfch_.begin(), dfch_.end(), T(0));
-    nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C);
+    nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu);
     std::fill(dln_.begin(), dln_.end(), T(0));
     nn::linear_backward(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2.data(), w(L.fc_w),
                         BT, C, 4 * C);

@@ -93,15 +93,16 @@ void for_each_code_point(std::string_view s, Fn fn) {
 
 }  // namespace
 
-CharTokenizer::CharTokenizer(std::vector<char32_t> chars) : chars_(std::move(chars)), ascii_ids_(128, -1) {
+CharTokenizer::CharTokenizer(std::vector<char32_t> chars, bool unknown_token)
+    : chars_(std::move(chars)), unknown_(unknown_token), ascii_ids_(128, -1) {
   for (size_t i = 0; i < chars_.size(); ++i) {
     pieces_.push_back(utf8_of(chars_[i]));
     if (chars_[i] < 128) ascii_ids_[chars_[i]] = static_cast<int32_t>(i);
   }
-  pieces_.push_back(utf8_of(kReplacement));
+  if (unknown_) pieces_.push_back(utf8_of(kReplacement));
 }
 
-CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
+CharTokenizer CharTokenizer::from_text(const std::string& utf8, bool unknown_token) {
   // One flag per code point (1.1 M bits, 136 KiB): the vocabulary of any
   // text in fixed memory, where a list of its non-ASCII characters could
   // grow to twice the text.
@@ -111,20 +112,24 @@ CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
   for (char32_t c = 0; c < 0x110000; ++c)
     if (seen[c]) chars.push_back(c);
   if (chars.empty()) throw Error("no characters: the text is empty, so there is no vocabulary to build");
-  return CharTokenizer(std::move(chars));
+  return CharTokenizer(std::move(chars), unknown_token);
 }
 
 std::vector<int32_t> CharTokenizer::encode(const std::string& utf8) const {
   std::vector<int32_t> ids;
   ids.reserve(utf8.size());
   for_each_code_point(utf8, [&](char32_t c) {
+    int32_t id = -1;
     if (c < 128) {
-      const int32_t id = ascii_ids_[c];
-      ids.push_back(id >= 0 ? id : unknown_id());
-      return;
+      id = ascii_ids_[c];
+    } else {
+      const auto it = std::lower_bound(chars_.begin(), chars_.end(), c);
+      if (it != chars_.end() && *it == c) id = static_cast<int32_t>(it - chars_.begin());
     }
-    const auto it = std::lower_bound(chars_.begin(), chars_.end(), c);
-    ids.push_back(it != chars_.end() && *it == c ? static_cast<int32_t>(it - chars_.begin()) : unknown_id());
+    if (id < 0 && !unknown_)
+      throw Error("character " + code_point_name(c) + " at position " + std::to_string(ids.size()) +
+                  " is not in the vocabulary, which has no unknown token to read it as");
+    ids.push_back(id >= 0 ? id : unknown_id());
   });
   return ids;
 }
@@ -147,7 +152,8 @@ std::string CharTokenizer::to_json() const {
   j["type"] = "char";
   j["chars"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < chars_.size(); ++i) j["chars"].push_back(pieces_[i]);
-  j["unknown"] = utf8_of(kReplacement);
+  if (unknown_) j["unknown"] = utf8_of(kReplacement);
+  else j["unknown"] = nullptr;
   return j.dump(-1, ' ', /*ensure_ascii=*/true) + "\n";
 }
 
@@ -172,8 +178,8 @@ CharTokenizer CharTokenizer::from_json(const std::string& json, const std::strin
   if (!type.is_string() || type.get<std::string>() != "char")
     fail("\"type\" must be \"char\" (qkv's character tokenizer), found " + json_excerpt(type));
   const nlohmann::json& unknown = j["unknown"];
-  if (!unknown.is_string() || unknown.get<std::string>() != utf8_of(kReplacement))
-    fail("\"unknown\" must be \"\\uFFFD\", found " + json_excerpt(unknown));
+  if (!unknown.is_null() && (!unknown.is_string() || unknown.get<std::string>() != utf8_of(kReplacement)))
+    fail("\"unknown\" must be \"\\uFFFD\" or null (no fallback id), found " + json_excerpt(unknown));
 
   const nlohmann::json& list = j["chars"];
   if (!list.is_array() || list.empty())
@@ -194,7 +200,7 @@ CharTokenizer CharTokenizer::from_json(const std::string& json, const std::strin
            code_point_name(chars.back()) + ": characters must be distinct and in code-point order");
     chars.push_back(cps[0]);
   }
-  return CharTokenizer(std::move(chars));
+  return CharTokenizer(std::move(chars), !unknown.is_null());
 }
 
 }  // namespace qkv

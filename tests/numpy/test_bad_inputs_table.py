@@ -127,6 +127,35 @@ def resumed_on_other_text(i: Inputs):
     return i.train("--resume", text=i.text("a different text " * 40), out=out)
 
 
+def nanogpt_state(i: Inputs, drop=None, reshape=None, vocab_rows=4, untied=False):
+    """A 1-layer nanoGPT state_dict (embd 8, context 8, no bias) as safetensors,
+    for the vocabulary text "abc\\n" (4 characters); returns `qkv import`'s args."""
+    C = 8
+    shapes = {"transformer.wte.weight": (vocab_rows, C), "transformer.wpe.weight": (8, C),
+              "transformer.h.0.ln_1.weight": (C,), "transformer.h.0.attn.c_attn.weight": (3 * C, C),
+              "transformer.h.0.attn.c_proj.weight": (C, C), "transformer.h.0.ln_2.weight": (C,),
+              "transformer.h.0.mlp.c_fc.weight": (4 * C, C),
+              "transformer.h.0.mlp.c_proj.weight": (C, 4 * C), "transformer.ln_f.weight": (C,),
+              "lm_head.weight": (vocab_rows, C)}
+    if reshape:
+        shapes[reshape[0]] = reshape[1]
+    shapes.pop(drop, None)
+    rng = np.random.default_rng(0)
+    arrays = {name: rng.normal(0, 0.02, shape).astype("<f4") for name, shape in shapes.items()}
+    if "lm_head.weight" in arrays and not untied:
+        arrays["lm_head.weight"] = arrays["transformer.wte.weight"]
+    header, data = {}, b""
+    for name, a in arrays.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [len(data), len(data) + a.nbytes]}
+        data += a.tobytes()
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    weights = i.file("ckpt.safetensors", safetensors_bytes(h, data))
+    return ["import", "--from", "nanogpt", "--weights", weights, "--vocab-text",
+            i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
+
+
 def edited_config(i: Inputs, **changes):
     model = i.model()
     cfg = json.loads((model / "config.json").read_text())
@@ -266,6 +295,7 @@ SETUP = {
     "sample-config-unknown-key": lambda i: edited_config(i, dropout=0.1),
     "sample-config-unknown-arch": lambda i: edited_config(i, arch="llama"),
     "sample-config-exceeds-weights": lambda i: edited_config(i, context=10_000_000),
+    "sample-config-bad-gelu": lambda i: edited_config(i, gelu="fast"),
     "sample-model-empty": lambda i: ["sample", "--model", ""],
     # A str with a surrogate escape: subprocess passes it as the raw byte 0xff.
     "sample-prompt-invalid-utf8": lambda i: i.sample(i._model, "--prompt", "a\udcffb"),
@@ -289,6 +319,21 @@ SETUP = {
     "logits-missing-output": lambda i: ["logits", "--model", i._model, "--prompt", "the"],
     "logits-unwritable-output": lambda i: ["logits", "--model", i._model, "--prompt", "the",
                                            "-o", i.tmp / "no" / "dir" / "l.npy"],
+    # qkv import, qkv export
+    "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
+                                      "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],
+    "import-missing-tensor": lambda i: nanogpt_state(i, drop="transformer.h.0.mlp.c_fc.weight"),
+    "import-wrong-shape": lambda i: nanogpt_state(
+        i, reshape=("transformer.h.0.attn.c_attn.weight", (24, 9))),
+    "import-vocab-mismatch": lambda i: nanogpt_state(i, vocab_rows=5),
+    "import-untied-head": lambda i: nanogpt_state(i, untied=True),
+    "import-missing-weights": lambda i: ["import", "--from", "nanogpt", "--weights", i.tmp / "none",
+                                         "--vocab-text", i.file("input.txt", "abc"), "--heads", "2",
+                                         "-o", i.tmp / "m"],
+    "import-heads-not-divisor": lambda i: [*nanogpt_state(i)[:-3], "3", "-o", i.tmp / "imported"],
+    "export-unknown-to": lambda i: ["export", "--to", "gguf", "--model", i._model, "-o", i.tmp / "x"],
+    "export-missing-model": lambda i: ["export", "--to", "nanogpt", "--model", i.tmp / "nowhere",
+                                       "-o", i.tmp / "x.safetensors"],
     # qkv explain, qkv demo, qkv itself
     "explain-heads-not-divisor": lambda i: ["explain", "--heads", "3"],
     "explain-mask-missing-file": lambda i: ["explain", "--mask", str(i.tmp / "m.npy")],

@@ -86,3 +86,24 @@ def test_top_p_narrows_the_choice(model, run):
                     "--seed", "3")
     assert len(set(narrow)) < len(set(wide)), (set(narrow), set(wide))
     assert "\ufffd" not in wide + narrow  # the unknown id is never drawn, even flattened
+
+
+def test_a_config_without_gelu_runs_the_tanh_form(run, tmp_path_factory, qkv_bin, tmp_path):
+    """Checkpoints written before "gelu" existed were trained with the tanh
+    GELU and must load as tanh: the same weights, config.json without the key,
+    give the NumPy forward's tanh logits, not its exact ones."""
+    import json
+    import shutil
+    model = tmp_path / "old"
+    shutil.copytree(tiny_models.trained(tmp_path_factory, qkv_bin, "learned"), model)
+    cfg = json.loads((model / "config.json").read_text())
+    assert cfg.pop("gelu") == "exact"  # new models: nanoGPT's GELU
+    (model / "config.json").write_text(json.dumps(cfg))
+    ck = Checkpoint(model)
+    prompt = "a dog sat on the cat"
+    got = logits(run, model, prompt, tmp_path)
+    _, tanh_truth = ck.run(ck.encode(prompt))
+    np.testing.assert_allclose(got, tanh_truth, atol=2e-5 * np.abs(tanh_truth).max(), rtol=0)
+    ck.cfg["gelu"] = "exact"
+    _, exact_truth = ck.run(ck.encode(prompt))
+    assert np.abs(got - exact_truth).max() > 1e-4 * np.abs(exact_truth).max()

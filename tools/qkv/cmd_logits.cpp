@@ -30,8 +30,10 @@ int run_logits(const LogitsArgs& a) {
   std::copy(model.logits(), model.logits() + T * V, logits.data<float>());
   save_npy_arg("--out", a.out, logits);
   std::cout << "wrote next-token logits " << shape_str(logits.shape()) << " float32 (row t follows "
-            << "the prompt's first t + 1 characters; the last id, " << m.tokenizer.unknown_id()
-            << ", is the unknown token) to " << a.out << "\n";
+            << "the prompt's first t + 1 characters";
+  if (m.tokenizer.has_unknown())
+    std::cout << "; the last id, " << m.tokenizer.unknown_id() << ", is the unknown token";
+  std::cout << ") to " << a.out << "\n";
   return 0;
 }
 

@@ -18,5 +18,7 @@ Runner add_train(CLI::App& app);
 Runner add_sample(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_size(CLI::App& app);
+Runner add_import(CLI::App& app);
+Runner add_export(CLI::App& app);
 
 }  // namespace qkv::cli

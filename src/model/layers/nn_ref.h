@@ -19,6 +19,8 @@ inline constexpr double kLayerNormEps = 1e-5;
 // GELU, tanh form: 0.5 x (1 + tanh(u)), u = √(2/π) (x + 0.044715 x³).
 inline constexpr double kGeluScale = 0.7978845608028654;  // √(2/π)
 inline constexpr double kGeluCubic = 0.044715;
+inline constexpr double kSqrtHalf = 0.7071067811865476;      // 1/√2
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/√(2π)
 
 // out [BT, OC] = inp [BT, C] · W + bias: per output, the C products summed
 // from 0 in order c = 0..C-1, then the bias added (NumPy's x @ W + b).
@@ -40,11 +42,13 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C);
 
+// tanh:  d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh² u) · √(2/π) (1 + 3 · 0.044715 x²).
+// exact: gelu(x) = x Φ(x), Φ(x) = 0.5 (1 + erf(x / √2)) (std::erf);
+//        d/dx = Φ(x) + x φ(x), φ(x) = exp(-x² / 2) / √(2π).
 template <class T>
-void gelu_forward(T* out, const T* inp, int64_t N);
-// d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh² u) · √(2/π) (1 + 3 · 0.044715 x²).
+void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form);
 
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
