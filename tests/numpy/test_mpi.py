@@ -73,8 +73,8 @@ def test_option_the_ring_does_not_take_is_a_usage_error(qkv_bin, tmp_path):
 
 
 def test_a_killed_rank_ends_the_job(qkv_bin, tmp_path):
-    # Long enough (a few seconds on one thread) that the kill lands mid-ring.
-    inputs(tmp_path, (), 8, 8, 8192, 64, seed=2)
+    # Long enough (several seconds on one thread) that the kill lands mid-ring.
+    inputs(tmp_path, (), 8, 8, 16384, 64, seed=2)
     cmd = [MPIRUN, "-np", "2", "--oversubscribe", qkv_bin, "attention", "--q", str(tmp_path / "q.npy"),
            "--k", str(tmp_path / "k.npy"), "--v", str(tmp_path / "v.npy"), "--threads", "1",
            "--sequence-parallel", "-o", str(tmp_path / "o.npy")]
@@ -98,6 +98,7 @@ def test_a_killed_rank_ends_the_job(qkv_bin, tmp_path):
         time.sleep(0.2)
     assert victim is not None, "no rank of the job was found"
     time.sleep(1.0)  # past loading, into the ring
+    assert job.poll() is None, "the job ended before a rank could be killed; make it longer"
     os.kill(victim, signal.SIGKILL)
     try:
         _, err = job.communicate(timeout=60)
