@@ -12,11 +12,12 @@
 namespace qkv {
 namespace {
 
-bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64; }
+bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16; }
 
 void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
-    throw Error(std::string(name) + ": expected float32 or float64, found " + dtype_name(t.dtype()));
+    throw Error(std::string(name) + ": expected float32, float64 or bfloat16, found " +
+                dtype_name(t.dtype()));
 }
 
 }  // namespace
@@ -50,6 +51,11 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   }
   AttentionProblem p;
   p.dtype = q.dtype();
+  p.out_dtype = opts.out_dtype.value_or(p.dtype);
+  if (p.out_dtype != p.dtype && !(p.dtype == DType::bf16 && p.out_dtype == DType::f32))
+    throw Error(std::string("out_dtype: expected the dtype of q (") + dtype_name(p.dtype) + ")" +
+                (p.dtype == DType::bf16 ? " or float32" : "") + ", found " +
+                dtype_name(p.out_dtype));
   p.lead.assign(q.shape().begin(), q.shape().end() - 3);
   const Shape k_lead(k.shape().begin(), k.shape().end() - 3);
   const Shape v_lead(v.shape().begin(), v.shape().end() - 3);
