@@ -28,4 +28,22 @@ inline int64_t bf16_pairs(int64_t D) { return (D + 1) / 2; }
 void qk_bf16_avx512(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uint32_t* Qt2,
                     int64_t D, int ncols, float scale);
 
+// Decode's few rows (the qk_rows form): D rounded up to whole 32-element
+// vectors, the row stride of the packed queries.
+inline int64_t bf16_row_pad(int64_t D) { return (D + 31) / 32 * 32; }
+
+// St[j][i] = scale * sum_d K[j*ldk + d] * Q[i*bf16_row_pad(D) + d] for j < nj,
+// i < ncols <= 4: vectors along D, so no lane idles when ncols is 1. Q [ncols]
+// rows of bf16 bits, zero past D; K [nj][D] bf16 in place (masked loads
+// never touch past element D-1 of a row).
+void qk_rows_bf16_avx512(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uint16_t* Q,
+                         int64_t D, int ncols, float scale);
+
+// O[i][:] = alpha[i] * O[i][:] + sum_j P[j][i] * V[j*ldv + :] for i < ncols <= 4,
+// with V [nj][Dv] bf16 in place, widened in registers: decode's P·V, which
+// reads each V row once, so widening it into scratch first would only add
+// a store and a load per element. O [ncols][Dv], P [nj][kBR] float32.
+void pv_rows_bf16_avx512(float* O, const float* P, int64_t nj, int ncols, const uint16_t* V,
+                         int64_t ldv, int64_t Dv, const float* alpha);
+
 }  // namespace qkv::kernels

@@ -14,8 +14,9 @@
 // bfloat16 inputs: each K and V tile is read in place as bf16 and widened to
 // float32 once per block (shared by the group's panels) into the thread's
 // scratch, then the float32 micro-kernels run on it; Q is widened when
-// packed. With AVX512-BF16 the prefill's Q·Kᵀ skips widening K: Q is packed
-// in bf16 pairs and qk_bf16_avx512 reads K in place (flash_bf16.h). P·V
+// packed. With AVX512-BF16, Q·Kᵀ never widens K: Q is packed in bf16 (pairs
+// for prefill, rows for decode) and vdpbf16ps reads K in place, and decode's
+// P·V widens V in registers (flash_bf16.h). P·V
 // stays float32 (P is never rounded to bf16), so the only roundings beyond
 // float32 accumulation are those of the inputs themselves.
 #include "core/kernels/flash_forward.h"
@@ -132,10 +133,13 @@ void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Wo
   }
 }
 
-// Whether this panel's scores come from qk_bf16_avx512 (prefill panels;
-// decode's few rows use qk_rows on the widened K, as float32 does).
+// Whether this panel's scores come from qk_bf16_avx512 (prefill panels) or
+// from qk_rows_bf16_avx512 (decode's few rows); either reads K in place.
 bool uses_dp_bf16(const Ctx& c, const Panel& pn) {
   return c.dp_bf16 && pn.rows() > kRowsForQkRows;
+}
+bool uses_rows_bf16(const Ctx& c, const Panel& pn) {
+  return c.dp_bf16 && pn.rows() <= kRowsForQkRows;
 }
 
 // The K and V rows of a tile [nj] as the float32 kernels read them: in place
@@ -169,12 +173,22 @@ int64_t out_row(const AttentionProblem& p, const Block& blk, const Panel& pn, in
 // bf16 queries (widened exactly) scale the same way.
 //
 // For qk_bf16_avx512: Qt2[t][r] = the word (q_r[2t], q_r[2t+1]) unscaled,
-// zero past D and for padding columns.
+// zero past D and for padding columns. For qk_rows_bf16_avx512: rows of bf16
+// [rows][bf16_row_pad(D)], unscaled, zero past D.
 void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
   const AttentionProblem& p = c.p;
   const int rows = pn.rows();
   auto qrow = [&](int r) { return p.q.row<float>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos); };
   auto qrow16 = [&](int r) { return p.q.row<uint16_t>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos); };
+  if (uses_rows_bf16(c, pn)) {
+    uint16_t* Q = reinterpret_cast<uint16_t*>(pn.Qp);
+    const int64_t ld = bf16_row_pad(p.D);
+    for (int r = 0; r < rows; ++r) {
+      const uint16_t* q = qrow16(r);
+      for (int64_t d = 0; d < ld; ++d) Q[r * ld + d] = d < p.D ? q[d] : 0;
+    }
+    return;
+  }
   if (uses_dp_bf16(c, pn)) {
     uint32_t* Qt2 = reinterpret_cast<uint32_t*>(pn.Qp);
     const int64_t pairs = bf16_pairs(p.D);
@@ -212,6 +226,10 @@ void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& k
     qk_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
                    reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
                    static_cast<float>(p.scale));
+  else if (uses_rows_bf16(c, pn))
+    qk_rows_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+                        reinterpret_cast<const uint16_t*>(pn.Qp), p.D, pn.rows(),
+                        static_cast<float>(p.scale));
   else if (pn.rows() <= kRowsForQkRows)
     c.kern.qk_rows(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   else
@@ -242,21 +260,39 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   // Decode reads each K and V row once, straight from memory. The micro-
   // kernels prefetch rows ahead within a stream, but the first V rows of a
   // tile would still be cold when P·V starts: ask for the whole V tile
-  // before Q·Kᵀ, which then hides its latency. (bf16 widens V before Q·Kᵀ,
-  // and widen_bf16 prefetches ahead itself.)
-  const bool stream_v = blk.npos <= kDecodeRows && !c.bf16;
-  bool need_k = false;  // bf16: some panel reads a widened K
-  for (const Panel& pn : ws.panels) need_k |= c.bf16 && !uses_dp_bf16(c, pn);
+  // before Q·Kᵀ, which then hides its latency. bf16 widens K and V at the
+  // start of a tile, so there the whole NEXT tile of K and V is requested
+  // first, and its reads overlap this tile's widening and arithmetic.
+  const bool decode = blk.npos <= kDecodeRows;
+  const bool stream_v = decode && !c.bf16;
+  // bf16 widens K unless vdpbf16ps reads it in place, and V unless every
+  // panel is a decode panel, whose P·V widens V in registers.
+  const bool need_k = c.bf16 && !c.dp_bf16;
+  bool direct_v = c.dp_bf16;
+  for (const Panel& pn : ws.panels) direct_v &= uses_rows_bf16(c, pn);
+  const int64_t bg = blk.b * p.Hkv + blk.g;
+  auto prefetch_bf16_tile = [&](int64_t j0) {  // K and V rows [j0, j0 + kBC), 64 bytes at a time
+    for (int64_t j = j0; j < std::min(end, j0 + kBC); ++j) {
+      for (int64_t x = 0; x < p.D; x += 32) __builtin_prefetch(p.k.row<uint16_t>(bg, j) + x, 0, 2);
+      for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(p.v.row<uint16_t>(bg, j) + x, 0, 2);
+    }
+  };
+  if (decode && c.bf16) prefetch_bf16_tile(first);
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
-    const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, true);
+    if (decode && c.bf16) prefetch_bf16_tile(j0 + kBC);
+    const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, !direct_v);
     if (stream_v)
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws.St);
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-      c.kern.pv(pn.O, ws.St, nj, pn.rows(), kv.V, kv.ldv, p.Dv, ws.alpha);
+      if (direct_v)
+        pv_rows_bf16_avx512(pn.O, ws.St, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
+                            p.v.row_stride, p.Dv, ws.alpha);
+      else
+        c.kern.pv(pn.O, ws.St, nj, pn.rows(), kv.V, kv.ldv, p.Dv, ws.alpha);
     }
   }
 }
@@ -373,7 +409,7 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       // `weights` reads lse in whole vectors: a padded copy (alpha is free
       // here), never past the end of the caller's lse.
       for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
-      const bool need_k = c.bf16 && !uses_dp_bf16(c, pn);
+      const bool need_k = c.bf16 && !c.dp_bf16;
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
         const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, false);
