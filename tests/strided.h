@@ -14,7 +14,7 @@ namespace qkv::test_strided {
 // buffer's dims are t's dims in `order` (order[0] outermost; {0, 1, ..., r-1}
 // is C order, reversed is Fortran order), each `pad` elements longer than
 // needed; the view starts `pad` elements into every padded dim. Padding holds
-// NaN (float) or true (bool), so a kernel that reads outside the view, or a
+// NaN (float, bf16) or true (bool), so a kernel that reads outside the view, or a
 // check that scans it, gives itself away.
 struct Strided {
   Tensor buf;
@@ -38,6 +38,7 @@ inline Strided restride(const Tensor& t, const std::vector<int>& order, int64_t 
     if (t.dtype() == DType::f32) s.buf.data<float>()[x] = NAN;
     if (t.dtype() == DType::f64) s.buf.data<double>()[x] = NAN;
     if (t.dtype() == DType::boolean) s.buf.data<bool>()[x] = true;
+    if (t.dtype() == DType::bf16) s.buf.data<bfloat16>()[x] = bf16_from_float(NAN);
   }
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t rem = n, off = start;

@@ -224,7 +224,7 @@ TEST(BackendTable, ChoosesByKernelDtypeAndIsa) {
     select_backend(Kernel::fast, p64);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("kernel fast: expects float32 inputs, found float64"));
+    EXPECT_THAT(e.what(), HasSubstr("kernel fast: expects float32 or bfloat16 inputs, found float64"));
   }
   for (const AttentionBackend& b : attention_backends()) {
     EXPECT_TRUE(b.supports && b.forward && b.backward) << b.name;

@@ -6,7 +6,8 @@
 //   q    [..., Hq,  N, D]
 //   k    [..., Hkv, S, D]      Hq % Hkv == 0 (GQA; Hkv == 1 is MQA)
 //   v    [..., Hkv, S, Dv]
-//   out  [..., Hq,  N, Dv]     same dtype as q (float32 or float64)
+//   out  [..., Hq,  N, Dv]     q's dtype (float32, float64 or bfloat16), or
+//                              float32 for bfloat16 inputs (opts.out_dtype)
 //   mask broadcastable to [..., Hq, N, S] (NumPy rules)
 // The leading "..." dims (zero or more) must be identical in q, k and v.
 //
@@ -15,6 +16,13 @@
 // so a slice of a KV cache, k[:, :, :len], costs no copy; an input whose last
 // dim is strided (a transposed or Fortran-ordered array) is copied once into
 // contiguous scratch. The outputs are always C-ordered Tensors.
+//
+// bfloat16 (storage only): q, k and v in bf16 (all three, any strides), the
+// scores, softmax and P·V accumulated in float32; lse and weights are
+// float32. The fast kernel reads bf16 K and V in place (half the bytes of
+// float32: decode is bandwidth bound) and widens them tile by tile, or, on
+// a CPU with AVX512-BF16, computes Q·Kᵀ with vdpbf16ps (exact bf16 products,
+// float32 sums; bf16 denormals read as 0). The backward does not take bf16.
 //
 // Semantics (the contract every kernel in qkv must match):
 // - scale defaults to 1/sqrt(D); any finite positive or negative value may be
@@ -90,6 +98,9 @@ struct AttentionOptions {
   bool check_finite = true;      // reject NaN/Inf in q, k, v (one extra read)
   Kernel kernel = Kernel::automatic;
   int threads = 0;               // fast kernel threads; 0 = all cores
+  // out's dtype; default q's. bfloat16 inputs may ask for float32 (skips
+  // rounding the float32 accumulators to bf16).
+  std::optional<DType> out_dtype;
 };
 
 struct AttentionResult {
@@ -102,8 +113,8 @@ struct AttentionResult {
 // with double accumulation; the fast one is tiled, SIMD and threaded. Throws
 // qkv::Error on any shape, dtype or value problem.
 //
-// Kernel::fast takes float32 only (float64 with fast is an error; automatic
-// sends float64 to the reference kernel).
+// Kernel::fast takes float32 and bfloat16 (float64 with fast is an error;
+// automatic sends float64 to the reference kernel).
 AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
                           const AttentionOptions& opts = {});
 

@@ -1,8 +1,11 @@
 // qkv/runtime.h: which SIMD code path and how many threads the fast kernels use.
 //
-// One binary carries AVX-512, AVX2+FMA and scalar code; the best one the CPU
-// supports is picked at run time. QKV_ISA=avx512|avx2|scalar in the
-// environment, or set_isa(), forces a path (tests run each one).
+// One binary carries AVX-512 (with and without AVX512-BF16), AVX2+FMA and
+// scalar code; the best one the CPU supports is picked at run time.
+// QKV_ISA=avx512bf16|avx512|avx2|scalar in the environment, or set_isa(),
+// forces a path (tests run each one). The paths differ only for bfloat16
+// inputs between avx512bf16 and avx512: avx512bf16 computes Q·Kᵀ with
+// vdpbf16ps, the others widen bf16 tiles to float32 first.
 #pragma once
 
 #include <optional>
@@ -10,9 +13,10 @@
 
 namespace qkv {
 
-enum class Isa { scalar, avx2, avx512 };
+// In order of capability: a path runs on any CPU that runs a later one.
+enum class Isa { scalar, avx2, avx512, avx512bf16 };
 
-// "scalar", "avx2", "avx512".
+// "scalar", "avx2", "avx512", "avx512bf16".
 const char* isa_name(Isa isa);
 std::optional<Isa> parse_isa(const std::string& s);
 

@@ -23,11 +23,38 @@
 
 namespace qkv {
 
-enum class DType { f32, f64, boolean };
+// bf16 (bfloat16): the top 16 bits of a float32 (8 exponent bits, 7 stored
+// mantissa bits), for storage only: kernels widen it to float32 to compute.
+enum class DType { f32, f64, boolean, bf16 };
+
+// One bfloat16 value: its bits. No arithmetic on purpose; convert with
+// bf16_to_float / bf16_from_float.
+struct bfloat16 {
+  uint16_t bits;
+};
+
+// Exact (every bf16 is a float32).
+inline float bf16_to_float(bfloat16 x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Round to nearest, ties to even (as vcvtneps2bf16 and PyTorch do). NaN
+// stays NaN (quiet, sign kept: rounding its payload could carry into the
+// exponent and make it Inf); Inf and +-0 are exact.
+inline bfloat16 bf16_from_float(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
 
 using Shape = std::vector<int64_t>;
 
-// "float32", "float64", "bool" (NumPy's names).
+// "float32", "float64", "bool" (NumPy's names), "bfloat16" (PyTorch's).
 const char* dtype_name(DType dt);
 size_t dtype_size(DType dt);
 // "[2, 3, 4]"; "[]" for a scalar.
@@ -63,6 +90,7 @@ template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
 
 class Tensor {
  public:
@@ -88,10 +116,11 @@ class Tensor {
   std::byte* raw() { return storage_.data(); }
   const std::byte* raw() const { return storage_.data(); }
 
-  // Element i of a float tensor as double (f32 or f64 only).
+  // Element i of a float tensor as double (f32, f64 or bf16).
   double get(int64_t i) const;
 
-  // Converts between float32 and float64 (a copy even when the type matches).
+  // Converts between float32, float64 and bfloat16 (to bf16: round to
+  // nearest even, from float64 via float32). A copy even when the type matches.
   Tensor to(DType dtype) const;
   // Same data, new shape with the same number of elements.
   Tensor reshaped(Shape shape) const;

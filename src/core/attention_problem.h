@@ -71,7 +71,11 @@ struct AttentionProblem {
   AttentionProblem(const AttentionProblem&) = delete;
   AttentionProblem& operator=(const AttentionProblem&) = delete;
 
-  DType dtype = DType::f32;  // of q, k, v and every result
+  DType dtype = DType::f32;      // of q, k and v
+  DType out_dtype = DType::f32;  // of out: q's, or float32 for bfloat16 inputs
+  // lse, weights and the gradients: q's dtype, float32 for bfloat16 inputs
+  // (they are computed in float32 and rounding them gains nothing).
+  DType stats_dtype() const { return dtype == DType::bf16 ? DType::f32 : dtype; }
   Shape lead;           // the leading "..." dims
   int64_t B = 1;        // product of lead
   int64_t Hq = 0, Hkv = 0, N = 0, S = 0, D = 0, Dv = 0;

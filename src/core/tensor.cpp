@@ -30,6 +30,7 @@ const char* dtype_name(DType dt) {
     case DType::f32: return "float32";
     case DType::f64: return "float64";
     case DType::boolean: return "bool";
+    case DType::bf16: return "bfloat16";
   }
   return "?";
 }
@@ -39,6 +40,7 @@ size_t dtype_size(DType dt) {
     case DType::f32: return 4;
     case DType::f64: return 8;
     case DType::boolean: return 1;
+    case DType::bf16: return 2;
   }
   return 0;
 }
@@ -83,6 +85,7 @@ double Tensor::get(int64_t i) const {
     case DType::f32: return data<float>()[i];
     case DType::f64: return data<double>()[i];
     case DType::boolean: return data<bool>()[i] ? 1.0 : 0.0;
+    case DType::bf16: return bf16_to_float(data<bfloat16>()[i]);
   }
   return 0.0;
 }
@@ -92,14 +95,16 @@ Tensor Tensor::to(DType dtype) const {
   Tensor out(dtype, shape_);
   if (dtype_ == DType::boolean || dtype == DType::boolean)
     throw Error(std::string("cannot convert ") + dtype_name(dtype_) + " to " + dtype_name(dtype));
-  if (dtype == DType::f32) {
-    const double* src = data<double>();
-    float* dst = out.data<float>();
-    for (int64_t i = 0; i < numel_; ++i) dst[i] = static_cast<float>(src[i]);
-  } else {
-    const float* src = data<float>();
-    double* dst = out.data<double>();
-    for (int64_t i = 0; i < numel_; ++i) dst[i] = src[i];
+  // Every pair goes through get() (exact as double) except the two that
+  // round: to float32 and to bf16 (via float32, as NumPy/PyTorch do).
+  for (int64_t i = 0; i < numel_; ++i) {
+    const double x = get(i);
+    switch (dtype) {
+      case DType::f32: out.data<float>()[i] = static_cast<float>(x); break;
+      case DType::f64: out.data<double>()[i] = x; break;
+      case DType::bf16: out.data<bfloat16>()[i] = bf16_from_float(static_cast<float>(x)); break;
+      case DType::boolean: break;
+    }
   }
   return out;
 }

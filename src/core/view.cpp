@@ -21,15 +21,15 @@ TensorView::TensorView(const void* data, DType dtype, Shape shape, Strides strid
 }
 
 namespace {
-// Where a view of a shaped but empty tensor (a dim of 0) points: it has no
-// storage, yet it is not the null view, which means "absent" (no mask). An
-// empty mask must reach the op and be refused there, not vanish.
-const std::byte kEmpty{};
+// Where a view of a Tensor with a zero-sized dim points: such a Tensor has
+// no buffer, but it was given (a mask of shape (0,) must be checked and
+// refused, not read as "no mask"); no element of it is ever read.
+const std::byte kNoElements{};
 }  // namespace
 
 TensorView::TensorView(const Tensor& t)
-    : data_(t.raw() ? static_cast<const void*>(t.raw()) : t.rank() > 0 ? &kEmpty : nullptr),
-      dtype_(t.dtype()), shape_(t.shape()), strides_(c_strides(t.shape())), numel_(t.numel()) {}
+    : data_(t.raw() || t.rank() == 0 ? t.raw() : &kNoElements), dtype_(t.dtype()),
+      shape_(t.shape()), strides_(c_strides(t.shape())), numel_(t.numel()) {}
 
 int TensorView::axis(int i, const char* what) const {
   const int r = rank();

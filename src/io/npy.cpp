@@ -35,6 +35,7 @@ const char* descr_of(DType dt) {
     case DType::f32: return "<f4";
     case DType::f64: return "<f8";
     case DType::boolean: return "|b1";
+    case DType::bf16: break;  // NumPy has none; npy_header refuses it
   }
   return "?";
 }
@@ -184,6 +185,8 @@ Tensor decode(const ByteSource& src, const std::string& name) {
 // Owns a file descriptor for the length of read_npy.
 
 std::string npy_header(const Tensor& t) {
+  if (t.dtype() == DType::bf16)
+    throw Error("npy: NumPy has no bfloat16; convert the tensor to float32 (Tensor::to) first");
   std::string shape = "(";
   for (int i = 0; i < t.rank(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape()[i]);
   shape += t.rank() == 1 ? ",)" : ")";

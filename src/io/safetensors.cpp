@@ -50,6 +50,7 @@ const char* st_dtype(DType dt) {
     case DType::f32: return "F32";
     case DType::f64: return "F64";
     case DType::boolean: return "BOOL";
+    case DType::bf16: return "BF16";  // written as its raw bits; not read back (parse_dtype)
   }
   return "?";
 }

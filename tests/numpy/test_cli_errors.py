@@ -68,7 +68,7 @@ CASES = {
     "dtypes differ": (dict(k=np.zeros((1, 5, 4), np.float64)), [], DATA,
                       "expected the dtype of q (float32)"),
     "bool q": (dict(q=np.zeros((2, 3, 4), bool)), [], DATA,
-               "q: expected float32 or float64, found bool"),
+               "q: expected float32, float64 or bfloat16, found bool"),
     "NaN in q": (dict(q=np.full((2, 3, 4), np.nan, np.float32)), [], DATA,
                  "q: values must be finite, found NaN at [0, 0, 0]"),
     "Inf in v": (dict(v=np.where(np.arange(20).reshape(1, 5, 4) == 7, np.inf, 0).astype(np.float32)),

@@ -115,6 +115,7 @@ std::string case_label(const BenchCase& c) {
   if (c.dv != c.d) add(" Dv", c.dv);
   if (c.causal != Causal::none) (s += " ") += causal_name(c.causal);
   if (c.window) add(" window", *c.window);
+  if (c.dtype == DType::bf16) s += " bf16";
   return s;
 }
 
@@ -152,7 +153,7 @@ double kv_bytes(const BenchCase& c) {
     reach = std::max(reach, r.last);
   }
   return static_cast<double>(c.batch * c.kv_heads * keys) *
-         static_cast<double>(c.d + c.dv) * sizeof(float);
+         static_cast<double>(c.d + c.dv) * static_cast<double>(dtype_size(c.dtype));
 }
 
 std::vector<BenchCase> standard_suite() {
@@ -169,9 +170,25 @@ std::vector<BenchCase> standard_suite() {
 }
 
 CaseResult measure_case(const BenchCase& c, const BenchSettings& s) {
-  const Tensor q = random_tensor({c.batch, c.heads, c.n, c.d}, 1);
-  const Tensor k = random_tensor({c.batch, c.kv_heads, c.s, c.d}, 2);
-  const Tensor v = random_tensor({c.batch, c.kv_heads, c.s, c.dv}, 3);
+  Tensor q = random_tensor({c.batch, c.heads, c.n, c.d}, 1);
+  Tensor k = random_tensor({c.batch, c.kv_heads, c.s, c.d}, 2);
+  Tensor v = random_tensor({c.batch, c.kv_heads, c.s, c.dv}, 3);
+  // bf16: the timed kernel reads the rounded tensors; the reference below
+  // reads them widened back to float32 (exact), so both see the same values.
+  Tensor qb, kb, vb;
+  if (c.dtype == DType::bf16) {
+    qb = q.to(DType::bf16), kb = k.to(DType::bf16), vb = v.to(DType::bf16);
+    q = qb.to(DType::f32), k = kb.to(DType::f32), v = vb.to(DType::f32);
+  }
+  const bool bf16 = c.dtype == DType::bf16;
+  const Tensor& qt = bf16 ? qb : q;
+  const Tensor& kt = bf16 ? kb : k;
+  const Tensor& vt = bf16 ? vb : v;
+  // The timed kernel's out as float32 (a bf16 out widened).
+  auto timed_out = [&](const AttentionOptions& o) {
+    const Tensor out = attention(qt, kt, vt, o).out;
+    return bf16 ? out.to(DType::f32) : out;
+  };
   AttentionOptions opts = options_for(c, s.kernel, s.threads);
   opts.check_finite = s.check_finite;
 
@@ -179,7 +196,7 @@ CaseResult measure_case(const BenchCase& c, const BenchSettings& s) {
   // attention_into reuses the output tensors: after the warm-up no call
   // allocates, so the timing is the kernel's, not the page faults'.
   AttentionResult res;
-  r.median_ms = median_ms(s.warmup, s.reps, [&] { attention_into(res, q, k, v, opts); });
+  r.median_ms = median_ms(s.warmup, s.reps, [&] { attention_into(res, qt, kt, vt, opts); });
   r.rss_mb = peak_rss_mb();
   r.max_abs_err = -1.0;
 
@@ -192,7 +209,7 @@ CaseResult measure_case(const BenchCase& c, const BenchSettings& s) {
   if (case_flops(c) <= kReferenceWholeFlops) {
     r.ref_ms = median_ms(ref_warmup, ref_reps, [&] { attention(q, k, v, ref_opts); });
     if (s.compare_reference) {
-      const Tensor out = attention(q, k, v, opts).out, ref = attention(q, k, v, ref_opts).out;
+      const Tensor out = timed_out(opts), ref = attention(q, k, v, ref_opts).out;
       r.max_abs_err = max_abs_diff(out.data<float>(), ref.data<float>(), out.numel());
     }
     return r;
@@ -206,7 +223,7 @@ CaseResult measure_case(const BenchCase& c, const BenchSettings& s) {
   r.ref_rows = sub.q.dim(1);
   r.ref_ms = sub.pairs > 0 ? sub_ms * static_cast<double>(visible_pairs(c)) / sub.pairs : sub_ms;
   if (s.compare_reference) {
-    const Tensor out = attention(q, k, v, opts).out;
+    const Tensor out = timed_out(opts);
     const Tensor ref = attention(sub.q, sub.k, sub.v, sub_opts).out;
     r.max_abs_err = max_abs_diff(out.data<float>() + sub.first_row * c.dv, ref.data<float>(),
                                  ref.numel());

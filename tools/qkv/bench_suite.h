@@ -13,15 +13,18 @@
 
 namespace qkv::cli {
 
-// q [B, Hq, N, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], all float32.
+// q [B, Hq, N, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], all of `dtype`.
 struct BenchCase {
   int64_t batch = 1, heads = 8, kv_heads = 8, n = 1024, s = 1024, d = 64, dv = 64;
   Causal causal = Causal::none;
   std::optional<int64_t> window;  // keys a query may see left of its diagonal; right side 0
+  // float32, or bf16: inputs made in float32 and rounded before timing;
+  // out in bf16 too (as PyTorch's bf16 SDPA returns).
+  DType dtype = DType::f32;
 };
 
 // "B1 H32/8 N1 S4096 D128", plus " Dv<dv>", " top-left" / " bottom-right"
-// and " window<L>" when they apply.
+// and " window<L>" and " bf16" when they apply.
 std::string case_label(const BenchCase& c);
 
 // Few queries against a long K/V: memory-bound, so bandwidth is reported too.
@@ -41,8 +44,8 @@ int64_t visible_pairs(const BenchCase& c);
 // weight · v into the output (4·D per pair when D = Dv).
 double case_flops(const BenchCase& c);
 
-// Bytes of K and V the kernel must read at least once: for each key/value
-// head, the keys some query of its group sees. GQA heads share them.
+// Bytes of K and V (in c.dtype) the kernel must read at least once: for each
+// key/value head, the keys some query of its group sees. GQA heads share them.
 double kv_bytes(const BenchCase& c);
 
 // The standard shapes of issue 3: B=1, H=8, N=S in {512, 1024, 2048, 4096},

@@ -16,6 +16,7 @@ namespace {
 
 struct AttentionArgs {
   std::string q, k, v, mask, causal = "none", weights, lse, out, kernel = "auto";
+  std::string dtype = "as-loaded";  // or bf16: q, k, v converted on load
   // Parsed here rather than by CLI11 so that every malformed value gets the
   // same "expected ..., found ..." message.
   std::optional<std::string> window, key_lengths, alibi_slopes, softcap, scale, threads;
@@ -102,7 +103,8 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
   double rows = 1.0;  // B·Hq·N
   for (int64_t i = 0; i + 1 < q.rank(); ++i) rows *= static_cast<double>(q.dim(i));
   const double S = static_cast<double>(k.dim(-2)), Dv = static_cast<double>(v.dim(-1));
-  const double elem = static_cast<double>(dtype_size(q.dtype()));
+  // bf16 inputs give float32 results.
+  const double elem = q.dtype() == DType::bf16 ? 4.0 : static_cast<double>(dtype_size(q.dtype()));
   const double out = rows * Dv * elem, weights = opts.return_weights ? rows * S * elem : 0.0;
   const double lse = opts.return_lse ? rows * elem : 0.0;
   const double inputs = static_cast<double>(q.nbytes() + k.nbytes() + v.nbytes());
@@ -128,6 +130,7 @@ std::string not_for_the_ring(const AttentionArgs& a) {
   add(a.alibi || a.alibi_slopes.has_value(), "--alibi");
   add(a.softcap.has_value(), "--softcap");
   add(!a.weights.empty(), "--weights");
+  add(a.dtype != "as-loaded", "--dtype");
   return names;
 }
 
@@ -145,6 +148,12 @@ int run_attention(const AttentionArgs& a) {
   Tensor q = load_npy_arg("--q", a.q);
   Tensor k = load_npy_arg("--k", a.k);
   Tensor v = load_npy_arg("--v", a.v);
+  if (a.dtype == "bf16") {
+    // .npy has no bfloat16: round the float32/float64 files once, here. The
+    // results are float32 (written as .npy), computed from the bf16 values.
+    for (Tensor* t : {&q, &k, &v}) *t = t->to(DType::bf16);
+    opts.out_dtype = DType::f32;
+  }
   const bool one_head = lift_one_head(q, k, v);  // 2-D (N, D): out, weights, lse 2-D too
   Tensor mask;
   if (!a.mask.empty()) {
@@ -182,7 +191,8 @@ Runner add_attention(CLI::App& app) {
       "attention",
       "Attention on .npy files: out = softmax(cap(q kᵀ · scale) + alibi + mask) v.\n"
       "Shapes: q [..., Hq, N, D], k [..., Hkv, S, D], v [..., Hkv, S, Dv] -> out [..., Hq, N, Dv];\n"
-      "Hq must be a multiple of Hkv (GQA). float32 or float64; output in the input's dtype.\n"
+      "Hq must be a multiple of Hkv (GQA). float32 or float64; output in the input's dtype\n"
+      "(--dtype bf16: inputs rounded to bfloat16 on load, float32 output).\n"
       "2-D q (N, D), k (S, D), v (S, Dv), as in the lessons, are one head: out (N, Dv).");
   cmd->add_option("--q", args->q, "queries [..., Hq, N, D] (.npy)")->required();
   cmd->add_option("--k", args->k, "keys [..., Hkv, S, D] (.npy)")->required();
@@ -213,9 +223,15 @@ Runner add_attention(CLI::App& app) {
       ->type_name("C");
   cmd->add_option("--scale", args->scale, "score scale (default 1/sqrt(D); 1 = no scaling)")
       ->type_name("S");
+  cmd->add_option("--dtype", args->dtype,
+                  "as-loaded, or bf16: round q, k, v to bfloat16 on load (.npy has no bfloat16, "
+                  "so float32/float64 files are converted) and compute with float32 "
+                  "accumulation; out, weights and lse are written as float32")
+      ->check(CLI::IsMember({"as-loaded", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--kernel", args->kernel,
-                  "reference (plain loops, double sums), fast (tiled SIMD, float32 only) or auto "
-                  "(fast for float32, reference for float64)")
+                  "reference (plain loops, double sums), fast (tiled SIMD, float32 and bf16) or "
+                  "auto (fast for float32 and bf16, reference for float64)")
       ->check(CLI::IsMember({"reference", "fast", "auto"}))
       ->capture_default_str();
   cmd->add_option("--threads", args->threads,

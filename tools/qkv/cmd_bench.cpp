@@ -29,7 +29,7 @@ namespace {
 struct BenchArgs {
   int64_t batch = 1, heads = 8, n = 1024, d = 64;
   std::optional<int64_t> kv_heads, s, dv, window;  // unset: Hq, N, D and no window
-  std::string causal = "none", kernel = "auto";
+  std::string causal = "none", kernel = "auto", dtype = "float32";
   int threads = 0, reps = 5, warmup = 1;
   bool json = false, suite = false, compare_reference = false, check_finite = false;
 };
@@ -51,6 +51,7 @@ BenchCase case_from(const BenchArgs& a) {
   c.d = a.d;
   c.dv = a.dv.value_or(a.d);
   c.window = a.window;
+  c.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   for (auto [flag, value] : {std::pair{"--batch", c.batch}, {"--heads", c.heads},
                              {"--kv-heads", c.kv_heads}, {"--n", c.n}, {"--s", c.s},
                              {"--d", c.d}, {"--dv", c.dv}})
@@ -216,9 +217,15 @@ Row derive(const BenchCase& c, const CaseResult& r, const Peaks& peaks) {
   return row;
 }
 
+// The CPU model is free text: quotes and backslashes are dropped so the
+// line stays valid JSON.
 std::string json_line(const BenchCase& c, const BenchSettings& s, const CaseResult& r,
-                      const Row& row, const Peaks& peaks) {
+                      const Row& row, const Peaks& peaks, std::string cpu) {
+  cpu.erase(std::remove_if(cpu.begin(), cpu.end(),
+                           [](char ch) { return ch == '"' || ch == '\\' || ch < 0x20; }),
+            cpu.end());
   JsonLine j;
+  j.text("cpu", cpu);
   j.text("case", case_label(c)).integer("batch", c.batch).integer("heads", c.heads)
       .integer("kv_heads", c.kv_heads).integer("n", c.n).integer("s", c.s).integer("d", c.d)
       .integer("dv", c.dv).text("causal", causal_name(c.causal));
@@ -226,7 +233,8 @@ std::string json_line(const BenchCase& c, const BenchSettings& s, const CaseResu
     j.integer("window", *c.window);
   else
     j.number("window", std::nullopt);
-  j.text("kernel", kernel_name(s.kernel)).text("isa", isa_name(active_isa()))
+  j.text("dtype", c.dtype == DType::bf16 ? "bf16" : "float32")
+      .text("kernel", kernel_name(s.kernel)).text("isa", isa_name(active_isa()))
       .boolean("check_finite", s.check_finite)
       .integer("threads", s.threads).integer("reps", s.reps).integer("warmup", s.warmup)
       .integer("pairs", visible_pairs(c)).number("flops", case_flops(c))
@@ -284,7 +292,9 @@ class Table {
 
 int run_bench(const BenchArgs& a) {
   const BenchSettings settings = settings_from(a);
-  const std::vector<BenchCase> cases = a.suite ? standard_suite() : std::vector{case_from(a)};
+  std::vector<BenchCase> cases = a.suite ? standard_suite() : std::vector{case_from(a)};
+  for (BenchCase& c : cases) c.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  const std::string cpu = cpu_model_name();
   const Isa isa = active_isa();
   bool any_decode = false;
   for (const auto& c : cases) any_decode = any_decode || is_decode(c);
@@ -298,11 +308,13 @@ int run_bench(const BenchArgs& a) {
                  settings.threads, peaks.fma_gflops / peaks.one_thread_gflops);
   Table table(cases, settings.compare_reference);
   if (!a.json) {
-    std::printf("qkv bench: kernel %s, isa %s, %d thread%s; measured on this machine: FMA peak "
-                "%.1f GFLOP/s (%.1f on one thread)",
-                kernel_name(settings.kernel), isa_name(isa), settings.threads,
+    std::printf("qkv bench: %s; kernel %s, isa %s, %s, %d thread%s; measured on this machine: "
+                "FMA peak %.1f GFLOP/s (%.1f on one thread)",
+                cpu.c_str(), kernel_name(settings.kernel), isa_name(isa), a.dtype.c_str(),
+                settings.threads,
                 settings.threads == 1 ? "" : "s", peaks.fma_gflops, peaks.one_thread_gflops);
-    if (any_decode) std::printf(", memory read %.1f GB/s", peaks.read_gbps);
+    if (any_decode)
+      std::printf(", memory read %.1f GB/s (buffer 4x L3, >= 256 MiB)", peaks.read_gbps);
     std::printf("\n");
     table.header();
   }
@@ -310,7 +322,7 @@ int run_bench(const BenchArgs& a) {
     const CaseResult r = in_child<CaseResult>([&] { return measure_case(c, settings); });
     const Row row = derive(c, r, peaks);
     if (a.json) {
-      std::printf("%s\n", json_line(c, settings, r, row, peaks).c_str());
+      std::printf("%s\n", json_line(c, settings, r, row, peaks, cpu).c_str());
       std::fflush(stdout);
     } else {
       table.row(c, r, row);
@@ -326,7 +338,7 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand(
       "bench",
-      "Time attention on random float32 inputs (fixed seed) and compare with this machine's\n"
+      "Time attention on random float32 (or bf16) inputs (fixed seed) and compare with this machine's\n"
       "measured FMA peak and memory bandwidth, and with the reference kernel.\n"
       "Shapes: q [B, Hq, N, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv].");
   std::vector<CLI::Option*> shape = {
@@ -348,6 +360,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "threads for the kernel and the peak (0 = all cores)")
       ->capture_default_str();
   cmd->add_option("--kernel", a->kernel, "reference, fast or auto")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "float32, or bf16: q, k, v made in float32 and rounded to bfloat16 before "
+                  "timing (out in bf16; float32 accumulation)")
+      ->check(CLI::IsMember({"float32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--reps", a->reps, "timed runs per case (the median is reported)")
       ->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed runs before them")->capture_default_str();

@@ -10,6 +10,15 @@
 // cut into chunks of kSplitKeys; each chunk yields a partial (m, l, O) and the
 // partials merge by their log-sum-exp. The chunk size is a constant, not a
 // function of the thread count, which keeps results bitwise reproducible.
+//
+// bfloat16 inputs: each K and V tile is read in place as bf16 and widened to
+// float32 once per block (shared by the group's panels) into the thread's
+// scratch, then the float32 micro-kernels run on it; Q is widened when
+// packed. With AVX512-BF16, Q·Kᵀ never widens K: Q is packed in bf16 (pairs
+// for prefill, rows for decode) and vdpbf16ps reads K in place, and decode's
+// P·V widens V in registers (flash_bf16.h). P·V
+// stays float32 (P is never rounded to bf16), so the only roundings beyond
+// float32 accumulation are those of the inputs themselves.
 #include "core/kernels/flash_forward.h"
 
 #include <cmath>
@@ -17,6 +26,7 @@
 
 #include <omp.h>
 
+#include "core/kernels/flash_bf16.h"
 #include "core/kernels/flash_kernels.h"
 #include "core/kernels/flash_tiles.h"
 #include "core/runtime/scratch.h"
@@ -34,6 +44,8 @@ struct Ctx {
   const AttentionProblem& p;
   const FlashKernels& kern;
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
+  bool bf16;               // q, k, v are bfloat16
+  bool dp_bf16;            // bf16 on Isa::avx512bf16: prefill Q·Kᵀ by vdpbf16ps
 };
 
 // A block of work: positions [i0, i0+npos) of batch b against keys
@@ -52,7 +64,8 @@ struct Block {
 struct Panel {
   int64_t h0;
   int nheads, npos;
-  float* Qp;  // packed queries: Qt [D][kBR] or, for qk_rows, Q [rows][D]
+  float* Qp;  // packed queries: Qt [D][kBR] or, for qk_rows, Q [rows][D];
+              // for qk_bf16_avx512, Qt2 [bf16_pairs(D)][kBR] words (fits in Qt)
   float* O;   // [kBR][Dv]
   float* m;   // [kBR]
   float* l;   // [kBR]
@@ -67,17 +80,22 @@ bool stacks_group(const AttentionProblem& p, const Block& blk) {
   return blk.npos == p.N && p.N <= kDecodeRows && p.group * p.N <= kBR;
 }
 
-// The thread's scratch cut into the block's panels, then St and alpha.
+// The thread's scratch cut into the block's panels, then St and alpha, then
+// (bf16 inputs only) the widened K and V tiles.
 struct Workspace {
   std::vector<Panel> panels;
   float* St;
   float* alpha;
+  float* Kt = nullptr;  // [kBC][D]
+  float* Vt = nullptr;  // [kBC][Dv]
 };
 
 // Floats of one thread's workspace for the largest block: a panel per head
-// of the group (or one stacked panel), St and alpha.
+// of the group (or one stacked panel), St and alpha, and for bf16 inputs a
+// float32 K and V tile.
 size_t workspace_floats(const AttentionProblem& p) {
-  return panel_floats(p) * static_cast<size_t>(p.group) + kBC * kBR + kBR;
+  const size_t tiles = p.dtype == DType::bf16 ? static_cast<size_t>(kBC * (p.D + p.Dv)) : 0;
+  return panel_floats(p) * static_cast<size_t>(p.group) + kBC * kBR + kBR + tiles;
 }
 
 // The team's workspaces, sized before the parallel region (nothing inside
@@ -110,6 +128,40 @@ void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Wo
   }
   ws.St = base + per * n;
   ws.alpha = ws.St + kBC * kBR;
+  if (p.dtype == DType::bf16) {
+    ws.Kt = ws.alpha + kBR;
+    ws.Vt = ws.Kt + kBC * p.D;
+  }
+}
+
+// Whether this panel's scores come from qk_bf16_avx512 (prefill panels) or
+// from qk_rows_bf16_avx512 (decode's few rows); either reads K in place.
+bool uses_dp_bf16(const Ctx& c, const Panel& pn) {
+  return c.dp_bf16 && pn.rows() > kRowsForQkRows;
+}
+bool uses_rows_bf16(const Ctx& c, const Panel& pn) {
+  return c.dp_bf16 && pn.rows() <= kRowsForQkRows;
+}
+
+// The K and V rows of a tile [nj] as the float32 kernels read them: in place
+// (float32), or widened into the workspace (bf16).
+struct TileKV {
+  const float* K = nullptr;  // [nj][D], rows ldk apart
+  int64_t ldk = 0;
+  const float* V = nullptr;  // [nj][Dv], rows ldv apart
+  int64_t ldv = 0;
+};
+
+TileKV load_tile(const Ctx& c, const Block& blk, Workspace& ws, int64_t j0, int64_t nj,
+                 bool need_k, bool need_v) {
+  const AttentionProblem& p = c.p;
+  const int64_t bg = blk.b * p.Hkv + blk.g;
+  if (!c.bf16)
+    return {p.k.row<float>(bg, j0), p.k.row_stride, p.v.row<float>(bg, j0), p.v.row_stride};
+  TileKV t{ws.Kt, p.D, ws.Vt, p.Dv};
+  if (need_k) c.kern.widen_bf16(ws.Kt, p.D, p.k.row<uint16_t>(bg, j0), p.k.row_stride, nj, p.D);
+  if (need_v) c.kern.widen_bf16(ws.Vt, p.Dv, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
+  return t;
 }
 
 // Flat row index (b, h, i) in [B, Hq, N] of panel row r.
@@ -119,17 +171,48 @@ int64_t out_row(const AttentionProblem& p, const Block& blk, const Panel& pn, in
 
 // Qt[d][r] = q_r[d] * scale, zero for padding columns (so qk's padding lanes
 // compute 0, never garbage); or Q [rows][D] scaled, for qk_rows.
+// bf16 queries (widened exactly) scale the same way.
+//
+// For qk_bf16_avx512: Qt2[t][r] = the word (q_r[2t], q_r[2t+1]) unscaled,
+// zero past D and for padding columns. For qk_rows_bf16_avx512: rows of bf16
+// [rows][bf16_row_pad(D)], unscaled, zero past D.
 void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
   const AttentionProblem& p = c.p;
-  const float scale = static_cast<float>(p.scale);
   const int rows = pn.rows();
+  auto qrow = [&](int r) { return p.q.row<float>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos); };
+  auto qrow16 = [&](int r) { return p.q.row<uint16_t>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos); };
+  if (uses_rows_bf16(c, pn)) {
+    uint16_t* Q = reinterpret_cast<uint16_t*>(pn.Qp);
+    const int64_t ld = bf16_row_pad(p.D);
+    for (int r = 0; r < rows; ++r) {
+      const uint16_t* q = qrow16(r);
+      for (int64_t d = 0; d < ld; ++d) Q[r * ld + d] = d < p.D ? q[d] : 0;
+    }
+    return;
+  }
+  if (uses_dp_bf16(c, pn)) {
+    uint32_t* Qt2 = reinterpret_cast<uint32_t*>(pn.Qp);
+    const int64_t pairs = bf16_pairs(p.D);
+    for (int r = 0; r < kBR; ++r) {
+      const uint16_t* q = r < rows ? qrow16(r) : nullptr;
+      for (int64_t t = 0; t < pairs; ++t) {
+        const uint32_t lo = q ? q[2 * t] : 0, hi = q && 2 * t + 1 < p.D ? q[2 * t + 1] : 0;
+        Qt2[t * kBR + r] = lo | hi << 16;
+      }
+    }
+    return;
+  }
+  const float scale = static_cast<float>(p.scale);
   for (int r = 0; r < rows; ++r) {
-    const float* q =
-        p.q.row<float>(blk.b * p.Hq + pn.h0 + r / pn.npos, blk.i0 + r % pn.npos);
-    if (rows <= kRowsForQkRows)
-      for (int64_t d = 0; d < p.D; ++d) pn.Qp[r * p.D + d] = q[d] * scale;
-    else
-      for (int64_t d = 0; d < p.D; ++d) pn.Qp[d * kBR + r] = q[d] * scale;
+    float* dst = rows <= kRowsForQkRows ? pn.Qp + r * p.D : pn.Qp + r;
+    const int64_t step = rows <= kRowsForQkRows ? 1 : kBR;
+    if (c.bf16) {
+      const uint16_t* q = qrow16(r);
+      for (int64_t d = 0; d < p.D; ++d) dst[d * step] = bf16_to_float(bfloat16{q[d]}) * scale;
+    } else {
+      const float* q = qrow(r);
+      for (int64_t d = 0; d < p.D; ++d) dst[d * step] = q[d] * scale;
+    }
   }
   if (rows > kRowsForQkRows)
     for (int64_t d = 0; d < p.D; ++d)
@@ -137,14 +220,21 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
 }
 
 // The scaled, masked score tile of the panel for keys [j0, j0+nj).
-void score_tile(const Ctx& c, const Block& blk, const Panel& pn, int64_t j0, int64_t nj, float* St) {
+void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& kv, int64_t j0,
+                int64_t nj, float* St) {
   const AttentionProblem& p = c.p;
-  const float* K = p.k.row<float>(blk.b * p.Hkv + blk.g, j0);  // [nj, D], rows ldk apart
-  const int64_t ldk = p.k.row_stride;
-  if (pn.rows() <= kRowsForQkRows)
-    c.kern.qk_rows(St, K, ldk, nj, pn.Qp, p.D, pn.rows());
+  if (uses_dp_bf16(c, pn))  // K [nj, D] bf16 in place, rows ldk apart
+    qk_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+                   reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
+                   static_cast<float>(p.scale));
+  else if (uses_rows_bf16(c, pn))
+    qk_rows_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+                        reinterpret_cast<const uint16_t*>(pn.Qp), p.D, pn.rows(),
+                        static_cast<float>(p.scale));
+  else if (pn.rows() <= kRowsForQkRows)
+    c.kern.qk_rows(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   else
-    c.kern.qk(St, K, ldk, nj, pn.Qp, p.D, pn.rows());
+    c.kern.qk(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   // Interior tiles of an unmasked problem need no per-element work: every
   // row sees every key of the tile.
   if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
@@ -168,22 +258,42 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   }
   int64_t first, end;
   visible_range(c, blk, first, end);
-  const float* Vg = p.v.head<float>(blk.b * p.Hkv + blk.g);  // [S, Dv], rows ldv apart
-  const int64_t ldv = p.v.row_stride;
   // Decode reads each K and V row once, straight from memory. The micro-
   // kernels prefetch rows ahead within a stream, but the first V rows of a
   // tile would still be cold when P·V starts: ask for the whole V tile
-  // before Q·Kᵀ, which then hides its latency.
-  const bool stream_v = blk.npos <= kDecodeRows;
+  // before Q·Kᵀ, which then hides its latency. bf16 widens K and V at the
+  // start of a tile, so there the whole NEXT tile of K and V is requested
+  // first, and its reads overlap this tile's widening and arithmetic.
+  const bool decode = blk.npos <= kDecodeRows;
+  const bool stream_v = decode && !c.bf16;
+  // bf16 widens K unless vdpbf16ps reads it in place, and V unless every
+  // panel is a decode panel, whose P·V widens V in registers.
+  const bool need_k = c.bf16 && !c.dp_bf16;
+  bool direct_v = c.dp_bf16;
+  for (const Panel& pn : ws.panels) direct_v &= uses_rows_bf16(c, pn);
+  const int64_t bg = blk.b * p.Hkv + blk.g;
+  auto prefetch_bf16_tile = [&](int64_t j0) {  // K and V rows [j0, j0 + kBC), 64 bytes at a time
+    for (int64_t j = j0; j < std::min(end, j0 + kBC); ++j) {
+      for (int64_t x = 0; x < p.D; x += 32) __builtin_prefetch(p.k.row<uint16_t>(bg, j) + x, 0, 2);
+      for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(p.v.row<uint16_t>(bg, j) + x, 0, 2);
+    }
+  };
+  if (decode && c.bf16) prefetch_bf16_tile(first);
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
+    if (decode && c.bf16) prefetch_bf16_tile(j0 + kBC);
+    const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, !direct_v);
     if (stream_v)
-      for (int64_t j = j0; j < j0 + nj; ++j)
-        for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(Vg + j * ldv + x, 0, 2);
+      for (int64_t j = 0; j < nj; ++j)
+        for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
     for (Panel& pn : ws.panels) {
-      score_tile(c, blk, pn, j0, nj, ws.St);
+      score_tile(c, blk, pn, kv, j0, nj, ws.St);
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-      c.kern.pv(pn.O, ws.St, nj, pn.rows(), Vg + j0 * ldv, ldv, p.Dv, ws.alpha);
+      if (direct_v)
+        pv_rows_bf16_avx512(pn.O, ws.St, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
+                            p.v.row_stride, p.Dv, ws.alpha);
+      else
+        c.kern.pv(pn.O, ws.St, nj, pn.rows(), kv.V, kv.ldv, p.Dv, ws.alpha);
     }
   }
 }
@@ -300,9 +410,11 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       // `weights` reads lse in whole vectors: a padded copy (alpha is free
       // here), never past the end of the caller's lse.
       for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
+      const bool need_k = c.bf16 && !c.dp_bf16;
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
-        score_tile(c, blk, pn, j0, nj, ws.St);
+        const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, false);
+        score_tile(c, blk, pn, kv, j0, nj, ws.St);
         c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
       }
     }
@@ -313,7 +425,8 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
 
 void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
                    bool want_lse, int threads, Isa isa) {
-  const Ctx c{p, flash_kernels(isa), needs_elementwise(p)};
+  const bool bf16 = p.dtype == DType::bf16;
+  const Ctx c{p, flash_kernels(isa), needs_elementwise(p), bf16, bf16 && isa == Isa::avx512bf16};
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;
@@ -321,11 +434,20 @@ void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_we
     own_lse.resize(static_cast<size_t>(p.B * p.Hq * p.N));
     lse = own_lse.data();
   }
-  float* out = res.out.data<float>();
+  // A bf16 out is accumulated in float32 and rounded once at the end.
+  const bool round_out = res.out.dtype() == DType::bf16;
+  std::vector<float> own_out(round_out ? static_cast<size_t>(res.out.numel()) : 0);
+  float* out = round_out ? own_out.data() : res.out.data<float>();
   if (p.N <= kDecodeRows)
     decode(c, out, lse, threads);
   else
     prefill(c, out, lse, threads);
+  if (round_out) {
+    bfloat16* o = res.out.data<bfloat16>();
+    const int64_t n = res.out.numel();
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > (1 << 16))
+    for (int64_t x = 0; x < n; ++x) o[x] = bf16_from_float(out[x]);
+  }
   if (want_weights) weights_pass(c, lse, res.weights.data<float>(), threads);
 }
 

@@ -1,4 +1,4 @@
-// flash_forward.h: the fast exact attention forward (float32).
+// flash_forward.h: the fast exact attention forward (float32 and bfloat16 inputs).
 #pragma once
 
 #include "core/attention_problem.h"

@@ -73,6 +73,15 @@ struct FlashKernels {
   // r or e (the backward relies on this for thread-count determinism).
   void (*mac)(float* C, int64_t ldc, const float* A, int64_t ar, int64_t at, const float* B,
               int64_t ldb, int64_t nr, int64_t nt, int64_t ne);
+
+  // ---- bfloat16 inputs (flash_forward.cpp) ----
+  // dst[r*ldd + c] = float(src[r*lds + c]) for r < rows, c < cols: a bf16 K
+  // or V tile [rows][cols] (bit patterns, rows lds apart) widened to float32,
+  // exactly (a bf16 is a float32's top half), so the float32 kernels above
+  // run on it unchanged. Memory sees only the bf16 bytes: the widened tile
+  // lives in L1/L2 scratch.
+  void (*widen_bf16)(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t rows,
+                     int64_t cols);
 };
 
 const FlashKernels& scalar_kernels();
@@ -81,6 +90,7 @@ const FlashKernels& avx512_kernels();
 
 inline const FlashKernels& flash_kernels(Isa isa) {
   switch (isa) {
+    case Isa::avx512bf16:  // float32 micro-kernels as avx512; bf16 adds qk_bf16 (flash_bf16.h)
     case Isa::avx512: return avx512_kernels();
     case Isa::avx2: return avx2_kernels();
     case Isa::scalar: break;

@@ -61,9 +61,9 @@ void attention_into(AttentionResult& res, const TensorView& q, const TensorView&
   const AttentionBackend& backend = select_backend(opts.kernel, p);
   const int threads = resolve_threads(opts.threads);
   const AttentionShapes shapes = shapes_of(p);
-  fit_tensor(res.out, p.dtype, shapes.out);
-  if (opts.return_weights) fit_tensor(res.weights, p.dtype, shapes.weights);
-  if (opts.return_lse) fit_tensor(res.lse, p.dtype, shapes.lse);
+  fit_tensor(res.out, p.out_dtype, shapes.out);
+  if (opts.return_weights) fit_tensor(res.weights, p.stats_dtype(), shapes.weights);
+  if (opts.return_lse) fit_tensor(res.lse, p.stats_dtype(), shapes.lse);
   backend.forward(res, p, opts.return_weights, opts.return_lse, threads);
 }
 

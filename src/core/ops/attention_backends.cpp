@@ -11,11 +11,12 @@
 namespace qkv {
 namespace {
 
-// The fast CPU path for one instruction set: float32 only, and only the set
-// active_isa() names (QKV_ISA or set_isa() force one; tests run each).
+// The fast CPU path for one instruction set: float32 and bfloat16, and only
+// the set active_isa() names (QKV_ISA or set_isa() force one; tests run each).
 template <Isa I>
 bool fast_supports(const AttentionProblem& p) {
-  return p.dtype == DType::f32 && p.scores_fit_f32 && active_isa() == I;
+  return (p.dtype == DType::f32 || p.dtype == DType::bf16) && p.scores_fit_f32 &&
+         active_isa() == I;
 }
 
 template <Isa I>
@@ -51,6 +52,7 @@ AttentionBackend fast(const char* name) {
 
 const std::vector<AttentionBackend>& attention_backends() {
   static const std::vector<AttentionBackend> table = {
+      fast<Isa::avx512bf16>("fast-avx512bf16"),
       fast<Isa::avx512>("fast-avx512"),
       fast<Isa::avx2>("fast-avx2"),
       fast<Isa::scalar>("fast-scalar"),
@@ -60,8 +62,8 @@ const std::vector<AttentionBackend>& attention_backends() {
 }
 
 const AttentionBackend& select_backend(Kernel requested, const AttentionProblem& p) {
-  if (requested == Kernel::fast && p.dtype != DType::f32)
-    throw Error(std::string("kernel fast: expects float32 inputs, found ") + dtype_name(p.dtype) +
+  if (requested == Kernel::fast && p.dtype == DType::f64)
+    throw Error(std::string("kernel fast: expects float32 or bfloat16 inputs, found ") + dtype_name(p.dtype) +
                 " (the reference kernel, or auto, handles float64)");
   // Scores beyond float32's range are exact only in the reference's double:
   // never a silent zero from the fast kernel, whatever was asked for.

@@ -44,6 +44,9 @@ void attention_backward_into(AttentionGrads& g, const TensorView& q, const Tenso
                              const TensorView& v, const TensorView& out, const TensorView& lse,
                              const TensorView& dout, const AttentionOptions& opts) {
   AttentionProblem p = check_attention_args(q, k, v, opts);
+  if (p.dtype == DType::bf16)
+    throw Error("backward: bfloat16 inputs are not supported (forward only); convert q, k, v "
+                "to float32 for training");
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;
     s.insert(s.end(), tail);

@@ -11,11 +11,12 @@
 namespace qkv {
 namespace {
 
-bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64; }
+bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16; }
 
 void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
-    throw Error(std::string(name) + ": expected float32 or float64, found " + dtype_name(t.dtype()));
+    throw Error(std::string(name) + ": expected float32, float64 or bfloat16, found " +
+                dtype_name(t.dtype()));
 }
 
 }  // namespace
@@ -48,6 +49,11 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   }
   AttentionProblem p;
   p.dtype = q.dtype();
+  p.out_dtype = opts.out_dtype.value_or(p.dtype);
+  if (p.out_dtype != p.dtype && !(p.dtype == DType::bf16 && p.out_dtype == DType::f32))
+    throw Error(std::string("out_dtype: expected the dtype of q (") + dtype_name(p.dtype) + ")" +
+                (p.dtype == DType::bf16 ? " or float32" : "") + ", found " +
+                dtype_name(p.out_dtype));
   p.lead.assign(q.shape().begin(), q.shape().end() - 3);
   const Shape k_lead(k.shape().begin(), k.shape().end() - 3);
   const Shape v_lead(v.shape().begin(), v.shape().end() - 3);
@@ -132,7 +138,7 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   // inf - inf = NaN, then 0) while the reference's double stays exact, so
   // such a problem runs on the reference. The magnitudes come from the
   // finiteness scan; a caller who turns that off vouches for its inputs.
-  if (opts.check_finite && p.dtype == DType::f32) {
+  if (opts.check_finite && (p.dtype == DType::f32 || p.dtype == DType::bf16)) {
     double bias = p.mask.max_abs_add;
     if (p.alibi_slopes)
       for (double sl : *p.alibi_slopes) bias = std::max(bias, std::fabs(sl) * double(p.S + p.N));

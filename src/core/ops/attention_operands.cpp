@@ -105,6 +105,10 @@ Scan<Bits> scan_values(const T* x, int64_t n, int64_t st, Bits exp_mask) {
   return r;
 }
 
+double as_double(float x) { return x; }
+double as_double(double x) { return x; }
+double as_double(bfloat16 x) { return bf16_to_float(x); }
+
 // C-order index of the first NaN or Inf of `t`, or -1, and in *max_abs the
 // largest magnitude (meaningful when there is no NaN or Inf). A C-ordered
 // view is scanned as one array in blocks on all threads; any other as
@@ -154,17 +158,17 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
   }
   T m;
   std::memcpy(&m, &max_bits, sizeof m);
-  *max_abs = static_cast<double>(m);
+  *max_abs = as_double(m);
   if (first_bad == units) return -1;
   // Find the element inside the first bad unit.
   if (flat) {
     for (int64_t i = first_bad * kBlock;; ++i)
-      if (!std::isfinite(x[i])) return i;
+      if (!std::isfinite(as_double(x[i]))) return i;
   }
   const T* mat = x + unit_offset(first_bad);
   for (int64_t i = 0;; ++i)
     for (int64_t e = 0; e < E; ++e)
-      if (!std::isfinite(mat[i * rs + e * es])) return (first_bad * L + i) * E + e;
+      if (!std::isfinite(as_double(mat[i * rs + e * es]))) return (first_bad * L + i) * E + e;
 }
 
 double element(const TensorView& t, int64_t off) {
@@ -172,6 +176,7 @@ double element(const TensorView& t, int64_t off) {
     case DType::f32: return t.data<float>()[off];
     case DType::f64: return t.data<double>()[off];
     case DType::boolean: return t.data<bool>()[off] ? 1.0 : 0.0;
+    case DType::bf16: return bf16_to_float(t.data<bfloat16>()[off]);
   }
   return 0.0;
 }
@@ -200,6 +205,8 @@ double check_finite(const TensorView& t, const char* what) {
     i = first_nonfinite<float>(t, uint32_t{0x7f800000u}, &max_abs);
   else if (t.dtype() == DType::f64)
     i = first_nonfinite<double>(t, uint64_t{0x7ff0000000000000ull}, &max_abs);
+  else if (t.dtype() == DType::bf16)
+    i = first_nonfinite<bfloat16>(t, uint16_t{0x7f80u}, &max_abs);
   if (i < 0) return max_abs;
   int64_t off = 0, rem = i;  // the element's offset from its C-order index
   for (int d = t.rank() - 1; d >= 0; --d) {
@@ -248,6 +255,7 @@ MaskView bind_mask(const TensorView& mask, const AttentionProblem& p) {
     case DType::boolean: view.keep = mask.data<bool>(); break;
     case DType::f32: view.add_f32 = mask.data<float>(); break;
     case DType::f64: view.add_f64 = mask.data<double>(); break;
+    case DType::bf16: throw Error("mask: expected bool, float32 or float64, found bfloat16");
   }
   view.stride_n = stride[tr - 2];
   view.stride_s = stride[tr - 1];

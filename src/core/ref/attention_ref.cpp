@@ -8,6 +8,22 @@
 namespace qkv::ref {
 namespace {
 
+// An input element as double: exact for every input dtype.
+double wide(float x) { return x; }
+double wide(double x) { return x; }
+double wide(bfloat16 x) { return bf16_to_float(x); }
+
+// Stores x, rounded once, into element i of a float32, float64 or bfloat16
+// result.
+void put(Tensor& t, int64_t i, double x) {
+  switch (t.dtype()) {
+    case DType::f32: t.data<float>()[i] = static_cast<float>(x); break;
+    case DType::f64: t.data<double>()[i] = x; break;
+    case DType::bf16: t.data<bfloat16>()[i] = bf16_from_float(static_cast<float>(x)); break;
+    case DType::boolean: break;
+  }
+}
+
 // score_row's contract (attention_ref.h). Visibility and bias come first, so
 // a hidden key costs no dot product.
 template <class T>
@@ -32,7 +48,7 @@ void row_scores(const AttentionProblem& p, const T* qi, int64_t b, int64_t h, in
     }
     const T* kj = Kg + j * p.k.row_stride;
     double dot = 0.0;
-    for (int64_t d = 0; d < p.D; ++d) dot += static_cast<double>(qi[d]) * static_cast<double>(kj[d]);
+    for (int64_t d = 0; d < p.D; ++d) dot += wide(qi[d]) * wide(kj[d]);
     double x = dot * p.scale;
     if (p.softcap > 0.0) {
       const double t = std::tanh(x / p.softcap);
@@ -45,10 +61,6 @@ void row_scores(const AttentionProblem& p, const T* qi, int64_t b, int64_t h, in
 
 template <class T>
 void forward(AttentionResult& res, const AttentionProblem& p, bool want_weights, bool want_lse) {
-  T* O = res.out.data<T>();
-  T* W = want_weights ? res.weights.data<T>() : nullptr;
-  T* L = want_lse ? res.lse.data<T>() : nullptr;
-
   std::vector<double> s(p.S), acc(p.Dv);
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t h = 0; h < p.Hq; ++h) {
@@ -62,13 +74,12 @@ void forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
         for (int64_t j = 0; j < p.S; ++j) {
           if (s[j] == 0.0) continue;
           const T* vj = Vb + j * p.v.row_stride;
-          for (int64_t e = 0; e < p.Dv; ++e) acc[e] += s[j] * static_cast<double>(vj[e]);
+          for (int64_t e = 0; e < p.Dv; ++e) acc[e] += s[j] * wide(vj[e]);
         }
-        T* oi = O + (bh * p.N + i) * p.Dv;
-        for (int64_t e = 0; e < p.Dv; ++e) oi[e] = static_cast<T>(acc[e]);
-        if (W)
-          for (int64_t j = 0; j < p.S; ++j) W[(bh * p.N + i) * p.S + j] = static_cast<T>(s[j]);
-        if (L) L[bh * p.N + i] = static_cast<T>(lse);
+        for (int64_t e = 0; e < p.Dv; ++e) put(res.out, (bh * p.N + i) * p.Dv + e, acc[e]);
+        if (want_weights)
+          for (int64_t j = 0; j < p.S; ++j) put(res.weights, (bh * p.N + i) * p.S + j, s[j]);
+        if (want_lse) put(res.lse, bh * p.N + i, lse);
       }
     }
   }
@@ -89,6 +100,8 @@ void attention_forward(AttentionResult& res, const AttentionProblem& p, bool wan
                        bool want_lse) {
   if (p.dtype == DType::f32)
     forward<float>(res, p, want_weights, want_lse);
+  else if (p.dtype == DType::bf16)
+    forward<bfloat16>(res, p, want_weights, want_lse);
   else
     forward<double>(res, p, want_weights, want_lse);
 }

@@ -22,7 +22,8 @@ void score_row(const AttentionProblem& p, const double* qi, int64_t b, int64_t h
 // that causal, window, key_lengths or a bool mask hides. Shapes as in
 // qkv/attention.h; q, k, v are read through p (any row strides); the problem
 // is already checked and res's tensors sized. Every sum is accumulated in
-// double; results are rounded to p.dtype once.
+// double (bfloat16 inputs widened exactly); results are rounded once, to
+// the dtype of each result tensor.
 void attention_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
                        bool want_lse);
 

@@ -56,7 +56,8 @@ struct V {
 }  // namespace
 
 const FlashKernels& avx2_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
+                              widen_bf16};
   return k;
 }
 

@@ -52,7 +52,8 @@ struct V {
 }  // namespace
 
 const FlashKernels& avx512_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
+                              widen_bf16};
   return k;
 }
 

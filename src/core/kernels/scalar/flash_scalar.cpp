@@ -1,6 +1,7 @@
 // flash_scalar.cpp: the portable micro-kernels, for CPUs without AVX2 and as
 // the plainest statement of each kernel's contract (flash_kernels.h).
 #include <cmath>
+#include <cstring>
 
 #include "core/kernels/flash_kernels.h"
 
@@ -94,10 +95,20 @@ void mac(float* C, int64_t ldc, const float* A, int64_t ar, int64_t at, const fl
     }
 }
 
+void widen_bf16(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t rows,
+                int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t u = static_cast<uint32_t>(src[r * lds + c]) << 16;
+      std::memcpy(dst + r * ldd + c, &u, sizeof u);
+    }
+}
+
 }  // namespace
 
 const FlashKernels& scalar_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac};
+  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
+                              widen_bf16};
   return k;
 }
 

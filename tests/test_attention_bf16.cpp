@@ -1,0 +1,312 @@
+// test_attention_bf16.cpp: bfloat16 storage with float32 accumulation.
+//
+// The error rule (FlashAttention's): against float64 truth computed on the
+// very bf16 values (widened exactly), the bf16 kernel's error is at most 2x
+// the error of a plain bf16-input / float32-accumulate implementation. The
+// plain one here is the float32 kernel run on the bf16 inputs widened to
+// float32 (itself checked against the float64 reference in
+// test_attention_fast.cpp); with a bf16 out both are rounded to bf16 once.
+// Every ISA path runs where the CPU has it: avx512bf16 (Q·Kᵀ by vdpbf16ps,
+// decode's P·V on V widened in registers),
+// and avx512, avx2, scalar (bf16 tiles widened to float32), which must give
+// the float32 kernel's results bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "core/ops/attention_operands.h"
+#include "qkv/attention.h"
+#include "qkv/runtime.h"
+#include "random_inputs.h"
+#include "strided.h"
+
+namespace qkv {
+
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
+namespace {
+
+using test_inputs::join;
+using test_inputs::normal;
+using test_inputs::random_mask;
+
+TEST(Bf16Convert, RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(bf16_from_float(1.0f).bits, 0x3f80);
+  // 1 + 2^-8 lies halfway between 1 (even) and 1 + 2^-7: ties go to even.
+  EXPECT_EQ(bf16_from_float(1.0f + 0x1p-8f).bits, 0x3f80);
+  // 1 + 3*2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
+  EXPECT_EQ(bf16_from_float(1.0f + 3 * 0x1p-8f).bits, 0x3f82);
+  EXPECT_EQ(bf16_from_float(1.0f + 0x1p-8f + 0x1p-20f).bits, 0x3f81);  // past half: up
+  EXPECT_EQ(bf16_from_float(-2.0f).bits, 0xc000);
+  EXPECT_EQ(bf16_from_float(-0.0f).bits, 0x8000);
+  EXPECT_EQ(bf16_from_float(INFINITY).bits, 0x7f80);
+  EXPECT_EQ(bf16_from_float(-INFINITY).bits, 0xff80);
+  // The largest float32 is above bf16's largest finite value by more than
+  // half an ulp: it rounds to Inf, as in IEEE.
+  EXPECT_EQ(bf16_from_float(std::numeric_limits<float>::max()).bits, 0x7f80);
+  // A NaN whose payload sits only in the low 16 bits must not truncate to Inf.
+  const uint32_t nan_low = 0x7f800001u;
+  float f;
+  std::memcpy(&f, &nan_low, sizeof f);
+  EXPECT_TRUE(std::isnan(bf16_to_float(bf16_from_float(f))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(bf16_from_float(-NAN))));
+  EXPECT_TRUE(std::signbit(bf16_to_float(bf16_from_float(-NAN))));
+  // Every bf16 survives the round trip through float32.
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const bfloat16 x{static_cast<uint16_t>(b)};
+    if (std::isnan(bf16_to_float(x))) continue;
+    ASSERT_EQ(bf16_from_float(bf16_to_float(x)).bits, x.bits) << b;
+  }
+}
+
+TEST(Bf16Convert, TensorTo) {
+  const Tensor t = Tensor::from<float>({4}, {1.0f, 1.0f + 0x1p-8f, -3.5f, 1e-3f});
+  const Tensor b = t.to(DType::bf16);
+  EXPECT_EQ(b.dtype(), DType::bf16);
+  EXPECT_EQ(b.nbytes(), 8u);
+  EXPECT_EQ(b.get(0), 1.0);
+  EXPECT_EQ(b.get(1), 1.0);
+  EXPECT_EQ(b.get(2), -3.5);
+  EXPECT_NEAR(b.get(3), 1e-3, 1e-3 * 0x1p-8);
+  EXPECT_EQ(b.to(DType::f64).get(2), -3.5);
+  EXPECT_STREQ(dtype_name(DType::bf16), "bfloat16");
+}
+
+TEST(Bf16Op, Checks) {
+  std::mt19937_64 gen(7);
+  const Tensor q = normal({2, 3, 8}, gen, DType::bf16), k = normal({2, 5, 8}, gen, DType::bf16),
+               v = normal({2, 5, 8}, gen, DType::bf16);
+  AttentionOptions o;
+  EXPECT_EQ(attention(q, k, v).out.dtype(), DType::bf16);
+  o.out_dtype = DType::f32;
+  o.return_lse = o.return_weights = true;
+  const AttentionResult r = attention(q, k, v, o);
+  EXPECT_EQ(r.out.dtype(), DType::f32);
+  EXPECT_EQ(r.lse.dtype(), DType::f32);
+  EXPECT_EQ(r.weights.dtype(), DType::f32);
+  o.out_dtype = DType::f64;
+  EXPECT_THROW(attention(q, k, v, o), Error);
+  o.out_dtype = DType::bf16;  // float32 inputs cannot ask for a bf16 out
+  EXPECT_THROW(attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), o), Error);
+  EXPECT_THROW(attention(q, k.to(DType::f32), v), Error);  // mixed dtypes
+  Tensor bad = k;
+  bad.data<bfloat16>()[17] = bf16_from_float(NAN);
+  try {
+    attention(q, bad, v);
+    FAIL() << "NaN in bf16 k was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k: values must be finite, found NaN at [0, 2, 1]"),
+              std::string::npos)
+        << e.what();
+  }
+  AttentionGrads g;
+  const AttentionResult f = attention(q, k, v, {});
+  EXPECT_THROW(attention_backward_into(g, q, k, v, f.out, f.lse, f.out), Error);
+}
+
+// Root mean square of a - b over all elements (b the float64 truth).
+double rms_err(const Tensor& a, const Tensor& truth) {
+  double s = 0;
+  for (int64_t i = 0; i < truth.numel(); ++i) {
+    const double d = a.get(i) - truth.get(i);
+    s += d * d;
+  }
+  return std::sqrt(s / static_cast<double>(truth.numel()));
+}
+
+double rms(const Tensor& t) {
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += t.get(i) * t.get(i);
+  return std::sqrt(s / static_cast<double>(t.numel()));
+}
+
+class Bf16Kernel : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa())) {
+      if (GetParam() == Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path (best: "
+                   << isa_name(detected_isa()) << ")";
+    }
+    previous_ = active_isa();
+    set_isa(GetParam());
+  }
+  void TearDown() override {
+    if (previous_) set_isa(*previous_);
+  }
+  std::optional<Isa> previous_;
+};
+
+struct Case {
+  Shape lead;
+  int64_t Hq, Hkv, N, S, D, Dv;
+  int mask_kind;
+  Causal causal;
+  int layout;  // 0 C order, 1 padded rows (KV-cache-like strides), 2 heads and rows swapped, 3 Fortran q
+  DType out;
+};
+
+Case random_case(std::mt19937_64& gen, bool decode) {
+  auto pick = [&](std::initializer_list<int64_t> xs) {
+    return *(xs.begin() + std::uniform_int_distribution<size_t>(0, xs.size() - 1)(gen));
+  };
+  Case c;
+  c.lead = pick({0, 1, 2}) == 0 ? Shape{} : pick({0, 1}) ? Shape{2} : Shape{1, 2};
+  c.Hkv = pick({1, 2});
+  c.Hq = c.Hkv * pick({1, 2, 4});
+  c.N = decode ? pick({1, 2, 3}) : pick({5, 17, 64, 65, 130});
+  c.S = pick({1, 7, 64, 100, 300});
+  c.D = pick({1, 3, 8, 15, 32, 64, 128});
+  c.Dv = pick({1, 5, 16, 64, 128});
+  c.mask_kind = static_cast<int>(pick({0, 0, 1, 2, 4, 5}));
+  c.causal = pick({0, 1, 2}) == 0 ? Causal::none : pick({0, 1}) ? Causal::top_left : Causal::bottom_right;
+  c.layout = static_cast<int>(pick({0, 1, 2, 3}));
+  c.out = pick({0, 1}) ? DType::f32 : DType::bf16;
+  return c;
+}
+
+// `t` laid out as `layout` says (the values unchanged).
+test_strided::Strided lay_out(const Tensor& t, int layout, bool is_q) {
+  const int r = t.rank();
+  std::vector<int> order(r);
+  for (int a = 0; a < r; ++a) order[a] = a;
+  if (layout == 2) std::swap(order[r - 3], order[r - 2]);  // [..., L, H, E] in memory
+  if (layout == 3 && is_q) return test_strided::fortran(t);
+  return test_strided::restride(t, order, layout == 0 ? 0 : 1);
+}
+
+std::string describe(const Case& c) {
+  return "lead " + shape_str(c.lead) + " Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) +
+         " N " + std::to_string(c.N) + " S " + std::to_string(c.S) + " D " + std::to_string(c.D) +
+         " Dv " + std::to_string(c.Dv) + " mask " + std::to_string(c.mask_kind) + " causal " +
+         causal_name(c.causal) + " layout " + std::to_string(c.layout) + " out " + dtype_name(c.out);
+}
+
+// Runs one case through the rule; `bitwise` also demands the float32
+// kernel's exact results (the widening paths).
+void check_case(const Case& c, std::mt19937_64& gen, bool bitwise) {
+  SCOPED_TRACE(describe(c));
+  const Tensor q = normal(join(c.lead, {c.Hq, c.N, c.D}), gen, DType::bf16);
+  const Tensor k = normal(join(c.lead, {c.Hkv, c.S, c.D}), gen, DType::bf16);
+  const Tensor v = normal(join(c.lead, {c.Hkv, c.S, c.Dv}), gen, DType::bf16);
+  const std::optional<Tensor> mask = random_mask(c.mask_kind, c.lead, c.Hq, c.N, c.S, gen);
+  AttentionOptions o;
+  o.causal = c.causal;
+  if (mask) o.mask = *mask;
+  o.return_lse = true;
+
+  // float64 truth on the bf16 values.
+  AttentionOptions o64 = o;
+  o64.kernel = Kernel::reference;
+  const AttentionResult truth = attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), o64);
+  // The plain implementation: float32 kernel on the widened inputs.
+  AttentionOptions o32 = o;
+  o32.kernel = Kernel::fast;
+  AttentionResult plain = attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), o32);
+  if (c.out == DType::bf16) plain.out = plain.out.to(DType::bf16);
+  // The bf16 kernel on strided bf16 views.
+  const auto qs = lay_out(q, c.layout, true), ks = lay_out(k, c.layout, false),
+             vs = lay_out(v, c.layout, false);
+  AttentionOptions ob = o32;
+  ob.out_dtype = c.out;
+  const AttentionResult got = attention(qs.view, ks.view, vs.view, ob);
+  ASSERT_EQ(got.out.dtype(), c.out);
+  ASSERT_EQ(got.lse.dtype(), DType::f32);
+
+  // Below half a float32 ulp of the typical value both are at the floor of
+  // float32 itself; the rule compares errors above it.
+  const double floor_out = 0x1p-25 * rms(truth.out);
+  const double e_got = rms_err(got.out, truth.out), e_plain = rms_err(plain.out, truth.out);
+  EXPECT_LE(e_got, 2 * e_plain + floor_out) << "plain " << e_plain;
+  for (int64_t i = 0; i < truth.lse.numel(); ++i)
+    if (std::isinf(truth.lse.get(i))) {
+      ASSERT_EQ(got.lse.get(i), truth.lse.get(i)) << "row " << i;
+    }
+  if (bitwise) {
+    ASSERT_EQ(got.out.nbytes(), plain.out.nbytes());
+    EXPECT_EQ(std::memcmp(got.out.raw(), plain.out.raw(), got.out.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(got.lse.raw(), plain.lse.raw(), got.lse.nbytes()), 0);
+  }
+  {
+    Tensor lse_t = truth.lse, lse_g = got.lse, lse_p = plain.lse;  // finite rows only
+    double sg = 0, sp = 0, st = 0;
+    for (int64_t i = 0; i < lse_t.numel(); ++i) {
+      if (std::isinf(lse_t.get(i))) continue;
+      sg += std::pow(lse_g.get(i) - lse_t.get(i), 2);
+      sp += std::pow(lse_p.get(i) - lse_t.get(i), 2);
+      st += std::pow(lse_t.get(i), 2);
+    }
+    EXPECT_LE(std::sqrt(sg), 2 * std::sqrt(sp) + 0x1p-25 * std::sqrt(st)) << "lse";
+  }
+}
+
+TEST_P(Bf16Kernel, ErrorRulePrefill) {
+  std::mt19937_64 gen(1234);
+  for (int i = 0; i < 40; ++i) check_case(random_case(gen, false), gen, GetParam() != Isa::avx512bf16);
+}
+
+TEST_P(Bf16Kernel, ErrorRuleDecode) {
+  // avx512bf16 reads K with vdpbf16ps for every panel, so only the widening
+  // paths are bitwise.
+  std::mt19937_64 gen(99);
+  for (int i = 0; i < 40; ++i) check_case(random_case(gen, true), gen, GetParam() != Isa::avx512bf16);
+}
+
+// A bf16 KV cache [1, Hkv, Smax, D] read as its first len keys: in place (no
+// copy), split-KV over several chunks, GQA 32/8 (a stacked panel of 4 rows:
+// on avx512bf16 K and V are read by vdpbf16ps and widened in registers; on
+// the other paths the tiles are widened, so bitwise the float32 kernel's).
+TEST_P(Bf16Kernel, DecodeReadsCacheInPlace) {
+  std::mt19937_64 gen(5);
+  const int64_t Hq = 32, Hkv = 8, D = 128, Smax = 1500, len = 1234;
+  const Tensor kc = normal({1, Hkv, Smax, D}, gen, DType::bf16);
+  const Tensor vc = normal({1, Hkv, Smax, D}, gen, DType::bf16);
+  const Tensor q = normal({1, Hq, 1, D}, gen, DType::bf16);
+  const TensorView k = TensorView(kc).slice(-2, 0, len), v = TensorView(vc).slice(-2, 0, len);
+  AttentionOptions o;
+  o.kernel = Kernel::fast;
+  o.out_dtype = DType::f32;
+  o.causal = Causal::bottom_right;
+  const int64_t copies = input_copies();
+  const AttentionResult got = attention(q, k, v, o);
+  EXPECT_EQ(input_copies(), copies) << "the bf16 cache slice was copied";
+  const AttentionResult plain =
+      attention(q.to(DType::f32), k.contiguous().to(DType::f32), v.contiguous().to(DType::f32), o);
+  o.kernel = Kernel::reference;
+  o.out_dtype.reset();
+  const AttentionResult truth =
+      attention(q.to(DType::f64), k.contiguous().to(DType::f64), v.contiguous().to(DType::f64), o);
+  EXPECT_LE(rms_err(got.out, truth.out), 2 * rms_err(plain.out, truth.out) + 0x1p-25 * rms(truth.out));
+  if (GetParam() != Isa::avx512bf16) {
+    EXPECT_EQ(std::memcmp(got.out.raw(), plain.out.raw(), got.out.nbytes()), 0);
+  }
+}
+
+// The weights pass recomputes scores the same way the forward did.
+TEST_P(Bf16Kernel, Weights) {
+  std::mt19937_64 gen(11);
+  const Tensor q = normal({2, 70, 40}, gen, DType::bf16), k = normal({1, 90, 40}, gen, DType::bf16),
+               v = normal({1, 90, 24}, gen, DType::bf16);
+  AttentionOptions o;
+  o.kernel = Kernel::fast;
+  o.return_weights = true;
+  o.causal = Causal::top_left;
+  const AttentionResult got = attention(q, k, v, o);
+  o.kernel = Kernel::reference;
+  const AttentionResult truth = attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), o);
+  ASSERT_EQ(got.weights.dtype(), DType::f32);
+  for (int64_t i = 0; i < truth.weights.numel(); ++i)
+    ASSERT_NEAR(got.weights.get(i), truth.weights.get(i), 2e-6) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, Bf16Kernel,
+                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace qkv
