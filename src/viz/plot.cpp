@@ -47,26 +47,36 @@ void write_loss_png(const std::string& path, const std::vector<double>& ti,
       if (std::isfinite(y)) y0 = std::min(y0, y), y1 = std::max(y1, y);
   if (!(y0 <= y1)) y0 = 0, y1 = 1;
   if (y1 - y0 < 1e-6) y0 -= 0.5, y1 += 0.5;
+  // The axes end on ticks: the ranges are widened to whole steps, so both
+  // ends of each axis are labelled.
+  const double ys = nice_step(y0, y1, 6), xs = nice_step(x0, x1, 8);
+  y0 = std::floor(y0 / ys + 1e-9) * ys, y1 = std::ceil(y1 / ys - 1e-9) * ys;
+  x1 = std::ceil(x1 / xs - 1e-9) * xs;
   const int pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + static_cast<int>((x - x0) / (x1 - x0) * pw); };
-  auto py = [&](double y) { return kTop + ph - static_cast<int>((y - y0) / (y1 - y0) * ph); };
+  auto px = [&](double x) { return kLeft + static_cast<int>(std::lround((x - x0) / (x1 - x0) * pw)); };
+  auto py = [&](double y) { return kTop + ph - static_cast<int>(std::lround((y - y0) / (y1 - y0) * ph)); };
 
   Canvas cv(kWidth, kHeight);
-  const double ys = nice_step(y0, y1, 6), xs = nice_step(x0, x1, 8);
-  for (double y = std::ceil(y0 / ys) * ys; y <= y1 + 1e-9; y += ys) {
+  for (double y = y0; y <= y1 + ys * 1e-6; y += ys) {
     cv.fill(kLeft, py(y), kLeft + pw, py(y) + 1, kGrid);
     const std::string t = tick_text(y);
     draw_text(cv, kLeft - 8 - text_width(t, 2), py(y) - kCapHeight, t, 2, kAxis);
   }
-  for (double x = 0; x <= x1 + 1e-9; x += xs) {
+  for (double x = 0; x <= x1 + xs * 1e-6; x += xs) {
     cv.fill(px(x), kTop, px(x) + 1, kTop + ph, kGrid);
     const std::string t = tick_text(x);
     draw_text(cv, px(x) - text_width(t, 2) / 2, kTop + ph + 8, t, 2, kAxis);
   }
   cv.fill(kLeft, kTop, kLeft + 1, kTop + ph, kAxis);
   cv.fill(kLeft, kTop + ph, kLeft + pw, kTop + ph + 1, kAxis);
-  for (size_t i = 1; i < tl.size(); ++i)
-    draw_line(cv, px(ti[i - 1]), py(tl[i - 1]), px(ti[i]), py(tl[i]), kTrain);
+  // Every logged point is drawn (a dot), joined by lines: a run with one
+  // logged step still shows it.
+  for (size_t i = 0; i < tl.size(); ++i) {
+    if (!std::isfinite(tl[i])) continue;
+    if (i && std::isfinite(tl[i - 1]))
+      draw_line(cv, px(ti[i - 1]), py(tl[i - 1]), px(ti[i]), py(tl[i]), kTrain);
+    cv.fill(px(ti[i]) - 1, py(tl[i]) - 1, px(ti[i]) + 2, py(tl[i]) + 2, kTrain);
+  }
   for (size_t i = 0; i < vl.size(); ++i) {
     if (i) draw_line(cv, px(vi[i - 1]), py(vl[i - 1]), px(vi[i]), py(vl[i]), kVal);
     cv.fill(px(vi[i]) - 3, py(vl[i]) - 3, px(vi[i]) + 4, py(vl[i]) + 4, kVal);
