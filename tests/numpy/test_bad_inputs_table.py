@@ -335,6 +335,7 @@ SETUP = {
     "export-missing-model": lambda i: ["export", "--to", "nanogpt", "--model", i.tmp / "nowhere",
                                        "-o", i.tmp / "x.safetensors"],
     # qkv explain, qkv demo, qkv itself
+    "explain-d-model-exceeds-memory": lambda i: ["explain", "--d-model", "100000000000"],
     "explain-heads-not-divisor": lambda i: ["explain", "--heads", "3"],
     "explain-mask-missing-file": lambda i: ["explain", "--mask", str(i.tmp / "m.npy")],
     "explain-mask-wrong-length": lambda i: ["explain", "--tokens", "the cat sat", "--mask",

@@ -126,6 +126,17 @@ ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::st
     throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(a.heads) +
                      ", found " + std::to_string(kv_heads));
   const int64_t d_head = a.d_k.value_or(a.d_model / a.heads);
+  // Refused before anything is allocated: W_q, W_k, W_v, W_o and the
+  // embeddings, projections and outputs, all float64 (in double, so sizes
+  // whose product overflows are compared correctly too).
+  const double C = static_cast<double>(a.d_model), dh = static_cast<double>(d_head);
+  const double weights = C * dh * static_cast<double>(2 * a.heads + 2 * kv_heads);
+  const double acts = static_cast<double>(T) * (4.0 * C + dh * static_cast<double>(2 * a.heads + 2 * kv_heads));
+  const std::string refused = memory_shortfall(
+      "--d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) +
+          ": the weights W_q, W_k, W_v, W_o and the activations",
+      8.0 * (weights + acts));
+  if (!refused.empty()) throw UsageError(refused);
   if (a.positions == "rope" && d_head % 2 != 0)
     throw UsageError("--positions rope: expected an even head dim, found " +
                      std::string(a.d_k ? "--d-k " : "d_model / heads = ") + std::to_string(d_head));
