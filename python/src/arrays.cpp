@@ -76,13 +76,11 @@ qkv::TensorView view_of(const Array& a, const char* what) {
     d = qkv::DType::f64;
   } else if (dt == nb::dtype<bool>()) {
     d = qkv::DType::boolean;
-  } else if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
-    throw nb::type_error((std::string(what) +
-                          ": bfloat16 is not supported (qkv's kernels take float32 and float64)")
-                             .c_str());
+  } else if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && dt.bits == 16) {
+    d = qkv::DType::bf16;  // torch.bfloat16: the kernels accumulate in float32
   } else {
     throw nb::type_error((std::string(what) + ": dtype " + dtype_str(dt) +
-                          " is not supported (expected float32 or float64" +
+                          " is not supported (expected float32, float64 or bfloat16" +
                           (std::string(what) == "attn_mask" ? ", or bool" : "") + ")")
                              .c_str());
   }
@@ -99,9 +97,11 @@ nb::object wrap(qkv::Tensor&& t, Framework fw) {
   auto* owned = new qkv::Tensor(std::move(t));
   nb::capsule owner(owned, [](void* p) noexcept { recycle(static_cast<qkv::Tensor*>(p)); });
   std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
-  nb::dlpack::dtype dt = owned->dtype() == qkv::DType::f32   ? nb::dtype<float>()
-                         : owned->dtype() == qkv::DType::f64 ? nb::dtype<double>()
-                                                             : nb::dtype<bool>();
+  const nb::dlpack::dtype bf16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+  nb::dlpack::dtype dt = owned->dtype() == qkv::DType::f32    ? nb::dtype<float>()
+                         : owned->dtype() == qkv::DType::f64  ? nb::dtype<double>()
+                         : owned->dtype() == qkv::DType::bf16 ? bf16
+                                                              : nb::dtype<bool>();
   void* data = owned->raw();
   if (fw == Framework::torch)
     return nb::ndarray<nb::pytorch>(data, shape.size(), shape.data(), owner, nullptr, dt).cast();
