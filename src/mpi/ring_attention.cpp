@@ -111,7 +111,8 @@ struct Timer {
 
 // Non-blocking exchange of buffers around the ring.
 struct Exchange {
-  RingStats* stats = nullptr;
+  explicit Exchange(RingStats* s) : stats(s) {}
+  RingStats* stats;
   std::vector<MPI_Request> req;
   // `tag` tells the buffers of one step apart (k, v, dk, dv).
   void start(const Tensor& send, Tensor& recv, int tag, const Ring& ring, MPI_Comm comm) {
@@ -129,6 +130,32 @@ struct Exchange {
     req.clear();
   }
 };
+
+// Starts moving the key/value block on: cur_k, cur_v to the next rank, the
+// block of rank `src` (its shapes) into nxt_k, nxt_v.
+void pass_kv_on(Exchange& ex, const Tensor& cur_k, const Tensor& cur_v, Tensor& nxt_k, Tensor& nxt_v,
+                int src, const RingAttentionOptions& o, const Ring& ring) {
+  nxt_k = Tensor(cur_k.dtype(), local_shape(cur_k.shape(), o.length, src, ring.ranks));
+  nxt_v = Tensor(cur_v.dtype(), local_shape(cur_v.shape(), o.length, src, ring.ranks));
+  ex.start(cur_k, nxt_k, 0, ring, o.comm);
+  ex.start(cur_v, nxt_v, 1, ring, o.comm);
+}
+
+// f(query chunk, key chunk, how it sees it) for every pair of this rank's
+// chunks and the held block's that the mask does not hide entirely.
+template <class F>
+void for_each_visible_block(const std::vector<Chunk>& mine, const std::vector<Chunk>& theirs,
+                            bool causal, F f) {
+  for (const Chunk& qc : mine)
+    for (const Chunk& kc : theirs)
+      if (const Seen s = seen(qc, kc, causal); s != Seen::none) f(qc, kc, s);
+}
+
+// Rows [c.begin, c.begin + c.size) of the sequence dim: a view, no copy
+// (the op reads inner-contiguous views in place).
+TensorView rows_of(const Tensor& t, const Chunk& c, int dim = -2) {
+  return TensorView(t).slice(dim, c.begin, c.begin + c.size);
+}
 
 // out/lse rows of one query chunk merged with a block's (out_b, lse_b):
 //   lse = log(e^lse + e^lse_b), out = e^(lse_old - lse) out + e^(lse_b - lse) out_b.
@@ -224,27 +251,18 @@ void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor&
   Tensor cur_k = k, cur_v = v, nxt_k, nxt_v;
   for (int t = 0; t < ring.ranks; ++t) {
     Exchange ex{o.stats};
-    if (t + 1 < ring.ranks) {  // the next block travels while this one is used
-      const int src = ring.source(t + 1);
-      nxt_k = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
-      nxt_v = Tensor(v.dtype(), local_shape(v.shape(), o.length, src, ring.ranks));
-      ex.start(cur_k, nxt_k, 0, ring, o.comm);
-      ex.start(cur_v, nxt_v, 1, ring, o.comm);
-    }
-    const std::vector<Chunk> theirs = chunks_of(o.length, ring.source(t), ring.ranks);
+    if (t + 1 < ring.ranks)  // the next block travels while this one is used
+      pass_kv_on(ex, cur_k, cur_v, nxt_k, nxt_v, ring.source(t + 1), o, ring);
     const double t0 = now();
-    for (const Chunk& qc : mine)
-      for (const Chunk& kc : theirs) {
-        const Seen s = seen(qc, kc, o.causal);
-        if (s == Seen::none) continue;
-        const AttentionResult b = attention(take_seq_rows(q, qc.begin, qc.size),
-                                            take_seq_rows(cur_k, kc.begin, kc.size),
-                                            take_seq_rows(cur_v, kc.begin, kc.size), block_options(o, s));
-        if (q.dtype() == DType::f64)
-          merge<double>(res.out, res.lse, qc, b);
-        else
-          merge<float>(res.out, res.lse, qc, b);
-      }
+    for_each_visible_block(mine, chunks_of(o.length, ring.source(t), ring.ranks), o.causal,
+                           [&](const Chunk& qc, const Chunk& kc, Seen s) {
+                             const AttentionResult b = attention(rows_of(q, qc), rows_of(cur_k, kc),
+                                                                 rows_of(cur_v, kc), block_options(o, s));
+                             if (q.dtype() == DType::f64)
+                               merge<double>(res.out, res.lse, qc, b);
+                             else
+                               merge<float>(res.out, res.lse, qc, b);
+                           });
     if (o.stats) o.stats->compute_s += now() - t0;
     ex.wait();
     if (t + 1 < ring.ranks) std::swap(cur_k, nxt_k), std::swap(cur_v, nxt_v);
@@ -273,28 +291,18 @@ void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k
     // after the last step only the gradients travel, one more hop, home to
     // the rank that owns those keys.
     Exchange kv{o.stats}, grads{o.stats};
-    if (!last) {
-      nxt_k = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
-      nxt_v = Tensor(v.dtype(), local_shape(v.shape(), o.length, src, ring.ranks));
-      kv.start(cur_k, nxt_k, 0, ring, o.comm);
-      kv.start(cur_v, nxt_v, 1, ring, o.comm);
-    }
-    const std::vector<Chunk> theirs = chunks_of(o.length, ring.source(t), ring.ranks);
+    if (!last) pass_kv_on(kv, cur_k, cur_v, nxt_k, nxt_v, src, o, ring);
     const double t0 = now();
-    for (const Chunk& qc : mine)
-      for (const Chunk& kc : theirs) {
-        const Seen s = seen(qc, kc, o.causal);
-        if (s == Seen::none) continue;
-        attention_backward_into(gb, take_seq_rows(q, qc.begin, qc.size),
-                                take_seq_rows(cur_k, kc.begin, kc.size),
-                                take_seq_rows(cur_v, kc.begin, kc.size),
-                                take_seq_rows(out, qc.begin, qc.size),
-                                take_last_dim_rows(lse, qc.begin, qc.size),
-                                take_seq_rows(dout, qc.begin, qc.size), block_options(o, s));
-        add_seq_rows(g.dq, qc.begin, gb.dq);
-        add_seq_rows(cur_dk, kc.begin, gb.dk);
-        add_seq_rows(cur_dv, kc.begin, gb.dv);
-      }
+    for_each_visible_block(mine, chunks_of(o.length, ring.source(t), ring.ranks), o.causal,
+                           [&](const Chunk& qc, const Chunk& kc, Seen s) {
+                             attention_backward_into(gb, rows_of(q, qc), rows_of(cur_k, kc),
+                                                     rows_of(cur_v, kc), rows_of(out, qc),
+                                                     rows_of(lse, qc, -1), rows_of(dout, qc),
+                                                     block_options(o, s));
+                             add_seq_rows(g.dq, qc.begin, gb.dq);
+                             add_seq_rows(cur_dk, kc.begin, gb.dk);
+                             add_seq_rows(cur_dv, kc.begin, gb.dv);
+                           });
     if (o.stats) o.stats->compute_s += now() - t0;
     nxt_dk = Tensor(k.dtype(), local_shape(k.shape(), o.length, src, ring.ranks));
     nxt_dv = Tensor(v.dtype(), local_shape(v.shape(), o.length, src, ring.ranks));

@@ -38,18 +38,6 @@ inline Tensor take_seq_rows(const Tensor& t, int64_t begin, int64_t count) {
   return out;
 }
 
-// The same along the last dim of t [..., R] (log-sum-exp rows).
-inline Tensor take_last_dim_rows(const Tensor& t, int64_t begin, int64_t count) {
-  Shape s = t.shape();
-  s.back() = count;
-  Tensor out(t.dtype(), s);
-  detail::for_slabs(t.numel(), t.dim(-1), begin, count, 1, dtype_size(t.dtype()),
-                    [&](size_t big, size_t small, size_t bytes) {
-                      std::memcpy(out.raw() + small, t.raw() + big, bytes);
-                    });
-  return out;
-}
-
 // dst[..., at + i, :] = rows[..., i, :].
 inline void put_seq_rows(Tensor& dst, int64_t at, const Tensor& rows) {
   detail::for_slabs(dst.numel(), dst.dim(-2), at, rows.dim(-2), dst.dim(-1), dtype_size(dst.dtype()),
