@@ -7,9 +7,10 @@
 #
 # Standalone (no CMake, no oneDNN): each target is compiled with only the
 # library sources it needs. Needs Debian's clang and libclang-rt-14-dev.
-# Except `cli`: the commands' runners reach the whole library, so it links
-# the release build's libqkv.a (cmake --build --preset release first) with
-# oneDNN, stb and libgomp; only the command-line code is instrumented.
+# Except `cli`, `checkpoint` and `model`: what they load builds a GPT, which
+# reaches the whole library, so they link the release build's layer archives
+# (libqkv_*.a: cmake --build --preset release first) with oneDNN, stb and
+# libgomp; only their own sources are instrumented.
 # Rebuilds an object only when its source or a header it includes changed.
 set -euo pipefail
 
@@ -35,9 +36,10 @@ declare -A sources=(
   [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"
-  # Every file of the command but its main() and the MPI entry (built
-  # without QKV_HAVE_MPI, --sequence-parallel is a usage error here).
-  [cli]="fuzz/fuzz_cli.cpp $(cd "$root" && ls tools/qkv/*.cpp | grep -v -e /main.cpp -e /sequence_parallel.cpp | tr '\n' ' ')"
+  # Every file of the command but its main() and the MPI entries (built
+  # without QKV_HAVE_MPI: --sequence-parallel is a usage error here, and
+  # train never starts data parallelism).
+  [cli]="fuzz/fuzz_cli.cpp $(cd "$root" && ls tools/qkv/*.cpp | grep -v -e /main.cpp -e /sequence_parallel.cpp -e /data_parallel.cpp | tr '\n' ' ')"
 )
 # What a target links besides its objects. A model directory's loader builds
 # a GPT, which needs the layers, the GEMM and the attention kernels: those
@@ -82,7 +84,7 @@ for t in "${targets[@]}"; do
   [ -f "$bin" ] || stale=1
   for obj in "${objs[@]}"; do [ "$obj" -nt "$bin" ] && stale=1; done
   if [ -n "${libs[$t]+x}" ]; then
-    lib="$root/build/release/libqkv.a"
+    lib="$root/build/release/libqkv_core.a"
     [ -f "$lib" ] || { echo "fuzz/build.sh: $t links $lib: build the release preset first" >&2; exit 2; }
     [ "$lib" -nt "$bin" ] && stale=1
   fi
