@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include "isa_fixture.h"
+
 #include "backward_cases.h"
 #include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
@@ -202,21 +204,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-class FastBackward : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa()))
-      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path";
-    previous_ = active_isa();
-    set_isa(GetParam());
-  }
-  void TearDown() override {
-    if (previous_) set_isa(*previous_);
-  }
-
- private:
-  std::optional<Isa> previous_;
-};
+class FastBackward : public qkv::test::OnIsa {};
 
 }  // namespace
 

@@ -12,6 +12,8 @@
 // the float32 kernel's results bit for bit.
 #include <gtest/gtest.h>
 
+#include "isa_fixture.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -123,22 +125,7 @@ double rms(const Tensor& t) {
   return std::sqrt(s / static_cast<double>(t.numel()));
 }
 
-class Bf16Kernel : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa())) {
-      if (GetParam() == Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
-      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path (best: "
-                   << isa_name(detected_isa()) << ")";
-    }
-    previous_ = active_isa();
-    set_isa(GetParam());
-  }
-  void TearDown() override {
-    if (previous_) set_isa(*previous_);
-  }
-  std::optional<Isa> previous_;
-};
+class Bf16Kernel : public qkv::test::OnIsa {};
 
 struct Case {
   Shape lead;

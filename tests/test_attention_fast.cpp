@@ -22,6 +22,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "isa_fixture.h"
+
 #include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
 #include "random_inputs.h"
@@ -323,23 +325,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-// Runs each test on one SIMD path, restoring the previous one afterwards.
-class FastKernel : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa()))
-      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path (best: "
-                   << isa_name(detected_isa()) << ")";
-    previous_ = active_isa();
-    set_isa(GetParam());
-  }
-  void TearDown() override {
-    if (previous_) set_isa(*previous_);
-  }
-
- private:
-  std::optional<Isa> previous_;
-};
+class FastKernel : public qkv::test::OnIsa {};
 
 }  // namespace
 

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "isa_fixture.h"
+
 #include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
 #include "core/ops/attention_operands.h"
@@ -28,21 +30,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-class Views : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa()))
-      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path";
-    previous_ = active_isa();
-    set_isa(GetParam());
-  }
-  void TearDown() override {
-    if (previous_) set_isa(*previous_);
-  }
-
- private:
-  std::optional<Isa> previous_;
-};
+class Views : public qkv::test::OnIsa {};
 
 struct Inputs {
   Tensor q, k, v, dout;
