@@ -14,7 +14,7 @@ qkv runs as `qkv bench --json` (one process per shape, dtype and round, so
 its peak RSS and its measured FMA peak and read bandwidth come with it; the
 table prints the best of those peaks). PyTorch runs in this process: the
 script re-executes itself under the venv that holds torch (--venv, default
-/root/.cache/qkv/venv; nothing is installed). ggml runs through
+$QKV_VENV or ~/.cache/qkv/venv; nothing is installed). ggml runs through
 bench/ggml_flash_attn.py's build in bench/.venv-ggml when that exists;
 otherwise the table says it is not installed.
 
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_VENV = Path("/root/.cache/qkv/venv")
+DEFAULT_VENV = Path(os.environ.get("QKV_VENV", Path.home() / ".cache" / "qkv" / "venv"))
 GGML_VENV = ROOT / "bench" / ".venv-ggml"
 
 # Issue 12's targets are on the first (prefill) and the last (decode) shape.

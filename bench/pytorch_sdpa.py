@@ -6,7 +6,7 @@ shapes through torch.nn.functional.scaled_dot_product_attention on the CPU,
 float32, at the same thread count, and prints both medians and their ratio.
 
 PyTorch from PyPI is a large download, so it lives in this script's own
-virtual environment (bench/.venv, created and filled on first use), never in
+virtual environment ($QKV_VENV, default ~/.cache/qkv/venv, the one scripts/setup.sh fills; created and filled on first use), never in
 the test command or CI. --qkv-only runs qkv without PyTorch; --dry-run only
 says what it would do.
 
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / "bench" / ".venv"
+# The venv scripts/setup.sh fills (torch, numpy): one 5 GB install for tests and benchmarks.
+VENV = Path(os.environ.get("QKV_VENV", Path.home() / ".cache" / "qkv" / "venv"))
 
 
 def parse_args():
@@ -53,7 +54,7 @@ def qkv_command(a):
 
 
 def enter_venv():
-    """Re-runs this script inside bench/.venv, creating it and installing
+    """Re-runs this script inside VENV, creating it and installing
     torch there first if needed; returns only when already inside."""
     python = VENV / "bin" / "python"
     if Path(sys.prefix).resolve() == VENV.resolve():
@@ -65,7 +66,7 @@ def enter_venv():
     has_torch = subprocess.run([str(python), "-c", "import torch, numpy"],
                                capture_output=True).returncode == 0
     if not has_torch:
-        print("installing torch into bench/.venv from PyPI (large download, first run only)",
+        print(f"installing torch into {VENV} from PyPI (large download, first run only)",
               file=sys.stderr)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         "torch", "numpy"], check=True)

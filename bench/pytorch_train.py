@@ -13,8 +13,8 @@ the first iterations: the same weights and batches give the same loss at
 iteration 0 up to float32 rounding, which checks that the two models are the
 same model.
 
-PyTorch lives in bench/.venv (created and filled on first use, as
-pytorch_sdpa.py does). --qkv-only runs qkv alone (no PyTorch, no venv),
+PyTorch lives in $QKV_VENV (default ~/.cache/qkv/venv, filled by
+scripts/setup.sh; created on first use otherwise, as pytorch_sdpa.py does). --qkv-only runs qkv alone (no PyTorch, no venv),
 --torch-only PyTorch alone; --dry-run only says what it would do.
 
     python3 bench/pytorch_train.py                     # 4x4x128, context 64, batch 12, 50 iters, 2 threads
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytorch_sdpa  # bench/: the venv logic (bench/.venv with torch and numpy)
+import pytorch_sdpa  # bench/: the venv logic (QKV_VENV with torch and numpy)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,9 +49,10 @@ def parse_args():
                         "from the repository root)")
     p.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
     p.add_argument("--iters", type=int, default=50, help="training iterations (default 50)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="run both sides this many times, alternating, and report each side's "
-                        "best round (default 3)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="run both sides this many times, alternating (qkv, torch, qkv, ...), and "
+                        "report the median round of each side and the median of the per-round "
+                        "ratios (default 5)")
     p.add_argument("--skip", type=int, default=5,
                    help="first iterations left out of the median ms/iteration (default 5)")
     p.add_argument("--layers", type=int, default=4)
@@ -422,27 +423,29 @@ def print_report(a, vocab, sides, init_lines):
     skip = min(a.skip, a.iters - 1)
     rounds = len(next(iter(sides.values())))
     print(f"{a.threads} thread{'s' if a.threads != 1 else ''}, float32, {a.iters} iterations"
-          + (f", {rounds} rounds" if rounds > 1 else "")
+          + (f", {rounds} rounds alternating" if rounds > 1 else "")
           + f"; ms/iter = median step time over iterations {skip}..{a.iters - 1}"
-          + (", the best round's" if rounds > 1 else ""))
-    best, busy = {}, []
+          + (", then the median over rounds" if rounds > 1 else ""))
+    per_round, busy = {}, []
     for label, runs in sides.items():
         medians = [median_ms(ms, skip) for ms, _, _ in runs]
-        r = min(range(len(runs)), key=medians.__getitem__)
-        ms, _, other = runs[r]
-        best[label] = medians[r]
-        notes = [f"min {min(ms[skip:] or ms):.2f}", f"{a.batch * a.context / medians[r]:.1f}k tok/s"]
-        if other is not None:
-            notes.append(f"other processes used {other:.1f} cores meanwhile")
-            if other > 0.25:
+        per_round[label] = medians
+        mid = statistics.median(medians)
+        notes = [f"{a.batch * a.context / mid:.1f}k tok/s"]
+        others = [o for _, _, o in runs if o is not None]
+        if others:
+            notes.append(f"other processes used up to {max(others):.1f} cores meanwhile")
+            if max(others) > 0.25:
                 busy.append(label)
         if rounds > 1:
             notes.append("rounds " + ", ".join(f"{m:.1f}" for m in medians))
-        print(f"  {label + ' ms/iter':<16}{medians[r]:>10.2f}   ({'; '.join(notes)})")
-    if len(best) == 2:
-        print(f"  {'torch/qkv':<16}{best['torch'] / best['qkv']:>9.2f}x   (above 1: qkv is faster)")
+        print(f"  {label + ' ms/iter':<16}{mid:>10.2f}   ({'; '.join(notes)})")
+    if len(per_round) == 2:
+        ratios = [t / q for q, t in zip(per_round["qkv"], per_round["torch"])]
+        print(f"  {'torch/qkv':<16}{statistics.median(ratios):>9.2f}x   (median of the per-round "
+              f"ratios {', '.join(f'{r:.2f}' for r in ratios)}; above 1: qkv is faster)")
     if busy:
-        print(f"warning: the machine was busy during {' and '.join(busy)}'s best run; worker "
+        print(f"warning: the machine was busy during {' and '.join(busy)}'s rounds; worker "
               f"threads wait for each other, so its time may be far too slow: rerun when it is "
               f"quiet", flush=True)
     for label, runs in sides.items():

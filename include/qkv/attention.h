@@ -22,7 +22,11 @@
 // float32. The fast kernel reads bf16 K and V in place (half the bytes of
 // float32: decode is bandwidth bound) and widens them tile by tile, or, on
 // a CPU with AVX512-BF16, computes Q·Kᵀ with vdpbf16ps (exact bf16 products,
-// float32 sums; bf16 denormals read as 0). The backward does not take bf16.
+// float32 sums; bf16 denormals read as 0) and, for prefill, P·V with the
+// weights rounded to bf16 (as PyTorch's and FlashAttention's bf16 kernels).
+// The backward takes bf16 too: it widens q, k, v, out and dout to float32
+// once (O(N D) copies), runs the float32 backward and returns bf16
+// gradients, or float32 ones when opts.out_dtype is float32.
 //
 // Semantics (the contract every kernel in qkv must match):
 // - scale defaults to 1/sqrt(D); any finite positive or negative value may be
@@ -50,9 +54,14 @@
 //   never NaN.
 // - q, k and v must be finite: NaN or Inf in them is rejected with qkv::Error
 //   naming the tensor and index, since it would otherwise surface as a NaN
-//   result that looks like an answer. The check reads q, k and v once; a
-//   decode loop whose inputs are known to be finite may turn it off
-//   (check_finite = false), and NaN then propagates as in IEEE arithmetic.
+//   result that looks like an answer. The check reads q, k and v once
+//   before the attention; in decode (N <= 16) the fast kernel instead checks
+//   the raw scores and outputs it computes, which are NaN or Inf exactly when
+//   a key or value it read is (or when float32 overflows: then the problem
+//   is redone on the reference), and costs nothing measurable. There it does
+//   not see keys no query can see (past key_lengths, outside a window): a
+//   KV cache's unwritten tail is not an error. check_finite = false turns
+//   the check off, and NaN then propagates as in IEEE arithmetic.
 #pragma once
 
 #include <optional>
@@ -95,7 +104,7 @@ struct AttentionOptions {
   double softcap = 0.0;               // 0 = off
   bool return_weights = false;   // fill AttentionResult::weights [..., Hq, N, S]
   bool return_lse = false;       // fill AttentionResult::lse     [..., Hq, N]
-  bool check_finite = true;      // reject NaN/Inf in q, k, v (one extra read)
+  bool check_finite = true;      // reject NaN/Inf in q, k, v (see above)
   Kernel kernel = Kernel::automatic;
   int threads = 0;               // fast kernel threads; 0 = all cores
   // out's dtype; default q's. bfloat16 inputs may ask for float32 (skips

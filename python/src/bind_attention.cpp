@@ -143,9 +143,13 @@ void bind_attention(nb::module_& m) {
         same_dtype(q, q, "query");
         same_dtype(q, k, "key");
         same_dtype(q, v, "value");
-        same_dtype(q, out, "out");
-        same_dtype(q, lse, "lse");
-        same_dtype(q, dout, "grad_out");
+        // bfloat16 inputs: lse is float32 (as the forward returns it), and out
+        // and grad_out may be either (the library checks them).
+        if (q.dtype() != qkv::DType::bf16) {
+          same_dtype(q, out, "out");
+          same_dtype(q, lse, "lse");
+          same_dtype(q, dout, "grad_out");
+        }
         qkv::TensorView mask_view;
         const qkv::AttentionOptions o =
             options({std::move(mask), causal, scale, window, key_lengths, alibi_slopes, softcap,

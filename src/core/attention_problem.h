@@ -63,6 +63,14 @@ struct BackwardInputs {
   const void* dout = nullptr;  // [..., Hq, N, Dv]
 };
 
+// What a kernel saw while it read k and v, when check_finite is fused into
+// it (decode): whether any raw score or output was NaN or Inf. That happens
+// when a key or value it read holds a NaN or Inf, or when a score or an
+// accumulator left float32's range; the op then tells the two apart.
+struct KvScan {
+  bool bad = false;
+};
+
 struct AttentionProblem {
   AttentionProblem() = default;
   // Move-only: q, k and v may point into `copies`, which a copy would not share.
@@ -85,6 +93,14 @@ struct AttentionProblem {
   // False when a float32 score could leave float32's range (see
   // check_attention_args): the fast kernel then does not run the problem.
   bool scores_fit_f32 = true;
+  // check_finite with the k and v scan left for later (KvScanTiming::deferred):
+  // scores_fit_f32 then covers q only until finish_kv_checks runs. max_q and
+  // score_bias are kept for it.
+  bool kv_scan_pending = false;
+  double max_q = 0.0, score_bias = 0.0;
+  // Non-null when the kernel checks what it reads (and reports here); it
+  // reads only the keys some query can see.
+  KvScan* kv_scan = nullptr;
   Causal causal = Causal::none;
   bool has_window = false;
   SlidingWindow window;

@@ -4,7 +4,8 @@ The CLI rounds float32/float64 .npy inputs to bfloat16 on load (round to
 nearest even, via float32) and writes float32 results. The error rule: against
 the float64 truth on the rounded values, at most 2x the error of a plain NumPy
 bf16-input / float32-everywhere implementation (reference.py with float32),
-plus the same 1e-5 floor as test_attention_numpy.py."""
+plus the same 1e-5 floor as test_attention_numpy.py; for the fast kernel's
+out, beyond what rounding the weights to bf16 may move it (see below)."""
 import json
 
 import numpy as np
@@ -37,6 +38,13 @@ def test_bf16_matches_plain_rule(seed, kernel, run, tmp_path, monkeypatch):
     for name, got, exp, p32 in zip(("out", "weights", "lse"), (out, w, lse), want, plain):
         assert got.dtype == np.float32 and got.shape == exp.shape, name
         err, bound = max_err(got, exp), 2 * max_err(p32, exp) + 1e-5
+        if name == "out" and kernel != "reference":
+            # With AVX512-BF16 the weights are rounded to bf16 for P·V (as
+            # PyTorch's bf16 kernel does), which moves an output by at most
+            # 2^-9 sum_j w_j |v_j|: allowed twice that, element by element.
+            spread = numpy_attention(dict(rounded, v=np.abs(rounded["v"])))[0]
+            excess = np.abs(got.astype(np.float64) - exp) - 2.0**-8 * spread
+            err = max(0.0, float(np.nanmax(excess, initial=0.0)))
         assert err <= bound, f"{name}: max error {err:.3g} > {bound:.3g}"
 
 

@@ -1,6 +1,7 @@
-// flash_bf16.h: the AVX512-BF16 micro-kernel of the forward's Q·Kᵀ for
-// bfloat16 inputs (avx512bf16/flash_avx512bf16.cpp), called only when
-// active_isa() is Isa::avx512bf16.
+// flash_bf16.h: the AVX512-BF16 micro-kernels of the forward for bfloat16
+// inputs, Q·Kᵀ (avx512bf16/flash_avx512bf16.cpp) and P·V
+// (avx512bf16/pv_avx512bf16.cpp), called only when active_isa() is
+// Isa::avx512bf16.
 //
 // vdpbf16ps multiplies pairs of bf16 and adds both products to a float32
 // lane, so the packed queries hold pairs along D: Qt2[t][i] is the 32-bit
@@ -39,11 +40,29 @@ inline int64_t bf16_row_pad(int64_t D) { return (D + 31) / 32 * 32; }
 void qk_rows_bf16_avx512(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uint16_t* Q,
                          int64_t D, int ncols, float scale);
 
-// O[i][:] = alpha[i] * O[i][:] + sum_j P[j][i] * V[j*ldv + :] for i < ncols <= 4,
-// with V [nj][Dv] bf16 in place, widened in registers: decode's P·V, which
-// reads each V row once, so widening it into scratch first would only add
-// a store and a load per element. O [ncols][Dv], P [nj][kBR] float32.
-void pv_rows_bf16_avx512(float* O, const float* P, int64_t nj, int ncols, const uint16_t* V,
+// O[i][:] = alpha[i] * O[i][:] + sum_t P2[t][i] · (V[2t][:], V[2t+1][:]) for
+// i < ncols <= 4: decode's P·V, with the weights in pairs (pack_p_bf16_avx512)
+// and V [nj][Dv] bf16 read in place, two rows interleaved in registers
+// (decode reads each V row once: packing it first would add a store and a
+// load per element). O [ncols][Dv] float32.
+void pv_rows_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, const uint16_t* V,
                          int64_t ldv, int64_t Dv, const float* alpha);
+
+// ---- P·V on pairs of keys ----
+// P2[t][i] = the word (bf16(P[2t][i]) low, bf16(P[2t+1][i]) high) for
+// t < bf16_pairs(nj) and the first `ncols` columns (rounded up to 16), round
+// to nearest even; the high half is 0 when nj is odd. P [nj][kBR] float32
+// (the softmax's output), P2 [bf16_pairs(nj)][kBR].
+void pack_p_bf16_avx512(uint32_t* P2, const float* P, int64_t nj, int ncols);
+
+// V2[t][e] = the word (V[2t][e] low, V[2t+1][e] high) for t < bf16_pairs(nj),
+// e < Dv; the high half is 0 when nj is odd. V [nj][Dv] bf16 bits with rows
+// ldv apart (never read past element Dv-1 of a row), V2 [bf16_pairs(nj)][Dv].
+void pack_v_bf16_avx512(uint32_t* V2, const uint16_t* V, int64_t ldv, int64_t nj, int64_t Dv);
+
+// O[i][:] = alpha[i] * O[i][:] + sum_t P2[t][i] · V2[t][:] for i < ncols: the
+// two keys of each pair in one vdpbf16ps. O [kBR][Dv] float32.
+void pv_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, const uint32_t* V2,
+                    int64_t Dv, const float* alpha);
 
 }  // namespace qkv::kernels

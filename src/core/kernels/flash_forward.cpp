@@ -14,14 +14,18 @@
 // bfloat16 inputs: each K and V tile is read in place as bf16 and widened to
 // float32 once per block (shared by the group's panels) into the thread's
 // scratch, then the float32 micro-kernels run on it; Q is widened when
-// packed. With AVX512-BF16, Q·Kᵀ never widens K: Q is packed in bf16 (pairs
-// for prefill, rows for decode) and vdpbf16ps reads K in place, and decode's
-// P·V widens V in registers (flash_bf16.h). P·V
-// stays float32 (P is never rounded to bf16), so the only roundings beyond
-// float32 accumulation are those of the inputs themselves.
+// packed: bitwise the float32 kernel on the widened inputs. With AVX512-BF16
+// nothing is widened into scratch: Q is packed in bf16 (pairs for prefill,
+// rows for decode) and vdpbf16ps reads K in place; P·V rounds the weights to
+// bf16 (as PyTorch's and FlashAttention's bf16 kernels do) and runs vdpbf16ps
+// on pairs of keys: prefill packs V's pairs once per tile (shared by the
+// group's panels), decode's few rows interleave two V rows in registers
+// (each V byte is read once from memory there).
 #include "core/kernels/flash_forward.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <omp.h>
@@ -46,6 +50,12 @@ struct Ctx {
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
   bool dp_bf16;            // bf16 on Isa::avx512bf16: prefill Q·Kᵀ by vdpbf16ps
+};
+
+// One thread's share of check_finite in decode: the sum of x - x over every
+// raw score it computed (0, or NaN once one was not finite).
+struct ScanState {
+  alignas(64) float acc[16] = {};
 };
 
 // A block of work: positions [i0, i0+npos) of batch b against keys
@@ -86,15 +96,19 @@ struct Workspace {
   std::vector<Panel> panels;
   float* St;
   float* alpha;
-  float* Kt = nullptr;  // [kBC][D]
-  float* Vt = nullptr;  // [kBC][Dv]
+  float* Kt = nullptr;     // [kBC][D]
+  float* Vt = nullptr;     // [kBC][Dv]
+  uint32_t* P2 = nullptr;  // [kBC/2][kBR] pairs of weights (pack_p_bf16_avx512)
+  uint32_t* V2 = nullptr;  // [kBC/2][Dv] pairs of V rows (pack_v_bf16_avx512)
+  ScanState* scan = nullptr;  // decode with check_finite fused: this thread's
 };
 
 // Floats of one thread's workspace for the largest block: a panel per head
 // of the group (or one stacked panel), St and alpha, and for bf16 inputs a
-// float32 K and V tile.
+// float32 K and V tile and the bf16 pairs of a P and a V tile.
 size_t workspace_floats(const AttentionProblem& p) {
-  const size_t tiles = p.dtype == DType::bf16 ? static_cast<size_t>(kBC * (p.D + p.Dv)) : 0;
+  const size_t tiles =
+      p.dtype == DType::bf16 ? static_cast<size_t>(kBC * (p.D + p.Dv) + kBC / 2 * (kBR + p.Dv)) : 0;
   return panel_floats(p) * static_cast<size_t>(p.group) + kBC * kBR + kBR + tiles;
 }
 
@@ -103,8 +117,9 @@ size_t workspace_floats(const AttentionProblem& p) {
 struct TeamWorkspaces {
   TeamScratch scratch;
   std::vector<Workspace> ws;
+  std::vector<ScanState> scans;
   TeamWorkspaces(const AttentionProblem& p, int threads)
-      : scratch(threads, workspace_floats(p)), ws(threads) {
+      : scratch(threads, workspace_floats(p)), ws(threads), scans(threads) {
     for (Workspace& w : ws) w.panels.reserve(p.group);
   }
   Workspace& mine() { return ws[omp_get_thread_num()]; }
@@ -131,6 +146,8 @@ void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Wo
   if (p.dtype == DType::bf16) {
     ws.Kt = ws.alpha + kBR;
     ws.Vt = ws.Kt + kBC * p.D;
+    ws.P2 = reinterpret_cast<uint32_t*>(ws.Vt + kBC * p.Dv);
+    ws.V2 = ws.P2 + kBC / 2 * kBR;
   }
 }
 
@@ -220,8 +237,10 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
 }
 
 // The scaled, masked score tile of the panel for keys [j0, j0+nj).
+// With `scan` (decode under check_finite), the raw scores are checked before
+// any mask touches them.
 void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& kv, int64_t j0,
-                int64_t nj, float* St) {
+                int64_t nj, float* St, ScanState* scan = nullptr) {
   const AttentionProblem& p = c.p;
   if (uses_dp_bf16(c, pn))  // K [nj, D] bf16 in place, rows ldk apart
     qk_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
@@ -235,6 +254,7 @@ void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& k
     c.kern.qk_rows(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   else
     c.kern.qk(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
+  if (scan) c.kern.check_scores(St, nj, pn.rows(), scan->acc);
   // Interior tiles of an unmasked problem need no per-element work: every
   // row sees every key of the tile.
   if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
@@ -266,11 +286,9 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   // first, and its reads overlap this tile's widening and arithmetic.
   const bool decode = blk.npos <= kDecodeRows;
   const bool stream_v = decode && !c.bf16;
-  // bf16 widens K unless vdpbf16ps reads it in place, and V unless every
-  // panel is a decode panel, whose P·V widens V in registers.
-  const bool need_k = c.bf16 && !c.dp_bf16;
-  bool direct_v = c.dp_bf16;
-  for (const Panel& pn : ws.panels) direct_v &= uses_rows_bf16(c, pn);
+  // bf16 widens K and V into scratch unless vdpbf16ps reads them: K in
+  // place, V in place (decode rows) or packed in pairs (prefill panels).
+  const bool widen = c.bf16 && !c.dp_bf16;
   const int64_t bg = blk.b * p.Hkv + blk.g;
   auto prefetch_bf16_tile = [&](int64_t j0) {  // K and V rows [j0, j0 + kBC), 64 bytes at a time
     for (int64_t j = j0; j < std::min(end, j0 + kBC); ++j) {
@@ -282,18 +300,26 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
     if (decode && c.bf16) prefetch_bf16_tile(j0 + kBC);
-    const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, !direct_v);
+    const TileKV kv = load_tile(c, blk, ws, j0, nj, widen, widen);
     if (stream_v)
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
+    bool v_paired = false;  // V2 holds this tile's pairs
     for (Panel& pn : ws.panels) {
-      score_tile(c, blk, pn, kv, j0, nj, ws.St);
+      score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-      if (direct_v)
-        pv_rows_bf16_avx512(pn.O, ws.St, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
+      if (uses_dp_bf16(c, pn)) {
+        if (!v_paired) pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
+        v_paired = true;
+        pack_p_bf16_avx512(ws.P2, ws.St, nj, pn.rows());
+        pv_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), ws.V2, p.Dv, ws.alpha);
+      } else if (uses_rows_bf16(c, pn)) {
+        pack_p_bf16_avx512(ws.P2, ws.St, nj, pn.rows());
+        pv_rows_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
                             p.v.row_stride, p.Dv, ws.alpha);
-      else
+      } else {
         c.kern.pv(pn.O, ws.St, nj, pn.rows(), kv.V, kv.ldv, p.Dv, ws.alpha);
+      }
     }
   }
 }
@@ -348,13 +374,18 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
   float* partial = caller_scratch(static_cast<size_t>(p.B * p.Hkv * chunks * rows * rec));
   TeamWorkspaces team(p, threads);
   const int64_t items = p.B * p.Hkv * chunks;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  // Static, contiguous items per thread: consecutive chunks of a head are
+  // consecutive in memory, so each core streams one run of K and V and its
+  // hardware prefetcher never loses the stream at a chunk boundary (chunks
+  // are equal work; dynamic scheduling interleaved them, ~4% slower).
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t bg = it / chunks, ch = it % chunks;
     const Block blk{bg / p.Hkv, bg % p.Hkv, 0, static_cast<int>(p.N), ch * kSplitKeys,
                     std::min(p.S, (ch + 1) * kSplitKeys)};
     Workspace& ws = team.mine();
     make_workspace(p, blk, team.scratch.slot(), ws);
+    ws.scan = p.kv_scan ? &team.scans[omp_get_thread_num()] : nullptr;
     run_block(c, blk, ws);
     // Partial rows in (head, position) order, whatever the panel layout.
     float* dst = partial + it * rows * rec;
@@ -388,6 +419,17 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
       for (int64_t e = 0; e < p.Dv; ++e) o[e] *= inv;
       if (lse) lse[row] = L > 0.0f ? M + std::log(L) : -INFINITY;
     }
+  if (p.kv_scan) {
+    // A NaN or Inf in a value row read makes its output NaN or Inf (w * inf,
+    // 0 * inf and NaN all stay), as does an accumulator past float32's
+    // range; with the raw scores' sums that is everything to report.
+    float bad = 0.0f;
+    for (const ScanState& s : team.scans)
+      for (float x : s.acc) bad += x;
+    const int64_t n = p.B * p.Hq * p.N * p.Dv;
+    for (int64_t x = 0; x < n; ++x) bad += out[x] - out[x];
+    p.kv_scan->bad = bad != 0.0f;
+  }
 }
 
 // weights[b, h, i, j] = exp(s_ij - lse_i), recomputing each score tile: the
@@ -410,10 +452,10 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       // `weights` reads lse in whole vectors: a padded copy (alpha is free
       // here), never past the end of the caller's lse.
       for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
-      const bool need_k = c.bf16 && !c.dp_bf16;
+      const bool widen_k = c.bf16 && !c.dp_bf16;
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
-        const TileKV kv = load_tile(c, blk, ws, j0, nj, need_k, false);
+        const TileKV kv = load_tile(c, blk, ws, j0, nj, widen_k, false);
         score_tile(c, blk, pn, kv, j0, nj, ws.St);
         c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
       }

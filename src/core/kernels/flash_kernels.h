@@ -82,6 +82,15 @@ struct FlashKernels {
   // lives in L1/L2 scratch.
   void (*widen_bf16)(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int64_t rows,
                      int64_t cols);
+
+  // ---- check_finite fused into decode ----
+  // acc[0..16) += x - x over the first ncols columns of St's nj rows: stays
+  // 0 while every score is finite, becomes NaN once one is not (NaN, or
+  // +-inf: inf - inf). Run on the raw scores, before any mask adds -inf: a
+  // non-finite raw score means a NaN or Inf in a key it read (q is checked
+  // before), or a dot product beyond float32's range. A few vector ops per
+  // tile, where scanning K itself would cost as much as the dot products.
+  void (*check_scores)(const float* St, int64_t nj, int ncols, float* acc);
 };
 
 const FlashKernels& scalar_kernels();

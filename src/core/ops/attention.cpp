@@ -57,14 +57,34 @@ AttentionShapes attention_shapes(const TensorView& q, const TensorView& k, const
 
 void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
                     const TensorView& v, const AttentionOptions& opts) {
-  const AttentionProblem p = check_attention_args(q, k, v, opts);
-  const AttentionBackend& backend = select_backend(opts.kernel, p);
+  // check_finite's scan of k and v waits for the backend: decode's kernel
+  // does it as it reads them (a separate pass would double decode's time);
+  // otherwise it runs here, before anything is computed.
+  AttentionProblem p = check_attention_args(q, k, v, opts, KvScanTiming::deferred);
+  const AttentionBackend* backend = &select_backend(opts.kernel, p);
+  KvScan seen;
+  if (p.kv_scan_pending) {
+    if (backend->scans_kv(p)) {
+      p.kv_scan = &seen;
+    } else {
+      finish_kv_checks(p, k, v);
+      backend = &select_backend(opts.kernel, p);
+    }
+  }
   const int threads = resolve_threads(opts.threads);
   const AttentionShapes shapes = shapes_of(p);
   fit_tensor(res.out, p.out_dtype, shapes.out);
   if (opts.return_weights) fit_tensor(res.weights, p.stats_dtype(), shapes.weights);
   if (opts.return_lse) fit_tensor(res.lse, p.stats_dtype(), shapes.lse);
-  backend.forward(res, p, opts.return_weights, opts.return_lse, threads);
+  backend->forward(res, p, opts.return_weights, opts.return_lse, threads);
+  if (p.kv_scan) {
+    // A NaN or Inf seen: the whole scan names it and throws. Scores that
+    // could leave float32's range: the result is redone on the reference.
+    p.kv_scan = nullptr;
+    finish_kv_checks(p, k, v, &seen);
+    if (!p.scores_fit_f32) select_backend(opts.kernel, p).forward(res, p, opts.return_weights,
+                                                                  opts.return_lse, threads);
+  }
 }
 
 AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -4,6 +4,7 @@
 
 #include "core/kernels/flash_backward.h"
 #include "core/kernels/flash_forward.h"
+#include "core/kernels/flash_tiles.h"
 #include "core/ref/attention_backward_ref.h"
 #include "core/ref/attention_ref.h"
 #include "qkv/runtime.h"
@@ -31,7 +32,11 @@ void fast_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardI
   kernels::flash_backward(g, p, in, threads, I);
 }
 
+// Decode reads every visible K and V row once, straight from memory.
+bool fast_scans_kv(const AttentionProblem& p) { return p.N <= kernels::kDecodeRows; }
+
 bool ref_supports(const AttentionProblem&) { return true; }
+bool ref_scans_kv(const AttentionProblem&) { return false; }
 
 // The reference is single-threaded: plain loops are its point.
 void ref_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
@@ -45,7 +50,7 @@ void ref_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardIn
 
 template <Isa I>
 AttentionBackend fast(const char* name) {
-  return {name, Kernel::fast, fast_supports<I>, fast_forward<I>, fast_backward<I>};
+  return {name, Kernel::fast, fast_supports<I>, fast_forward<I>, fast_backward<I>, fast_scans_kv};
 }
 
 }  // namespace
@@ -56,7 +61,7 @@ const std::vector<AttentionBackend>& attention_backends() {
       fast<Isa::avx512>("fast-avx512"),
       fast<Isa::avx2>("fast-avx2"),
       fast<Isa::scalar>("fast-scalar"),
-      {"reference", Kernel::reference, ref_supports, ref_forward, ref_backward},
+      {"reference", Kernel::reference, ref_supports, ref_forward, ref_backward, ref_scans_kv},
   };
   return table;
 }

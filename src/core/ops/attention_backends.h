@@ -25,6 +25,9 @@ struct AttentionBackend {
   // g's tensors already have their dtype and shapes.
   void (*backward)(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
                    int threads);
+  // True if forward can do check_finite's scan of k and v as it reads them
+  // (p.kv_scan): decode, where a separate pass would double the time.
+  bool (*scans_kv)(const AttentionProblem& p);
 };
 
 // Every backend, in order of preference: the first that matches the request

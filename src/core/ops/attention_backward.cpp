@@ -38,15 +38,43 @@ void check_lse_values(const T* lse, const Shape& shape) {
   }
 }
 
+// bfloat16 inputs: the backward widens q, k, v, out and dout to float32
+// once (exactly: a bf16 is a float32's top half), runs the float32 backward
+// on them, and rounds the gradients to bf16 once, unless opts.out_dtype asks
+// for float32 gradients (mixed-precision training keeps float32 master
+// gradients). The copies are O(N D), never N x S; the time is the float32
+// backward's. out and dout may be bf16 or float32 (the forward's out_dtype).
+void backward_bf16(AttentionGrads& g, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& out, const TensorView& lse,
+                   const TensorView& dout, const AttentionOptions& opts) {
+  for (const auto& [t, name] : {std::pair{&out, "out"}, std::pair{&dout, "dout"}})
+    if (*t && t->dtype() != DType::bf16 && t->dtype() != DType::f32)
+      throw Error(std::string(name) + ": expected bfloat16 or float32 (q is bfloat16), found " +
+                  dtype_name(t->dtype()));
+  if (lse && lse.dtype() != DType::f32)
+    throw Error(std::string("lse: expected float32 (the forward's lse for bfloat16 inputs), found ") +
+                dtype_name(lse.dtype()));
+  auto widen = [](const TensorView& t) { return t ? t.contiguous().to(DType::f32) : Tensor(); };
+  AttentionOptions o32 = opts;
+  o32.out_dtype.reset();
+  const bool f32_grads = opts.out_dtype == DType::f32;
+  AttentionGrads g32;
+  AttentionGrads& dst = f32_grads ? g : g32;
+  attention_backward_into(dst, widen(q), widen(k), widen(v), widen(out), lse, widen(dout), o32);
+  if (!f32_grads) {
+    g.dq = g32.dq.to(DType::bf16);
+    g.dk = g32.dk.to(DType::bf16);
+    g.dv = g32.dv.to(DType::bf16);
+  }
+}
+
 }  // namespace
 
 void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
                              const TensorView& v, const TensorView& out, const TensorView& lse,
                              const TensorView& dout, const AttentionOptions& opts) {
   AttentionProblem p = check_attention_args(q, k, v, opts);
-  if (p.dtype == DType::bf16)
-    throw Error("backward: bfloat16 inputs are not supported (forward only); convert q, k, v "
-                "to float32 for training");
+  if (p.dtype == DType::bf16) return backward_bf16(g, q, k, v, out, lse, dout, opts);
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;
     s.insert(s.end(), tail);

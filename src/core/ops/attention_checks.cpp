@@ -13,6 +13,18 @@ namespace {
 
 bool is_float(DType dt) { return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16; }
 
+// A float32 score is bounded by D max|q| max|k| |scale|, plus the largest
+// ALiBi bias and additive mask value; where that reaches half of FLT_MAX
+// the fast kernel's float32 scores could become inf (and its softmax
+// inf - inf = NaN, then 0) while the reference's double stays exact, so
+// such a problem runs on the reference. The magnitudes come from the
+// finiteness scan; a caller who turns that off vouches for its inputs.
+bool scores_fit(const AttentionProblem& p, double max_k) {
+  const double scale = std::fabs(p.scale);
+  const double limit = 0.5 * static_cast<double>(std::numeric_limits<float>::max());
+  return p.max_q * scale < limit && double(p.D) * p.max_q * max_k * scale + p.score_bias < limit;
+}
+
 void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
     throw Error(std::string(name) + ": expected float32, float64 or bfloat16, found " +
@@ -33,7 +45,8 @@ void fit_tensor(Tensor& t, DType dtype, const Shape& shape) {
 }
 
 AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
-                                      const TensorView& v, const AttentionOptions& opts) {
+                                      const TensorView& v, const AttentionOptions& opts,
+                                      KvScanTiming kv_timing) {
   require_float(q, "q");
   require_float(k, "k");
   require_float(v, "v");
@@ -88,8 +101,10 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   double max_q = 0.0, max_k = 0.0;
   if (opts.check_finite) {
     max_q = check_finite(q, "q");
-    max_k = check_finite(k, "k");
-    check_finite(v, "v");
+    if (kv_timing == KvScanTiming::now) {
+      max_k = check_finite(k, "k");
+      check_finite(v, "v");
+    }
   }
 
   p.scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.D)));
@@ -132,22 +147,32 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
     p.alibi_slopes = &opts.alibi_slopes;
   }
   if (opts.mask) p.mask = bind_mask(opts.mask, p);
-  // A float32 score is bounded by D max|q| max|k| |scale|, plus the largest
-  // ALiBi bias and additive mask value; where that reaches half of FLT_MAX
-  // the fast kernel's float32 scores could become inf (and its softmax
-  // inf - inf = NaN, then 0) while the reference's double stays exact, so
-  // such a problem runs on the reference. The magnitudes come from the
-  // finiteness scan; a caller who turns that off vouches for its inputs.
+  // Whether float32 scores are safe (scores_fit above); with the k scan
+  // deferred, q's part only until finish_kv_checks.
   if (opts.check_finite && (p.dtype == DType::f32 || p.dtype == DType::bf16)) {
-    double bias = p.mask.max_abs_add;
+    p.score_bias = p.mask.max_abs_add;
     if (p.alibi_slopes)
-      for (double sl : *p.alibi_slopes) bias = std::max(bias, std::fabs(sl) * double(p.S + p.N));
-    const double scale = std::fabs(p.scale);
-    const double limit = 0.5 * static_cast<double>(std::numeric_limits<float>::max());
-    p.scores_fit_f32 = max_q * scale < limit && double(p.D) * max_q * max_k * scale + bias < limit;
+      for (double sl : *p.alibi_slopes)
+        p.score_bias = std::max(p.score_bias, std::fabs(sl) * double(p.S + p.N));
+    p.max_q = max_q;
+    p.scores_fit_f32 = scores_fit(p, max_k);
   }
+  p.kv_scan_pending = opts.check_finite && kv_timing == KvScanTiming::deferred;
   bind_inputs(p, q, k, v);
   return p;
+}
+
+void finish_kv_checks(AttentionProblem& p, const TensorView& k, const TensorView& v,
+                      const KvScan* seen) {
+  if (!p.kv_scan_pending) return;
+  p.kv_scan_pending = false;
+  if (seen && !seen->bad) return;  // every score and output the kernel made was finite
+  // The whole scan names the first NaN or Inf (and throws).
+  const double max_k = check_finite(k, "k");
+  check_finite(v, "v");
+  if (p.dtype == DType::f32 || p.dtype == DType::bf16)
+    // After a kernel's report with finite inputs: its float32 overflowed.
+    p.scores_fit_f32 = seen ? false : scores_fit(p, max_k);
 }
 
 }  // namespace qkv

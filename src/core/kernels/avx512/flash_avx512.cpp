@@ -53,7 +53,7 @@ struct V {
 
 const FlashKernels& avx512_kernels() {
   static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
-                              widen_bf16};
+                              widen_bf16, check_scores};
   return k;
 }
 

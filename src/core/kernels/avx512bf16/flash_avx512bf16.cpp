@@ -1,5 +1,5 @@
 // flash_avx512bf16.cpp: Q·Kᵀ for bfloat16 inputs with vdpbf16ps (contract in
-// flash_bf16.h). Compiled with -mavx512f ... -mavx512bf16 (CMakeLists.txt);
+// flash_bf16.h; P·V is in pv_avx512bf16.cpp). Compiled with -mavx512f ... -mavx512bf16 (CMakeLists.txt);
 // only ever called after qkv::active_isa() said the CPU has AVX512-BF16.
 #include <immintrin.h>
 
@@ -71,78 +71,64 @@ void qk_columns(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uin
   }
 }
 
-// KB keys x R rows of the decode form, vectors of 32 bf16 along D.
+// Lane i of the result is the sum of the 16 lanes of x[i]: 45 shuffles and
+// adds for all 16, against ~8 each for _mm512_reduce_add_ps one by one.
+inline __m512 sum16(const __m512 (&x)[16]) {
+  __m512 quad[4];  // quad[g], 128-bit lane L: the lane-L sums of x[4g .. 4g+3]
+  for (int g = 0; g < 4; ++g) {
+    __m512 t[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512 a = x[4 * g + 2 * h], b = x[4 * g + 2 * h + 1];
+      t[h] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    quad[g] = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x44), _mm512_shuffle_ps(t[0], t[1], 0xEE));
+  }
+  // Add the four 128-bit lanes of each quad: a 4 x 4 transpose of lanes.
+  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[0], quad[1], 0x44),
+                                   _mm512_shuffle_f32x4(quad[0], quad[1], 0xEE));
+  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[2], quad[3], 0x44),
+                                   _mm512_shuffle_f32x4(quad[2], quad[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
+// KB keys x R rows of the decode form, vectors of 32 bf16 along D (the last
+// one masked when D is not a multiple of 32). With KB * R <= 16 the
+// accumulators reduce together (sum16) and scatter to St[a][r].
 template <int KB, int R>
 inline void qk_rows_block(float* St, const uint16_t* K, int64_t ldk, const uint16_t* Q, int64_t D,
                           float scale) {
-  const int64_t ld = bf16_row_pad(D);
-  __m512 acc[KB][R];
-  for (int a = 0; a < KB; ++a)
-    for (int r = 0; r < R; ++r) acc[a][r] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; d += 32) {
-    const __mmask32 m = D - d >= 32 ? ~__mmask32{0} : (__mmask32{1} << (D - d)) - 1;
+  static_assert(KB * R <= 16, "one sum16 per block");
+  const int64_t ld = bf16_row_pad(D), whole = D / 32 * 32;
+  __m512 acc[16];
+  for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
+  auto step = [&](int64_t d, __mmask32 m, bool masked) {
     __m512bh q[R];
     for (int r = 0; r < R; ++r) q[r] = (__m512bh)_mm512_loadu_si512(Q + r * ld + d);
     for (int a = 0; a < KB; ++a) {
       // Decode streams K from memory once: rows 32 ahead, as qk_rows does.
       __builtin_prefetch(K + (a + 32) * ldk + d, 0, 2);
-      const __m512bh k = (__m512bh)_mm512_maskz_loadu_epi16(m, K + a * ldk + d);
-      for (int r = 0; r < R; ++r) acc[a][r] = _mm512_dpbf16_ps(acc[a][r], k, q[r]);
+      const __m512bh k = (__m512bh)(masked ? _mm512_maskz_loadu_epi16(m, K + a * ldk + d)
+                                           : _mm512_loadu_si512(K + a * ldk + d));
+      for (int r = 0; r < R; ++r) acc[a * R + r] = _mm512_dpbf16_ps(acc[a * R + r], k, q[r]);
     }
-  }
-  for (int a = 0; a < KB; ++a)
-    for (int r = 0; r < R; ++r) St[a * kBR + r] = _mm512_reduce_add_ps(acc[a][r]) * scale;
+  };
+  // The unmasked loop apart: with masks in it GCC keeps acc in memory.
+  for (int64_t d = 0; d < whole; d += 32) step(d, 0, false);
+  if (whole < D) step(whole, (__mmask32{1} << (D - whole)) - 1, true);
+  alignas(64) int slot[16];
+  for (int x = 0; x < 16; ++x) slot[x] = x < KB * R ? (x / R) * kBR + x % R : 0;
+  const __mmask16 live = static_cast<__mmask16>((1u << (KB * R)) - 1u);
+  _mm512_mask_i32scatter_ps(St, live, _mm512_load_si512(slot),
+                            _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale)), 4);
 }
 
 template <int R>
 void qk_rows_n(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uint16_t* Q, int64_t D,
                float scale) {
+  constexpr int KB = 16 / R;  // keys per block: 16 accumulators
   int64_t j = 0;
-  for (; j + 4 <= nj; j += 4) qk_rows_block<4, R>(St + j * kBR, K + j * ldk, ldk, Q, D, scale);
+  for (; j + KB <= nj; j += KB) qk_rows_block<KB, R>(St + j * kBR, K + j * ldk, ldk, Q, D, scale);
   for (; j < nj; ++j) qk_rows_block<1, R>(St + j * kBR, K + j * ldk, ldk, Q, D, scale);
-}
-
-// 16 bf16 of a V row widened to float32 (the first n; the rest 0).
-inline __m512 widen16(const uint16_t* p, int n) {
-  const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
-  const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-}
-
-// Rows [0, R) x value columns [e, e + 64) (fewer at the end of Dv).
-template <int R>
-void pv_rows_n(float* O, const float* P, int64_t nj, const uint16_t* V, int64_t ldv, int64_t Dv,
-               const float* alpha) {
-  constexpr int EV = 4;
-  for (int64_t e = 0; e < Dv; e += EV * 16) {
-    int n[EV];
-    for (int b = 0; b < EV; ++b) {
-      const int64_t left = Dv - e - b * 16;
-      n[b] = left >= 16 ? 16 : left > 0 ? static_cast<int>(left) : 0;
-    }
-    auto mask = [&](int b) {
-      return n[b] >= 16 ? __mmask16(0xffff) : __mmask16((1u << n[b]) - 1u);
-    };
-    __m512 acc[R][EV];
-    for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(alpha[r]);
-      for (int b = 0; b < EV; ++b)
-        acc[r][b] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mask(b), O + r * Dv + e + b * 16));
-    }
-    for (int64_t j = 0; j < nj; ++j) {
-      if (e == 0)  // V is streamed once: its rows 32 ahead, whole
-        for (int64_t x = 0; x < Dv; x += 32) __builtin_prefetch(V + (j + 32) * ldv + x, 0, 2);
-      __m512 v[EV];
-      for (int b = 0; b < EV; ++b) v[b] = widen16(V + j * ldv + e + b * 16, n[b]);
-      for (int r = 0; r < R; ++r) {
-        const __m512 p = _mm512_set1_ps(P[j * kBR + r]);
-        for (int b = 0; b < EV; ++b) acc[r][b] = _mm512_fmadd_ps(p, v[b], acc[r][b]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < EV; ++b)
-        _mm512_mask_storeu_ps(O + r * Dv + e + b * 16, mask(b), acc[r][b]);
-  }
 }
 
 }  // namespace
@@ -154,16 +140,6 @@ void qk_rows_bf16_avx512(float* St, const uint16_t* K, int64_t ldk, int64_t nj, 
     case 2: qk_rows_n<2>(St, K, ldk, nj, Q, D, scale); break;
     case 3: qk_rows_n<3>(St, K, ldk, nj, Q, D, scale); break;
     default: qk_rows_n<4>(St, K, ldk, nj, Q, D, scale); break;
-  }
-}
-
-void pv_rows_bf16_avx512(float* O, const float* P, int64_t nj, int ncols, const uint16_t* V,
-                         int64_t ldv, int64_t Dv, const float* alpha) {
-  switch (ncols) {  // ncols <= kRowsForQkRows = 4
-    case 1: pv_rows_n<1>(O, P, nj, V, ldv, Dv, alpha); break;
-    case 2: pv_rows_n<2>(O, P, nj, V, ldv, Dv, alpha); break;
-    case 3: pv_rows_n<3>(O, P, nj, V, ldv, Dv, alpha); break;
-    default: pv_rows_n<4>(O, P, nj, V, ldv, Dv, alpha); break;
   }
 }
 
