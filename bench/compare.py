@@ -195,7 +195,8 @@ def main():
     med = {k: statistics.median(v) for k, v in times.items() if v}
     print(f"CPU: {cpu_model()}; {a.threads} thread{'s' if a.threads != 1 else ''}; qkv isa "
           f"{peaks['isa']}; measured peaks (best of the rounds): FMA fp32 {peaks['fma']:.1f} "
-          f"GFLOP/s, memory read {peaks['mem']:.1f} GB/s")
+          f"GFLOP/s, " + (f"memory read {peaks['mem']:.1f} GB/s" if peaks["mem"] > 0 else
+                          "memory read not measured (qkv bench probes it for decode shapes only)"))
     print(f"{a.rounds} alternating rounds x {a.reps} reps; ms = median over rounds of each "
           "round's median; GFLOP/s over visible pairs")
     if not torch:
