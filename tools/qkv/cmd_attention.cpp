@@ -118,8 +118,9 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
   throw Error(memory_shortfall(what, inputs + out + weights + lse));
 }
 
-// The options ring attention does not take, as "--mask, --window".
-std::string not_for_the_ring(const AttentionArgs& a) {
+// The options ring attention does not take, as "--mask, --window" (used
+// only in a build with MPI).
+[[maybe_unused]] std::string not_for_the_ring(const AttentionArgs& a) {
   std::string names;
   auto add = [&](bool given, const char* name) {
     if (given) names += (names.empty() ? "" : ", ") + std::string(name);
