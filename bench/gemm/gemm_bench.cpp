@@ -1,4 +1,5 @@
-// gemm_bench.cpp: fp32 GEMM at the small GPT's shapes, one backend per binary.
+// gemm_bench.cpp: GEMM at the small GPT's shapes, one backend per binary (fp32,
+// and oneDNN's bf16 matmul for mixed precision).
 //
 // Issue 4 asks for the GEMM backend to be chosen by measurement on this
 // machine. Every linear layer of the model (B·T = 12·64 = 768 rows, C = 128)
@@ -20,9 +21,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,7 +34,7 @@
 
 #if defined(QKV_BENCH_QKV)
 #include "model/gemm.h"
-#elif defined(QKV_BENCH_DNNL)
+#elif defined(QKV_BENCH_DNNL) || defined(QKV_BENCH_DNNL_BF16)
 #include <oneapi/dnnl/dnnl.h>
 #elif defined(QKV_BENCH_OPENBLAS) || defined(QKV_BENCH_BLIS)
 #include <cblas.h>
@@ -59,6 +62,91 @@ void set_threads(int t) { omp_set_num_threads(t); }  // Debian's build: OpenMP r
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#elif defined(QKV_BENCH_DNNL_BF16)
+// Mixed precision's candidate (issue 12): A and B rounded to bf16 (per call,
+// as a training step must do for its activations), a oneDNN matmul primitive
+// bf16 x bf16 -> float32 (beta = 1 as a sum post-op), one primitive per
+// shape, created once. oneDNN threads it itself (OpenMP).
+const char* kName = "oneDNN matmul bf16 x bf16 -> f32 (inputs rounded per call)";
+void set_threads(int t) { omp_set_num_threads(t); }
+void check(dnnl_status_t st, const char* what) {
+  if (st != dnnl_success) {
+    std::fprintf(stderr, "oneDNN: %s failed (status %d)\n", what, static_cast<int>(st));
+    std::exit(1);
+  }
+}
+struct Matmul {
+  bool ta, tb;
+  int64_t M, N, K;
+  float beta;
+  dnnl_memory_desc_t a, b, c;
+  dnnl_primitive_t prim;
+};
+dnnl_engine_t engine() {
+  static dnnl_engine_t e = [] {
+    dnnl_engine_t x;
+    check(dnnl_engine_create(&x, dnnl_cpu, 0), "engine");
+    return x;
+  }();
+  return e;
+}
+// A [M, K] (or [K, M] when ta) as a strided view in bf16, and likewise B.
+Matmul& matmul_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float beta) {
+  static std::vector<Matmul> cache;
+  for (Matmul& m : cache)
+    if (m.ta == ta && m.tb == tb && m.M == M && m.N == N && m.K == K && m.beta == beta) return m;
+  Matmul m{ta, tb, M, N, K, beta, {}, {}, {}, nullptr};
+  const dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
+  const dnnl_dims_t as = {ta ? 1 : K, ta ? M : 1}, bs = {tb ? 1 : N, tb ? K : 1}, cs = {N, 1};
+  check(dnnl_memory_desc_init_by_strides(&m.a, 2, ad, dnnl_bf16, as), "a desc");
+  check(dnnl_memory_desc_init_by_strides(&m.b, 2, bd, dnnl_bf16, bs), "b desc");
+  check(dnnl_memory_desc_init_by_strides(&m.c, 2, cd, dnnl_f32, cs), "c desc");
+  dnnl_matmul_desc_t desc;
+  check(dnnl_matmul_desc_init(&desc, &m.a, &m.b, nullptr, &m.c), "matmul desc");
+  dnnl_primitive_attr_t attr;
+  check(dnnl_primitive_attr_create(&attr), "attr");
+  if (beta != 0.0f) {
+    dnnl_post_ops_t ops;
+    check(dnnl_post_ops_create(&ops), "post ops");
+    check(dnnl_post_ops_append_sum(ops, beta), "sum");
+    check(dnnl_primitive_attr_set_post_ops(attr, ops), "set post ops");
+  }
+  dnnl_primitive_desc_t pd;
+  check(dnnl_primitive_desc_create(&pd, &desc, attr, engine(), nullptr), "primitive desc");
+  check(dnnl_primitive_create(&m.prim, pd), "primitive");
+  cache.push_back(m);
+  return cache.back();
+}
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  (void)alpha, (void)lda, (void)ldb, (void)ldc;  // 1 and packed, as the cases are
+  static std::vector<uint16_t> a16, b16;
+  a16.resize(static_cast<size_t>(M * K));
+  b16.resize(static_cast<size_t>(K * N));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M * K; ++i) a16[i] = to_bf16(A[i]);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < K * N; ++i) b16[i] = to_bf16(B[i]);
+  Matmul& m = matmul_for(ta, tb, M, N, K, beta);
+  static dnnl_stream_t stream = [] {
+    dnnl_stream_t x;
+    check(dnnl_stream_create(&x, engine(), dnnl_stream_default_flags), "stream");
+    return x;
+  }();
+  dnnl_memory_t am, bm, cm;
+  check(dnnl_memory_create(&am, &m.a, engine(), a16.data()), "a mem");
+  check(dnnl_memory_create(&bm, &m.b, engine(), b16.data()), "b mem");
+  check(dnnl_memory_create(&cm, &m.c, engine(), C), "c mem");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  check(dnnl_primitive_execute(m.prim, stream, 3, args), "execute");
+  check(dnnl_stream_wait(stream), "wait");
+  dnnl_memory_destroy(am), dnnl_memory_destroy(bm), dnnl_memory_destroy(cm);
 }
 #elif defined(QKV_BENCH_OPENBLAS) || defined(QKV_BENCH_BLIS)
 #if defined(QKV_BENCH_OPENBLAS)
@@ -103,7 +191,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   else c.noalias() += alpha * a.transpose() * b.transpose();
 }
 #else
-#error "define one of QKV_BENCH_QKV, QKV_BENCH_DNNL, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
+#error "define one of QKV_BENCH_QKV, QKV_BENCH_DNNL, QKV_BENCH_DNNL_BF16, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
 #endif
 
 using Clock = std::chrono::steady_clock;
@@ -158,6 +246,38 @@ double time_case(const Case& c, const std::vector<float>& A, const std::vector<f
   return *std::min_element(trials.begin(), trials.end());
 }
 
+#if defined(QKV_BENCH_DNNL_BF16)
+// The primitive computes what it should: every case once (beta 0) against
+// double sums of the same bf16-rounded inputs; exits 1 on a mismatch.
+void verify(const std::vector<Case>& cases, const std::vector<float>& A, const std::vector<float>& B) {
+  auto bf = [](float x) {
+    const uint32_t u = static_cast<uint32_t>(to_bf16(x)) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  };
+  for (const Case& c : cases) {
+    std::vector<float> C(static_cast<size_t>(c.M * c.N));
+    const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+    gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), c.N);
+    double worst = 0;
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double x = bf(c.ta ? A[k * lda + i] : A[i * lda + k]) * bf(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
+          want += x, mag += std::abs(x);
+        }
+        worst = std::max(worst, std::abs(C[i * c.N + j] - want) / (mag + 1e-30));
+      }
+    if (worst > 1e-5) {
+      std::fprintf(stderr, "%s %s: relative error %g\n", c.layer, c.pass, worst);
+      std::exit(1);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +296,9 @@ int main(int argc, char** argv) {
   for (float& x : A) x = u(rng);
   for (float& x : B) x = u(rng);
   for (float& x : Cm) x = u(rng);
+#if defined(QKV_BENCH_DNNL_BF16)
+  verify(cases, A, B);
+#endif
 
   std::printf("## %s (peak", kName);
   for (int t = 1; t <= max_threads; ++t) std::printf(" %.0f", peak[t]);
