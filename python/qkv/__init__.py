@@ -176,7 +176,9 @@ def attention_backward(query, key, value, out, lse, grad_out, attn_mask=None,
     ``return_lse=True``) and ``grad_out`` = dLoss/dout ``[..., Hq, N, Dv]``. dk and dv
     have key's and value's shapes: a GQA group's query heads are summed into their
     shared head. Masks and biases get no gradient; fully masked rows give zeros.
-    Returns the query's kind of array.
+    Returns the query's kind of array. bfloat16 inputs (torch.bfloat16) take a
+    float32 ``lse`` (as the forward returns it) and give bfloat16 gradients,
+    computed in float32.
     """
     torch_in = _is_torch(query)
     q = _arg(query, "query", torch_in)
