@@ -4,12 +4,26 @@
 #pragma once
 
 #include <optional>
+#include <ostream>
+#include <string>
 
 #include <gtest/gtest.h>
 
 #include "qkv/runtime.h"
 
+namespace qkv {
+
+// gtest prints a parameter as its ISA's name (ADL finds it in namespace qkv).
+inline void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
+}  // namespace qkv
+
 namespace qkv::test {
+
+// Names a test instance by its ISA ("Isas/Suite.Test/avx512").
+inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
+  return isa_name(info.param);
+}
 
 class OnIsa : public ::testing::TestWithParam<Isa> {
  protected:

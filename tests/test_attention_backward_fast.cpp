@@ -30,7 +30,6 @@
 #include "test_scale.h"
 
 namespace qkv {
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
 }  // namespace qkv
 
 using namespace qkv;
@@ -241,8 +240,5 @@ TEST_P(FastBackward, ThreadCountDoesNotChangeABit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, FastBackward,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Isas, FastBackward, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         qkv::test::isa_test_name);

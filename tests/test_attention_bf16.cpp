@@ -30,8 +30,6 @@
 
 namespace qkv {
 
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
-
 namespace {
 
 using test_inputs::join;
@@ -372,9 +370,7 @@ TEST_P(Bf16Kernel, Weights) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, Bf16Kernel,
                          ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+                         qkv::test::isa_test_name);
 
 }  // namespace
 }  // namespace qkv

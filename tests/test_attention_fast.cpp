@@ -32,7 +32,6 @@
 
 namespace qkv {
 // Test names and ctest list the path by name, not as raw bytes.
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
 }  // namespace qkv
 
 using namespace qkv;
@@ -361,9 +360,7 @@ TEST_P(FastKernel, ThreadCountDoesNotChangeABit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, FastKernel, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+                         qkv::test::isa_test_name);
 
 // The fast kernel is float32 only. Asked for by name on float64 it refuses
 // (silently computing in float32 would lose what float64 was chosen for);

@@ -20,7 +20,6 @@
 #include "strided.h"
 
 namespace qkv {
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
 }  // namespace qkv
 
 using namespace qkv;
@@ -158,9 +157,7 @@ TEST_P(Views, BroadcastMasksAsViews) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, Views, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+                         qkv::test::isa_test_name);
 
 // float64 runs the reference through views too.
 TEST(ViewsF64, ReferenceOnStridedInputs) {

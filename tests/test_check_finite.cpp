@@ -22,8 +22,6 @@
 
 namespace qkv {
 
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
-
 namespace {
 
 using test_inputs::normal;
@@ -126,9 +124,7 @@ TEST_P(FusedScan, KeysNoQueryCanSeeAreNotRead) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, FusedScan,
                          ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+                         qkv::test::isa_test_name);
 
 }  // namespace
 }  // namespace qkv
