@@ -32,8 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_VENV = Path(os.environ.get("QKV_VENV", Path.home() / ".cache" / "qkv" / "venv"))
 GGML_VENV = ROOT / "bench" / ".venv-ggml"
 
 # Issue 12's targets are on the first (prefill) and the last (decode) shape.
@@ -58,7 +59,7 @@ def parse_args():
     p.add_argument("--reps", type=int, default=3, help="timed runs per contender per round")
     p.add_argument("--case", metavar="ARGS", action="append",
                    help="a `qkv bench` case instead of the standard shapes (repeatable)")
-    p.add_argument("--venv", type=Path, default=DEFAULT_VENV,
+    p.add_argument("--venv", type=Path, default=pytorch_sdpa.VENV,
                    help="virtual environment holding torch (not created or filled here)")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--json-out", type=Path, help="also write every measurement here")

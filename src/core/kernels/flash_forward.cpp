@@ -49,7 +49,10 @@ struct Ctx {
   const FlashKernels& kern;
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
-  bool dp_bf16;            // bf16 on Isa::avx512bf16: prefill Q·Kᵀ by vdpbf16ps
+  bool dp_bf16;            // bf16 on Isa::avx512bf16: Q·Kᵀ and P·V by vdpbf16ps
+  // bf16 K and V tiles are widened to float32 into scratch unless vdpbf16ps
+  // reads them: K in place, V in place (decode rows) or packed in pairs.
+  bool widens() const { return bf16 && !dp_bf16; }
 };
 
 // One thread's share of check_finite in decode: the sum of x - x over every
@@ -286,13 +289,10 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   // whole next tile as well measured no faster, 8 alternating rounds.)
   const bool decode = blk.npos <= kDecodeRows;
   const bool stream_v = decode && !c.bf16;
-  // bf16 widens K and V into scratch unless vdpbf16ps reads them: K in
-  // place, V in place (decode rows) or packed in pairs (prefill panels).
-  const bool widen = c.bf16 && !c.dp_bf16;
   const int64_t bg = blk.b * p.Hkv + blk.g;
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
-    const TileKV kv = load_tile(c, blk, ws, j0, nj, widen, widen);
+    const TileKV kv = load_tile(c, blk, ws, j0, nj, c.widens(), c.widens());
     if (stream_v)
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
@@ -444,10 +444,9 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       // `weights` reads lse in whole vectors: a padded copy (alpha is free
       // here), never past the end of the caller's lse.
       for (int r = 0; r < kBR; ++r) ws.alpha[r] = r < pn.rows() ? lse[row0 + r] : -INFINITY;
-      const bool widen_k = c.bf16 && !c.dp_bf16;
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
-        const TileKV kv = load_tile(c, blk, ws, j0, nj, widen_k, false);
+        const TileKV kv = load_tile(c, blk, ws, j0, nj, c.widens(), false);
         score_tile(c, blk, pn, kv, j0, nj, ws.St);
         c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
       }
