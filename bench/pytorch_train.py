@@ -11,7 +11,10 @@ clipping at 1.0, warm-up then cosine decay); --rounds times, alternating.
 Prints ms/iteration for both, their ratio, and both sides' training loss at
 the first iterations: the same weights and batches give the same loss at
 iteration 0 up to float32 rounding, which checks that the two models are the
-same model.
+same model. --dtype bf16 (or both) also runs the mixed-precision contenders:
+`qkv train --dtype bf16`, and PyTorch under torch.autocast("cpu", bfloat16)
+(its Linear layers and SDPA in bf16, float32 weights and optimiser), the
+usual way to train in bf16 on a CPU.
 
 PyTorch lives in $QKV_VENV (default ~/.cache/qkv/venv, filled by
 scripts/setup.sh; created on first use otherwise, as pytorch_sdpa.py does). --qkv-only runs qkv alone (no PyTorch, no venv),
@@ -20,6 +23,7 @@ scripts/setup.sh; created on first use otherwise, as pytorch_sdpa.py does). --qk
     python3 bench/pytorch_train.py                     # 4x4x128, context 64, batch 12, 50 iters, 2 threads
     python3 bench/pytorch_train.py --iters 200 --threads 1
     python3 bench/pytorch_train.py --torch-only --iters 10
+    python3 bench/pytorch_train.py --dtype both        # qkv, qkv bf16, torch, torch bf16
 """
 import argparse
 import json
@@ -72,6 +76,9 @@ def parse_args():
     p.add_argument("--show", type=int, default=5,
                    help="iterations whose losses are printed side by side (the first N, and the "
                         "last; default 5)")
+    p.add_argument("--dtype", choices=["float32", "bf16", "both"], default="float32",
+                   help="float32 (default), bf16 (qkv train --dtype bf16; PyTorch under "
+                        "bf16 autocast), or both: four contenders per round")
     p.add_argument("--out", help="keep qkv's output directory here (default: a temporary one)")
     p.add_argument("--check-init", action="store_true",
                    help="also run `qkv train --stop-at 0` and compare its initial weights "
@@ -90,7 +97,7 @@ def parse_args():
     return a
 
 
-def qkv_command(a, out_dir, stop_at_0=False):
+def qkv_command(a, out_dir, stop_at_0=False, dtype="float32"):
     """`qkv train` with this run's options. Evaluation (and the checkpoint
     it writes) happens only at iteration 0 and at the end, on one batch."""
     cmd = [str(a.qkv), "train", "--text", str(a.text), "--out", str(out_dir),
@@ -100,12 +107,13 @@ def qkv_command(a, out_dir, stop_at_0=False):
            "--warmup", str(a.warmup), "--seed", str(a.seed), "--threads", str(a.threads),
            "--eval-interval", str(a.iters + 1), "--eval-iters", "1", "--log-interval", "1",
            "--no-progress"] + (["--bias"] if a.bias else [])
+    cmd += ["--dtype", dtype] if dtype != "float32" else []
     return cmd + (["--stop-at", "0"] if stop_at_0 else [])
 
 
-def run_qkv(a, out_dir):
+def run_qkv(a, out_dir, dtype):
     """(step ms per iteration, train loss per iteration) from DIR/log.jsonl."""
-    cmd = qkv_command(a, out_dir)
+    cmd = qkv_command(a, out_dir, dtype=dtype)
     print("running", shlex.join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -316,9 +324,13 @@ class TorchRun:
         self.init = init_weights(np, a, shapes)  # {name: float32 array}
         self.batches = [get_batch(np, self.train_ids, it, a) for it in range(a.iters)]
 
-    def train(self):
-        """(step ms per iteration, train loss per iteration)."""
+    def train(self, dtype):
+        """(step ms per iteration, train loss per iteration); dtype bf16 runs
+        the forward under torch.autocast("cpu", torch.bfloat16)."""
+        import contextlib
         a, torch = self.a, self.torch
+        cast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bf16"
+                else contextlib.nullcontext)
         model = build_model(torch, self.vocab, a)
         params = dict(model.named_parameters())
         with torch.no_grad():
@@ -341,7 +353,8 @@ class TorchRun:
                 group["lr"] = lr
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = model(x, y)
+            with cast():
+                loss = model(x, y)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -422,7 +435,8 @@ def print_report(a, vocab, sides, init_lines):
           + (f", vocab {vocab}, {n_params / 1e6:.2f}M parameters" if vocab else ""))
     skip = min(a.skip, a.iters - 1)
     rounds = len(next(iter(sides.values())))
-    print(f"{a.threads} thread{'s' if a.threads != 1 else ''}, float32, {a.iters} iterations"
+    dtypes = {"float32": "float32", "bf16": "bf16 mixed precision", "both": "float32 and bf16"}
+    print(f"{a.threads} thread{'s' if a.threads != 1 else ''}, {dtypes[a.dtype]}, {a.iters} iterations"
           + (f", {rounds} rounds alternating" if rounds > 1 else "")
           + f"; ms/iter = median step time over iterations {skip}..{a.iters - 1}"
           + (", then the median over rounds" if rounds > 1 else ""))
@@ -439,11 +453,12 @@ def print_report(a, vocab, sides, init_lines):
                 busy.append(label)
         if rounds > 1:
             notes.append("rounds " + ", ".join(f"{m:.1f}" for m in medians))
-        print(f"  {label + ' ms/iter':<16}{mid:>10.2f}   ({'; '.join(notes)})")
-    if len(per_round) == 2:
-        ratios = [t / q for q, t in zip(per_round["qkv"], per_round["torch"])]
-        print(f"  {'torch/qkv':<16}{statistics.median(ratios):>9.2f}x   (median of the per-round "
-              f"ratios {', '.join(f'{r:.2f}' for r in ratios)}; above 1: qkv is faster)")
+        print(f"  {label + ' ms/iter':<22}{mid:>10.2f}   ({'; '.join(notes)})")
+    for t in (l for l in per_round if l.startswith("torch")):
+        for q in (l for l in per_round if l.startswith("qkv")):
+            ratios = [tt / qq for qq, tt in zip(per_round[q], per_round[t])]
+            print(f"  {t + '/' + q:<22}{statistics.median(ratios):>9.2f}x   (median of the per-round "
+                  f"ratios {', '.join(f'{r:.2f}' for r in ratios)}; above 1: qkv is faster)")
     if busy:
         print(f"warning: the machine was busy during {' and '.join(busy)}'s rounds; worker "
               f"threads wait for each other, so its time may be far too slow: rerun when it is "
@@ -454,7 +469,7 @@ def print_report(a, vocab, sides, init_lines):
     for line in init_lines:
         print(line)
     losses = {label: runs[0][1] for label, runs in sides.items()}
-    both = len(losses) == 2
+    both = "qkv" in losses and "torch" in losses
     print("train loss" + ("" if both else " (one side only)") + ":")
     print(f"  {'iter':>5}" + "".join(f" {label:>12}" for label in losses)
           + (f" {'|qkv-torch|':>12}" if both else ""))
@@ -485,30 +500,35 @@ def main():
         pytorch_sdpa.enter_venv()
         print("torch: preparing data and initial weights", file=sys.stderr, flush=True)
         torch_run = TorchRun(a)
+    dtypes = ["float32", "bf16"] if a.dtype == "both" else [a.dtype]
+    label = lambda side, dtype: side + ("" if dtype == "float32" else " bf16")
     sides = {}
-    if not a.torch_only:
-        sides["qkv"] = []
-    if not a.qkv_only:
-        sides["torch"] = []
-    # Rounds alternate the two sides, so a burst of load elsewhere on the
+    for dtype in dtypes:
+        if not a.torch_only:
+            sides[label("qkv", dtype)] = []
+        if not a.qkv_only:
+            sides[label("torch", dtype)] = []
+    # Rounds alternate the contenders, so a burst of load elsewhere on the
     # machine is less likely to hit only one of them.
     for r in range(a.rounds):
-        if not a.torch_only:
-            out = a.out or tempfile.mkdtemp(prefix="qkv-train-")
-            try:
-                Path(out).mkdir(parents=True, exist_ok=True)
+        for dtype in dtypes:
+            if not a.torch_only:
+                out = a.out or tempfile.mkdtemp(prefix="qkv-train-")
+                try:
+                    Path(out).mkdir(parents=True, exist_ok=True)
+                    with OtherLoad() as load:
+                        ms, losses = run_qkv(a, out, dtype)
+                finally:
+                    if not a.out:
+                        shutil.rmtree(out, ignore_errors=True)
+                sides[label("qkv", dtype)].append((ms, losses, load.cores))
+            if not a.qkv_only:
+                print(f"torch {dtype}: {a.iters} iterations", file=sys.stderr, flush=True)
                 with OtherLoad() as load:
-                    ms, losses = run_qkv(a, out)
-            finally:
-                if not a.out:
-                    shutil.rmtree(out, ignore_errors=True)
-            sides["qkv"].append((ms, losses, load.cores))
-        if not a.qkv_only:
-            print(f"torch: {a.iters} iterations", file=sys.stderr, flush=True)
-            with OtherLoad() as load:
-                ms, losses = torch_run.train()
-            sides["torch"].append((ms, losses, load.cores))
-    init_lines = check_init(a, torch_run.init) if a.check_init and len(sides) == 2 else []
+                    ms, losses = torch_run.train(dtype)
+                sides[label("torch", dtype)].append((ms, losses, load.cores))
+    init_lines = (check_init(a, torch_run.init)
+                  if a.check_init and "qkv" in sides and "torch" in sides else [])
     print_report(a, None if a.qkv_only else torch_run.vocab, sides, init_lines)
 
 

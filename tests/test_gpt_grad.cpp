@@ -12,6 +12,8 @@
 //    gradient by 1% and asserts the checker flags it.
 // 2. The float32 model (oneDNN GEMM, the fast attention kernel) against the
 //    float64 one on the same weights: the gradients agree to float32 rounding.
+//    Mixed precision (bf16 compute) against the same float64 model, within
+//    bf16 rounding, on the AVX512-BF16 and the widening path.
 // 3. decode_step against forward: decoding a sequence token by token gives
 //    forward's logits at every position, and the KV cache's checks.
 #include <gmock/gmock.h>
@@ -25,6 +27,7 @@
 
 #include "qkv/gpt.h"
 #include "qkv/rng.h"
+#include "qkv/runtime.h"
 #include "test_scale.h"
 
 using ::testing::HasSubstr;
@@ -191,6 +194,68 @@ TEST_P(GptGrad, Float32GradientsMatchFloat64) {
     if (scale > 0.0) worst = std::max(worst, err / scale);
   }
   RecordProperty("worst_relative", std::to_string(worst));
+}
+
+// Mixed precision (compute dtype bf16) against the float64 model on the same
+// weights, on each ISA path this CPU has (the vdpbf16ps kernels, and the
+// widening path of CPUs without AVX512-BF16). Rounding every GEMM and
+// attention operand to bf16 (8 significant bits) moves the loss by ~1e-3
+// of itself and each gradient by 1.2-3.5e-2 of its tensor's largest
+// (measured over these configs; recorded per test); a wrong wiring is off by its own size, and
+// float32 compute stays 100x closer, which the floor checks (bf16 really
+// rounds).
+TEST_P(GptGrad, Bf16GradientsFollowFloat64WithinBf16Rounding) {
+  const auto [rope, kv_heads, bias] = GetParam();
+  const GPTConfig cfg = tiny(rope, kv_heads, bias);
+  GPT64 m64(cfg);
+  GPT m16(cfg);
+  randomize(m16, 7);
+  for (int64_t i = 0; i < m16.num_params(); ++i) m64.weights()[i] = m16.weights()[i];
+  const Batch b = random_batch(cfg.vocab, 8);
+  const double loss64 = m64.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+  m64.backward();
+  m16.set_compute_dtype(DType::bf16);
+  const Isa saved = active_isa();
+  for (Isa isa : {Isa::avx512bf16, Isa::avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
+      std::printf("[ SKIPPED ] %s path: not on this CPU\n", isa_name(isa));
+      continue;
+    }
+    SCOPED_TRACE(isa_name(isa));
+    set_isa(isa);
+    const double loss16 = m16.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+    EXPECT_NEAR(loss16, loss64, 1e-2 * loss64);
+    m16.backward();
+    double worst = 0.0;
+    for (const ParamInfo& p : m16.params()) {
+      double scale = 0.0, err = 0.0;
+      for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
+        scale = std::max(scale, std::abs(m64.grads()[i]));
+        err = std::max(err, std::abs(m16.grads()[i] - m64.grads()[i]));
+      }
+      EXPECT_LE(err, 5e-2 * scale) << p.name << ": scale " << scale;
+      if (scale > 0.0) worst = std::max(worst, err / scale);
+    }
+    EXPECT_GT(worst, 1e-4) << "bf16 compute as close as float32: nothing was rounded";
+    RecordProperty(std::string("worst_relative_") + isa_name(isa), std::to_string(worst));
+  }
+  set_isa(saved);
+}
+
+TEST(GptComputeDtype, RefusesWhatItCannotRun) {
+  GPT m(tiny(false, 4, false));
+  EXPECT_EQ(m.compute_dtype(), DType::f32);
+  EXPECT_THROW(m.set_compute_dtype(DType::f64), Error);
+  EXPECT_THROW(m.set_compute_dtype(DType::boolean), Error);
+  GPT64 m64(tiny(false, 4, false));
+  try {
+    m64.set_compute_dtype(DType::bf16);
+    ADD_FAILURE() << "bf16 compute on the float64 model did not throw";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("float32 model"));
+  }
+  m.set_compute_dtype(DType::bf16);
+  EXPECT_EQ(m.compute_dtype(), DType::bf16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,

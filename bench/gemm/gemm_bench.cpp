@@ -31,8 +31,11 @@
 #include <vector>
 
 #include "qkv/peak.h"
+#include "qkv/tensor.h"
 
 #if defined(QKV_BENCH_QKV)
+#include "model/gemm.h"
+#elif defined(QKV_BENCH_QKV_BF16)
 #include "model/gemm.h"
 #elif defined(QKV_BENCH_DNNL) || defined(QKV_BENCH_DNNL_BF16)
 #include <oneapi/dnnl/dnnl.h>
@@ -62,6 +65,16 @@ void set_threads(int t) { omp_set_num_threads(t); }  // Debian's build: OpenMP r
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#elif defined(QKV_BENCH_QKV_BF16)
+// What `qkv train --dtype bf16` runs (src/model/gemm_bf16.cpp): operands
+// rounded to bf16 as they are packed, our vdpbf16ps micro-kernel on
+// AVX512-BF16 (elsewhere the rounded operands widened and sgemm).
+const char* kName = "qkv::kernels::gemm_bf16 (bf16 x bf16 -> f32, rounded while packing)";
+void set_threads(int t) { omp_set_num_threads(t); }
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  qkv::kernels::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #elif defined(QKV_BENCH_DNNL_BF16)
 // Mixed precision's candidate (issue 12): A and B rounded to bf16 (per call,
@@ -118,11 +131,7 @@ Matmul& matmul_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float beta
   cache.push_back(m);
   return cache.back();
 }
-uint16_t to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+uint16_t to_bf16(float x) { return qkv::bf16_from_float(x).bits; }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   (void)alpha, (void)lda, (void)ldb, (void)ldc;  // 1 and packed, as the cases are
@@ -191,7 +200,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   else c.noalias() += alpha * a.transpose() * b.transpose();
 }
 #else
-#error "define one of QKV_BENCH_QKV, QKV_BENCH_DNNL, QKV_BENCH_DNNL_BF16, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
+#error "define one of QKV_BENCH_QKV, QKV_BENCH_QKV_BF16, QKV_BENCH_DNNL, QKV_BENCH_DNNL_BF16, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
 #endif
 
 using Clock = std::chrono::steady_clock;
@@ -246,16 +255,11 @@ double time_case(const Case& c, const std::vector<float>& A, const std::vector<f
   return *std::min_element(trials.begin(), trials.end());
 }
 
-#if defined(QKV_BENCH_DNNL_BF16)
-// The primitive computes what it should: every case once (beta 0) against
+#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16)
+// The backend computes what it should: every case once (beta 0) against
 // double sums of the same bf16-rounded inputs; exits 1 on a mismatch.
 void verify(const std::vector<Case>& cases, const std::vector<float>& A, const std::vector<float>& B) {
-  auto bf = [](float x) {
-    const uint32_t u = static_cast<uint32_t>(to_bf16(x)) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return static_cast<double>(f);
-  };
+  auto bf = [](float x) { return static_cast<double>(qkv::bf16_to_float(qkv::bf16_from_float(x))); };
   for (const Case& c : cases) {
     std::vector<float> C(static_cast<size_t>(c.M * c.N));
     const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
@@ -296,7 +300,7 @@ int main(int argc, char** argv) {
   for (float& x : A) x = u(rng);
   for (float& x : B) x = u(rng);
   for (float& x : Cm) x = u(rng);
-#if defined(QKV_BENCH_DNNL_BF16)
+#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16)
   verify(cases, A, B);
 #endif
 

@@ -15,6 +15,7 @@ cmake --build "$build" -j1 >/dev/null
 run() { [ -x "$build/$1" ] && "${@:2}" "$build/$1" "$threads"; }
 run gemm_bench_qkv env
 run gemm_bench_dnnl env
+run gemm_bench_qkv_bf16 env
 run gemm_bench_dnnl_bf16 env
 echo "oneDNN limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2: what a CPU without AVX-512 gets):"
 echo

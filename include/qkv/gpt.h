@@ -145,6 +145,16 @@ class BasicGPT {
   int threads() const { return attn_opts_.threads; }
   // The attention kernel, and the threads as set_threads.
   void set_attention(Kernel kernel, int threads);
+  // Mixed precision (GPT only): DType::bf16 runs every Linear layer as a
+  // bf16 GEMM (operands rounded to bfloat16, products summed in float32;
+  // nn::Matmul::bf16) and attention on q, k, v rounded to bfloat16 (float32
+  // scores, softmax, output and gradients). Weights, gradients, the
+  // activations between layers, LayerNorm, GELU and the loss stay float32:
+  // the weights are the float32 "master" copy the optimiser updates.
+  // DType::f32, the default, is float32 throughout; decode_step always is.
+  // Throws qkv::Error for another dtype, or bf16 on BasicGPT<double>.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_; }
 
  private:
   // Offsets of one block's parameters in the flat buffer.
@@ -157,7 +167,8 @@ class BasicGPT {
   struct LayerActs {
     Vec ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
     Vec qkv;                      // [BT, (H + 2 Hkv) hs]
-    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied
+    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
+    Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
     AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
     Vec atty, res2;               // [BT, C]: heads merged; x + attention
     Vec ln2, ln2_mean, ln2_rstd;
@@ -188,6 +199,8 @@ class BasicGPT {
   int64_t wte_ = 0, wpe_ = -1, lnf_w_ = 0, lnf_b_ = 0;
   nn::RopeTable rope_;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
   AttentionOptions attn_opts_;
+  DType compute_ = DType::f32;
+  nn::Matmul matmul_ = nn::Matmul::f32;  // follows compute_
   Acts acts_;
   // Backward scratch: the gradient flowing down the residual stream, and
   // the gradients of one block's intermediates (reused by every block).

@@ -31,17 +31,27 @@ namespace qkv::nn {
 //   in_out  [C, OC]: y = x · W, the NumPy lessons' orientation
 enum class WeightLayout { out_in, in_out };
 
+// How a float32 Linear layer multiplies (float64 has only f32's plain loops):
+//   f32   float32 operands (sgemm)
+//   bf16  operands rounded to bfloat16, products summed in float32
+//         (gemm_bf16): mixed-precision training. Inputs, outputs, weights
+//         and gradients stay float32 in memory; the bias is added in float32.
+enum class Matmul { f32, bf16 };
+
 // out [BT, OC] = inp [BT, C] · W + bias, W per `layout`, bias [OC] or null.
 // Each output sums its C products first and adds the bias last (NumPy's
 // x @ W + b). float runs on the GEMM backend (see model/gemm.h).
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
-                    int64_t OC, WeightLayout layout = WeightLayout::out_in);
+                    int64_t OC, WeightLayout layout = WeightLayout::out_in,
+                    Matmul matmul = Matmul::f32);
 // dinp [BT, C] += dout · weight;  dweight [OC, C] += doutᵀ · inp;  dbias [OC] += Σ dout.
-// Weight [OC, C] (out_in) only; dbias may be null (no bias).
+// Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
+// Matmul::bf16 both GEMMs round their operands (dout, weight, inp); the
+// bias gradient sums dout in float32.
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC);
+                     int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.

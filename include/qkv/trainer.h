@@ -49,6 +49,10 @@ struct TrainOptions {
   uint64_t seed = 1337;
   int threads = 0;  // for everything the run computes; 0 = all cores
   Kernel kernel = Kernel::automatic;
+  // The model's compute dtype (GPT::set_compute_dtype): float32, or bf16 for
+  // mixed precision (bf16 GEMMs and attention; float32 master weights,
+  // AdamW state, LayerNorm, GELU and loss). Saved: a resume keeps it.
+  DType dtype = DType::f32;
   bool resume = false;
   bool force = false;    // start afresh even where out_dir holds a trained run
   int64_t stop_at = -1;  // >= 0: stop once this iteration's checkpoint is written

@@ -300,7 +300,8 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     options (the command's, with underscores): context, layers, heads, kv_heads,
     embd, rope, bias, batch, iters, warmup, eval_interval, eval_iters,
     log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
-    threads, kernel, resume, stop_at. kv_heads defaults to heads.
+    threads, kernel, dtype ("float32", or "bf16": mixed precision, as
+    ``qkv train --dtype bf16``), resume, stop_at. kv_heads defaults to heads.
 
     progress, if given, is called on this thread with each line the trainer logs
     (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs

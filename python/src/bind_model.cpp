@@ -26,6 +26,13 @@ qkv::Kernel kernel_of(const std::string& s) {
   return *k;
 }
 
+// train(dtype=...): "float32", or "bf16" / "bfloat16" for mixed precision.
+qkv::DType train_dtype(const std::string& s) {
+  if (s == "float32") return qkv::DType::f32;
+  if (s == "bf16" || s == "bfloat16") return qkv::DType::bf16;
+  throw nb::value_error(("dtype: expected 'float32' or 'bf16', got '" + s + "'").c_str());
+}
+
 // TrainOptions from keyword arguments; an unknown name is a TypeError, as a
 // Python function's would be.
 qkv::TrainOptions train_options(const std::string& text_path, const std::string& out_dir,
@@ -59,6 +66,7 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
     else if (k == "seed") o.seed = nb::cast<uint64_t>(value);
     else if (k == "threads") o.threads = nb::cast<int>(value);
     else if (k == "kernel") o.kernel = kernel_of(nb::cast<std::string>(value));
+    else if (k == "dtype") o.dtype = train_dtype(nb::cast<std::string>(value));
     else if (k == "resume") o.resume = nb::cast<bool>(value);
     else if (k == "stop_at") o.stop_at = i64();
     else throw nb::type_error(("train() got an unexpected keyword argument '" + k + "'").c_str());

@@ -1,6 +1,7 @@
 // gemm.cpp: sgemm on oneDNN, in fixed panels so results do not depend on the
 // thread count; sgemm_ref in plain loops.
 #include "model/gemm.h"
+#include "model/gemm_common.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -26,9 +27,11 @@ int64_t panel_size(int64_t dim) {
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
 }
 
-void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
-                int64_t ldb, int64_t ldc) {
-  auto fail = [](const std::string& what) { throw Error("sgemm: " + what); };
+}  // namespace
+
+void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     int64_t lda, int64_t ldb, int64_t ldc) {
+  auto fail = [fn](const std::string& what) { throw Error(std::string(fn) + ": " + what); };
   if (M < 0 || N < 0 || K < 0)
     fail("expected sizes >= 0, found M = " + std::to_string(M) + ", N = " + std::to_string(N) +
          ", K = " + std::to_string(K));
@@ -40,7 +43,6 @@ void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int
   if (ldc < min_ldc) fail("ldc: expected >= " + std::to_string(min_ldc) + ", found " + std::to_string(ldc));
 }
 
-// C = beta · C, with beta = 0 writing zeros (C may hold NaN).
 void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     float* c = C + i * ldc;
@@ -49,12 +51,10 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   }
 }
 
-}  // namespace
-
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc) {
-  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
   if (K == 0 || alpha == 0.0f) {
@@ -88,7 +88,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
-  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0.0;

@@ -1,4 +1,5 @@
-// kernels/gemm.h: C = alpha · op(A) · op(B) + beta · C in float32, row-major.
+// model/gemm.h: C = alpha · op(A) · op(B) + beta · C in float32, row-major
+// (sgemm), and with bfloat16 operands (gemm_bf16).
 //
 // op(A) is [M, K] (A stored [M, K] with row stride lda, or [K, M] when
 // trans_a), op(B) is [K, N] (B stored [K, N] with row stride ldb, or [N, K]
@@ -33,5 +34,25 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+
+// Mixed precision: C = alpha · op(A) · op(B) + beta · C with op(A) and op(B)
+// rounded to bfloat16 (to nearest even), their products summed in float32;
+// A, B and C stay float32 in memory (the rounding happens as they are
+// packed). Same arguments, checks and beta = 0 rule as sgemm.
+//   AVX512-BF16: our vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp); bf16
+//     denormals count as 0 (the instruction's DAZ) and float32 sums that
+//     fall below 2^-126 are flushed to 0.
+//   other CPUs: the rounded operands widened back to float32 and sgemm (the
+//     same products, exact in float32, summed in another order).
+// Results are bitwise identical for any thread count: each C element is one
+// thread's K sum in order.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+// The same contract in plain loops: sgemm_ref on the operands rounded to bf16.
+void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   int64_t ldc);
 
 }  // namespace qkv::kernels

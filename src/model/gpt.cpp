@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 
 namespace qkv {
+namespace {
+constexpr nn::WeightLayout kOutIn = nn::WeightLayout::out_in;  // every GPT weight is [OC, C]
+}  // namespace
 
 void GPTConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
@@ -50,6 +54,36 @@ void BasicGPT<T>::set_attention(Kernel kernel, int threads) {
   set_threads(threads);
   attn_opts_.kernel = kernel;
 }
+
+template <class T>
+void BasicGPT<T>::set_compute_dtype(DType dtype) {
+  if (dtype != DType::f32 && dtype != DType::bf16)
+    throw Error(std::string("gpt: compute dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
+  if (dtype == DType::bf16 && !std::is_same_v<T, float>)
+    throw Error("gpt: bfloat16 compute is for the float32 model (GPT); the float64 model checks it");
+  compute_ = dtype;
+  matmul_ = dtype == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
+}
+
+namespace {
+
+// Rounds x (float32) to bf16 into x16, (re)made to x's shape, and x itself
+// to the same values: the backward then runs the float32 kernel on exactly
+// the operands the bf16 forward read, with no copies (what
+// attention_backward does for bf16 inputs, less its allocations).
+void round_to_bf16(Tensor& x16, Tensor& x) {
+  if (x16.dtype() != DType::bf16 || x16.shape() != x.shape()) x16 = Tensor(DType::bf16, x.shape());
+  float* s = x.data<float>();
+  bfloat16* d = x16.data<bfloat16>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n >= 4096)
+  for (int64_t i = 0; i < n; ++i) {
+    d[i] = bf16_from_float(s[i]);
+    s[i] = bf16_to_float(d[i]);
+  }
+}
+
+}  // namespace
 
 template <class T>
 void BasicGPT<T>::build_params() {
@@ -158,7 +192,16 @@ void BasicGPT<T>::attention_forward(LayerActs& a) {
     nn::rope_forward(q, q, rope_, B * H, Tn, hs);
     nn::rope_forward(k, k, rope_, B * Hkv, Tn, hs);
   }
-  attention_into(a.att, a.q, a.k, a.v, attn_opts_);
+  if (compute_ == DType::bf16) {
+    round_to_bf16(a.q16, a.q);
+    round_to_bf16(a.k16, a.k);
+    round_to_bf16(a.v16, a.v);
+    AttentionOptions o = attn_opts_;
+    o.out_dtype = DType::f32;
+    attention_into(a.att, a.q16, a.k16, a.v16, o);
+  } else {
+    attention_into(a.att, a.q, a.k, a.v, attn_opts_);
+  }
   nn::merge_heads(a.atty.data(), a.att.out.template data<T>(), B, Tn, H, hs, H * hs, 0);
 }
 
@@ -169,6 +212,7 @@ void BasicGPT<T>::attention_backward(LayerActs& a) {
   const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
   nn::split_heads(dout_.template data<T>(), datty_.data(), B, Tn, H, hs, H * hs, 0);
+  // Under bf16 compute q, k, v hold the rounded values (round_to_bf16).
   attention_backward_into(dattn_, a.q, a.k, a.v, a.att.out, a.att.lse, dout_, attn_opts_);
   T* dq = dattn_.dq.template data<T>();
   T* dk = dattn_.dk.template data<T>();
@@ -204,23 +248,27 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
     LayerActs& la = a.layers[l];
     nn::layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w),
                           w(L.ln1_b), BT, C);
-    nn::linear_forward(la.qkv.data(), la.ln1.data(), w(L.attn_w), w(L.attn_b), BT, C, qkv_out);
+    nn::linear_forward(la.qkv.data(), la.ln1.data(), w(L.attn_w), w(L.attn_b), BT, C, qkv_out,
+                       kOutIn, matmul_);
     attention_forward(la);
     // res2 = x + attn proj: project into res2, then add the stream.
-    nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C);
+    nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
+                       kOutIn, matmul_);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     nn::layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
                           w(L.ln2_w), w(L.ln2_b), BT, C);
-    nn::linear_forward(la.fch.data(), la.ln2.data(), w(L.fc_w), w(L.fc_b), BT, C, 4 * C);
+    nn::linear_forward(la.fch.data(), la.ln2.data(), w(L.fc_w), w(L.fc_b), BT, C, 4 * C, kOutIn,
+                       matmul_);
     nn::gelu_forward(la.fch_gelu.data(), la.fch.data(), BT * 4 * C, cfg_.gelu);
     nn::linear_forward(la.res3.data(), la.fch_gelu.data(), w(L.fc_proj_w), w(L.fc_proj_b), BT,
-                       4 * C, C);
+                       4 * C, C, kOutIn, matmul_);
     nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
     x = la.res3.data();
   }
   nn::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_),
                         w(lnf_b_), BT, C);
-  nn::linear_forward<T>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V);  // tied head
+  nn::linear_forward<T>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V, kOutIn,
+                        matmul_);  // tied head
   has_targets_ = targets != nullptr;
   if (!has_targets_) return T(0);
   for (int64_t i = 0; i < BT; ++i) {
@@ -249,7 +297,7 @@ void BasicGPT<T>::backward() {
   std::fill(dres_.begin(), dres_.end(), T(0));
   std::fill(dln_.begin(), dln_.end(), T(0));
   nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),
-                         BT, C, V);
+                         BT, C, V, matmul_);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -260,22 +308,22 @@ void BasicGPT<T>::backward() {
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
     std::fill(dfch_gelu_.begin(), dfch_gelu_.end(), T(0));
     nn::linear_backward(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(),
-                        la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C);
+                        la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C, matmul_);
     std::fill(dfch_.begin(), dfch_.end(), T(0));
     nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu);
     std::fill(dln_.begin(), dln_.end(), T(0));
     nn::linear_backward(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2.data(), w(L.fc_w),
-                        BT, C, 4 * C);
+                        BT, C, 4 * C, matmul_);
     nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
     std::fill(datty_.begin(), datty_.end(), T(0));
     nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
-                        la.atty.data(), w(L.attn_proj_w), BT, C, C);
+                        la.atty.data(), w(L.attn_proj_w), BT, C, C, matmul_);
     attention_backward(la);
     std::fill(dln_.begin(), dln_.end(), T(0));
     nn::linear_backward(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1.data(),
-                        w(L.attn_w), BT, C, qkv_out);
+                        w(L.attn_w), BT, C, qkv_out, matmul_);
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }

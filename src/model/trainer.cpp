@@ -80,6 +80,8 @@ void TrainOptions::validate() const {
   need(std::isfinite(adam.beta2) && adam.beta2 >= 0 && adam.beta2 < 1, "beta2 must be in [0, 1)");
   need(std::isfinite(adam.weight_decay) && adam.weight_decay >= 0, "weight_decay must be finite and >= 0");
   need(std::isfinite(adam.grad_clip) && adam.grad_clip >= 0, "grad_clip must be finite and >= 0 (0 = off)");
+  need(dtype == DType::f32 || dtype == DType::bf16,
+       std::string("dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
   need(threads >= 0, "threads must be 0 (all cores) or a positive count, found " + std::to_string(threads));
   need(ranks >= 1 && rank >= 0 && rank < ranks, "rank " + std::to_string(rank) + " of " + std::to_string(ranks));
   need(batch % ranks == 0, "batch " + std::to_string(batch) + " must divide by the " +
@@ -103,6 +105,7 @@ std::string TrainOptions::to_json() const {
             {"weight_decay", adam.weight_decay},
             {"grad_clip", adam.grad_clip},
             {"seed", seed},
+            {"dtype", dtype_name(dtype)},
             {"text_hash", std::to_string(text_hash)}};
   return j.dump();
 }
@@ -125,6 +128,10 @@ TrainOptions TrainOptions::from_json(const std::string& text, const std::string&
     o.adam.weight_decay = j.at("weight_decay").get<double>();
     o.adam.grad_clip = j.at("grad_clip").get<double>();
     o.seed = j.at("seed").get<uint64_t>();
+    // Checkpoints from before mixed precision trained in float32.
+    const std::string dt = j.value("dtype", std::string("float32"));
+    if (dt == "bfloat16") o.dtype = DType::bf16;
+    else if (dt != "float32") throw Error("dtype: expected float32 or bfloat16, found " + dt);
     o.text_hash = std::stoull(j.at("text_hash").get<std::string>());
   } catch (const std::exception& e) {
     throw Error("'" + name + "': bad training options (" + e.what() + ")");
@@ -194,6 +201,7 @@ TrainResult train(const TrainOptions& given) {
   if (o.warmup < 0) o.warmup = std::min<int64_t>(100, o.iters / 10);
   GPT model(o.model);
   model.set_attention(o.kernel, o.threads);
+  model.set_compute_dtype(o.dtype);
   AdamW opt(model, o.adam);
   int64_t start = 0;
   if (o.resume) {

@@ -102,6 +102,36 @@ def test_resume_reproduces_the_uninterrupted_run(text, tmp_path, run):
     assert (full / "model.safetensors").read_bytes() == (part / "model.safetensors").read_bytes()
 
 
+def test_bf16_training_follows_float32(trained, text, tmp_path, run):
+    """Mixed precision (--dtype bf16) trains the same model to the same loss:
+    the fixture's float32 run and this one share every option and seed."""
+    out = tmp_path / "bf16"
+    r = run("train", "--text", text, "--out", out, *TINY, "--iters", "300", "--eval-interval",
+            "100", "--lr", "3e-3", "--warmup", "20", "--dtype", "bf16")
+    assert r.returncode == 0, r.stderr
+    f32 = [l for l in log_lines(trained[0]) if "val_loss_full" in l][-1]
+    b16 = [l for l in log_lines(out) if "val_loss_full" in l][-1]
+    assert abs(b16["val_loss_full"] - f32["val_loss_full"]) < 0.02, (b16, f32)
+    # Not the float32 run under another name: the rounding shows in the losses.
+    assert [l.get("train_loss") for l in log_lines(out)] != [l.get("train_loss") for l in log_lines(trained[0])]
+    # The checkpoint holds float32 weights, as every other.
+    data = (out / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert json.loads(data[8:8 + n])["transformer.wte.weight"]["dtype"] == "F32"
+
+
+def test_bf16_resume_keeps_the_dtype(text, tmp_path, run):
+    """--resume continues in bf16 without being told: the dtype is saved."""
+    common = [*TINY, "--iters", "40", "--eval-interval", "20", "--log-interval", "1", "--dtype", "bf16"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert run("train", "--text", text, "--out", full, *common).returncode == 0
+    assert run("train", "--text", text, "--out", part, *common, "--stop-at", "20").returncode == 0
+    r = run("train", "--text", text, "--out", part, "--resume", "--threads", "2", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert [l.get("train_loss") for l in log_lines(full)] == [l.get("train_loss") for l in log_lines(part)]
+    assert (full / "model.safetensors").read_bytes() == (part / "model.safetensors").read_bytes()
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip-header", "bad-config", "missing-vocab"])
 def test_damaged_checkpoint_is_a_clear_error(trained, tmp_path, run, damage):
     import shutil

@@ -37,9 +37,17 @@ def test_resume_refuses_conflicting_options_naming_them(run, tmp_path):
     r = run("train", "--text", t, "--out", out, *changed, "--resume", "--lr", "0.01")
     assert r.returncode == 2
     assert "--lr 0.010000 (checkpoint: 0.001000)" in r.stderr and "--batch 8 (checkpoint: 4)" in r.stderr
+    r = run("train", "--text", t, "--out", out, *ARGS, "--resume", "--dtype", "bf16")
+    assert r.returncode == 2 and "--dtype bf16 (checkpoint: float32)" in r.stderr, r.stderr
     # The same values as the checkpoint's are fine.
-    r = run("train", "--text", t, "--out", out, *ARGS, "--resume")
+    r = run("train", "--text", t, "--out", out, *ARGS, "--resume", "--dtype", "float32")
     assert r.returncode == 0, r.stderr
+
+
+def test_dtype_takes_float32_or_bf16(run, tmp_path):
+    r = run("train", "--text", text(tmp_path), "--out", tmp_path / "r", *ARGS, "--dtype", "f16")
+    assert r.returncode == 2 and "--dtype" in r.stderr, r.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_elapsed_time_continues_across_resume(run, tmp_path):

@@ -42,6 +42,15 @@ def test_train_rejects_unknown_options(tmp_path):
         qkv.train(tmp_path / "missing.txt", tmp_path / "m", iters=1)
 
 
+def test_train_in_bf16_follows_float32(trained, tmp_path):
+    """dtype="bf16": mixed precision, the same options as the fixture's run."""
+    (tmp_path / "t.txt").write_text(TEXT)
+    result = qkv.train(tmp_path / "t.txt", tmp_path / "m", iters=40, dtype="bf16", **TINY)
+    assert abs(result["final_val_loss"] - trained[1]["final_val_loss"]) < 0.05, (result, trained[1])
+    with pytest.raises(ValueError, match="dtype"):
+        qkv.train(tmp_path / "t.txt", tmp_path / "m2", iters=1, dtype="float16")
+
+
 def test_load_logits_and_maps(trained):
     m = qkv.GPT.load(trained[0])
     cfg = m.config

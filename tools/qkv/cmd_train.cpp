@@ -27,6 +27,7 @@ namespace {
 struct TrainArgs {
   TrainOptions o;
   std::string kernel = "auto";
+  std::string dtype = "float32";
   bool no_progress = false;
   CLI::App* cmd = nullptr;  // to tell the options given from the defaults
 };
@@ -141,6 +142,9 @@ void refuse_conflicts_with_checkpoint(const TrainArgs& a) {
   check("--eval-iters", o.eval_iters, saved.eval_iters);
   check("--log-interval", o.log_interval, saved.log_interval);
   check("--seed", o.seed, saved.seed);
+  if (a.cmd->count("--dtype") > 0 && o.dtype != saved.dtype)
+    conflicts += std::string(conflicts.empty() ? "" : ", ") + "--dtype " + a.dtype +
+                 " (checkpoint: " + (saved.dtype == DType::bf16 ? "bf16" : "float32") + ")";
   if (!conflicts.empty())
     throw UsageError("--resume: the checkpoint in '" + o.out_dir +
                      "' continues with its own options; these differ: " + conflicts +
@@ -244,6 +248,7 @@ int run_train(TrainArgs& a) {
     throw UsageError("--stop-at: expected a multiple of --eval-interval " +
                      std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
   check_train_memory(o);
+  o.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   if (o.resume) refuse_conflicts_with_checkpoint(a);
   o.kernel = *parse_kernel(a.kernel);
   o.on_progress = progress_printer(o, !a.no_progress && isatty(STDERR_FILENO));
@@ -295,6 +300,12 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--threads", o.threads, "threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kernel", a->kernel, "attention kernel: reference, fast or auto")
       ->check(CLI::IsMember({"reference", "fast", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "float32, or bf16: mixed precision (Linear layers and attention on operands "
+                  "rounded to bfloat16 with float32 sums; float32 weights, AdamW state, "
+                  "LayerNorm, GELU and loss)")
+      ->check(CLI::IsMember({"float32", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
   cmd->add_flag("--force", o.force,

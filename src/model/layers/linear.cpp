@@ -1,5 +1,6 @@
 // linear.cpp: y = x · W + b and its backward. Plain loops (float64: the
-// lessons and the gradient checks) and the GEMM backend (float32: the GPT).
+// lessons and the gradient checks) and the GEMM backend (float32: the GPT;
+// sgemm, or gemm_bf16 for mixed precision).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "model/gemm.h"
 #include "model/layers/nn_common.h"
 #include "model/layers/nn_ref.h"
+#include "qkv/error.h"
 #include "qkv/nn.h"
 
 namespace qkv::nn {
@@ -78,11 +80,12 @@ template void linear_backward(double*, double*, double*, const double*, const do
 
 namespace {
 
-using kernels::sgemm;
+// The GEMM of a Matmul choice: sgemm or gemm_bf16 (same arguments).
+auto gemm_for(Matmul m) { return m == Matmul::bf16 ? kernels::gemm_bf16 : kernels::sgemm; }
 
 // out [BT, OC] = inp [BT, C] · W + bias [OC]
 void fast_forward(float* out, const float* inp, const float* weight, const float* bias,
-                  int64_t BT, int64_t C, int64_t OC, WeightLayout layout) {
+                  int64_t BT, int64_t C, int64_t OC, WeightLayout layout, Matmul matmul) {
   // The bias is written first and the GEMM adds onto it (beta = 1), so out is
   // swept once by us and once by the GEMM, not twice after it.
   if (bias) {
@@ -90,7 +93,7 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
     for (int64_t r = 0; r < BT; ++r) std::copy(bias, bias + OC, out + r * OC);
   }
   const bool out_in = layout == WeightLayout::out_in;
-  sgemm(false, out_in, BT, OC, C, 1.0f, inp, C, weight, out_in ? C : OC, bias ? 1.0f : 0.0f, out,
+  gemm_for(matmul)(false, out_in, BT, OC, C, 1.0f, inp, C, weight, out_in ? C : OC, bias ? 1.0f : 0.0f, out,
         OC);
 }
 
@@ -98,9 +101,10 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
 // dweight [OC, C] += dout [BT, OC]ᵀ · inp [BT, C]
 // dbias [OC] += Σ_rows dout
 void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                   const float* weight, int64_t BT, int64_t C, int64_t OC) {
-  sgemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-  sgemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+                   const float* weight, int64_t BT, int64_t C, int64_t OC, Matmul matmul) {
+  const auto gemm = gemm_for(matmul);
+  gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
   // Column sums: one thread per block of columns, rows in order.
   constexpr int64_t CB = detail::kColBlock;
@@ -121,31 +125,44 @@ void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout,
 
 // ---- the layer: float32 on the GEMM backend, float64 in plain loops --------
 
+namespace {
+
+void refuse_bf16_in_double(Matmul matmul) {
+  if (matmul == Matmul::bf16)
+    throw Error("linear: Matmul::bf16 is for float32 layers; float64 runs plain float64 loops");
+}
+
+}  // namespace
+
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
-                    int64_t OC, WeightLayout layout) {
-  if constexpr (std::is_same_v<T, float>)
-    fast_forward(out, inp, weight, bias, BT, C, OC, layout);
-  else
+                    int64_t OC, WeightLayout layout, Matmul matmul) {
+  if constexpr (std::is_same_v<T, float>) {
+    fast_forward(out, inp, weight, bias, BT, C, OC, layout, matmul);
+  } else {
+    refuse_bf16_in_double(matmul);
     ref::linear_forward(out, inp, weight, bias, BT, C, OC, layout);
+  }
 }
 
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC) {
-  if constexpr (std::is_same_v<T, float>)
-    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
-  else
+                     int64_t BT, int64_t C, int64_t OC, Matmul matmul) {
+  if constexpr (std::is_same_v<T, float>) {
+    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, matmul);
+  } else {
+    refuse_bf16_in_double(matmul);
     ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+  }
 }
 
 template void linear_forward(float*, const float*, const float*, const float*, int64_t, int64_t,
-                             int64_t, WeightLayout);
+                             int64_t, WeightLayout, Matmul);
 template void linear_forward(double*, const double*, const double*, const double*, int64_t,
-                             int64_t, int64_t, WeightLayout);
+                             int64_t, int64_t, WeightLayout, Matmul);
 template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t);
+                              int64_t, int64_t, int64_t, Matmul);
 template void linear_backward(double*, double*, double*, const double*, const double*,
-                              const double*, int64_t, int64_t, int64_t);
+                              const double*, int64_t, int64_t, int64_t, Matmul);
 
 }  // namespace qkv::nn

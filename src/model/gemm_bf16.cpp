@@ -1,0 +1,139 @@
+// gemm_bf16.cpp: mixed-precision GEMM (contract in gemm.h). On AVX512-BF16
+// both operands are rounded into pairs (gemm_bf16_kernels.h) and C is cut
+// into micro-tiles of kMR rows x kNR columns, each one thread's whole K sum;
+// elsewhere the rounded operands are widened back and handed to sgemm.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "model/gemm.h"
+#include "model/gemm_bf16_kernels.h"
+#include "model/gemm_common.h"
+#include "qkv/runtime.h"
+#include "qkv/tensor.h"
+
+namespace qkv::kernels {
+namespace {
+
+using bf16gemm::kMR;
+using bf16gemm::kNR;
+using bf16gemm::pairs;
+
+// The packed operands, kept per calling thread and grown, never shrunk: a
+// training step calls this ~60 times on a few shapes, and first touching
+// fresh pages costs more than the packing itself.
+struct Packs {
+  std::vector<uint32_t> a, b, bt;
+  std::vector<float> wa, wb;  // the widening path's rounded copies
+};
+Packs& packs() {
+  thread_local Packs p;
+  return p;
+}
+template <class V>
+auto* grown(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+float round_bf16(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+// op(X) [R, Cn] of X (stored [R, Cn], or [Cn, R] when trans) rounded to bf16,
+// into dst [R, Cn] float32.
+void rounded_op(bool trans, int64_t R, int64_t Cn, const float* X, int64_t ld, float* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Cn; ++c) dst[r * Cn + c] = round_bf16(trans ? X[c * ld + r] : X[r * ld + c]);
+}
+
+void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+             int64_t ldc) {
+  Packs& p = packs();
+  float* a = grown(p.wa, M * K);
+  float* b = grown(p.wb, K * N);
+  rounded_op(trans_a, M, K, A, lda, a);
+  rounded_op(trans_b, K, N, B, ldb, b);
+  sgemm(false, false, M, N, K, alpha, a, K, b, N, beta, C, ldc);
+}
+
+void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   int64_t ldc) {
+  const int64_t np = pairs(K), Np = (N + kNR - 1) / kNR * kNR;
+  Packs& pk = packs();
+  // op(A)'s pairs: a(r, p) at a[r * a_rs + p * a_ks].
+  uint32_t* a = grown(pk.a, M * np);
+  const int64_t a_rs = trans_a ? 1 : np, a_ks = trans_a ? M : 1;
+  // op(B)'s pairs, [np][Np], the columns past N zero.
+  uint32_t* b = grown(pk.b, np * Np);
+  uint32_t* bt = trans_b ? grown(pk.bt, N * np) : nullptr;
+  const int64_t mblocks = (M + kMR - 1) / kMR, tiles = mblocks * (Np / kNR);
+#pragma omp parallel
+  {
+    // Packing: rows (or pairs) split between the threads.
+    if (trans_a) {
+#pragma omp for schedule(static) nowait
+      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(A + 2 * p * lda, lda, std::min<int64_t>(2, K - 2 * p), M, a + p * M, M);
+    } else {
+#pragma omp for schedule(static) nowait
+      for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
+    }
+    if (trans_b) {  // B [N, K]: pairs along its rows, then turned to [np][Np]
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) bf16gemm::rows_to_pairs(B + n * ldb, ldb, 1, K, bt + n * np, np);
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < np; ++p) {
+        uint32_t* d = b + p * Np;
+        for (int64_t n = 0; n < N; ++n) d[n] = bt[n * np + p];
+        std::fill(d + N, d + Np, 0u);
+      }
+    } else {
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
+    }
+    // Tiles column panel by column panel, so consecutive tiles of a thread
+    // share op(B)'s panel.
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t i0 = (t % mblocks) * kMR, j0 = (t / mblocks) * kNR;
+      const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+      const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
+      bf16gemm::tile(a + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
+                     C + i0 * ldc + j0, ldc);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (active_isa() == Isa::avx512bf16)
+    on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    widened(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   int64_t ldc) {
+  check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) a[i * K + k] = round_bf16(trans_a ? A[k * lda + i] : A[i * lda + k]);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) b[k * N + j] = round_bf16(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+  sgemm_ref(false, false, M, N, K, alpha, a.data(), std::max<int64_t>(1, K), b.data(),
+            std::max<int64_t>(1, N), beta, C, ldc);
+}
+
+}  // namespace qkv::kernels

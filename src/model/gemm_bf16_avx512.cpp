@@ -1,0 +1,100 @@
+// gemm_bf16_avx512.cpp: gemm_bf16's packing and micro-kernel on AVX512-BF16
+// (contract in gemm_bf16_kernels.h). Compiled with -mavx512bf16; called
+// only when the CPU has it.
+#include <immintrin.h>
+
+#include "model/gemm_bf16_kernels.h"
+
+namespace qkv::kernels::bf16gemm {
+namespace {
+
+__mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// R rows x kNR columns, every accumulator in a register: R x 4 + 4 B vectors
+// + 1 broadcast <= 29 of the 32 zmm. No mask sits in the loop (GCC keeps
+// the accumulators in memory when one does).
+template <int R>
+void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t b_ks,
+               int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < np; ++p) {
+    const uint32_t* bp = b + p * b_ks;
+    __m512bh bv[4];
+    for (int v = 0; v < 4; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+    const uint32_t* ap = a + p * a_ks;
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * a_rs]));
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4 && 16 * v < cols; ++v) {
+      float* cp = c + r * ldc + 16 * v;
+      const __mmask16 m = first_lanes(cols - 16 * v);
+      __m512 y = _mm512_mul_ps(va, acc[r][v]);
+      if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cp), y);
+      _mm512_mask_storeu_ps(cp, m, y);
+    }
+}
+
+}  // namespace
+
+void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
+                   int64_t dst_ld) {
+  // cvtne2ps_pbh(hi, lo) holds lo's 16 bf16 then hi's: 32 consecutive
+  // elements of the row, which are its 16 pairs in order.
+  for (int64_t r = 0; r < R; ++r) {
+    const float* s = src + r * ld;
+    uint32_t* d = dst + r * dst_ld;
+    for (int64_t k = 0; k < K; k += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(K - k), s + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(K - k - 16 > 0 ? K - k - 16 : 0), s + k + 16);
+      const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_mask_storeu_epi32(d + k / 2, first_lanes(pairs(K - k)), w);
+    }
+  }
+}
+
+void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld) {
+  // cvtne2ps_pbh(b, a) holds a's 16 values then b's; this index interleaves
+  // them into 16 words (a[i] low, b[i] high).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int64_t p = 0; p < pairs(K); ++p) {
+    const float* s0 = src + 2 * p * ld;
+    const float* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
+    uint32_t* d = dst + p * dst_ld;
+    int64_t w = 0;
+    for (; w < W; w += 16) {
+      const __mmask16 m = first_lanes(W - w);
+      const __m512 a = _mm512_maskz_loadu_ps(m, s0 + w);
+      const __m512 b = s1 ? _mm512_maskz_loadu_ps(m, s1 + w) : _mm512_setzero_ps();
+      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+      // Lanes past W hold zeros: they pad the row up to dst_ld.
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_permutexvar_epi16(idx, ab));
+    }
+    for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
+  }
+}
+
+void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
+          int64_t b_ks, int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc) {
+  switch (rows) {
+    case 1: return tile_rows<1>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    case 2: return tile_rows<2>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    case 3: return tile_rows<3>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    case 4: return tile_rows<4>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    case 5: return tile_rows<5>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+  }
+}
+
+}  // namespace qkv::kernels::bf16gemm

@@ -1,0 +1,42 @@
+// gemm_bf16_kernels.h: the AVX512-BF16 pieces of gemm_bf16 (gemm_bf16_avx512.cpp),
+// called only when active_isa() is Isa::avx512bf16.
+//
+// vdpbf16ps multiplies two pairs of bf16 and adds both products to a float32
+// lane, so both operands are stored as "pairs": a 32-bit word holding the
+// elements k = 2p (low half) and k = 2p + 1 (high half) of one row of op(A)
+// or one column of op(B). With K odd the last pair's high half is 0 on both
+// sides. Rounding from float32 is to nearest even (vcvtneps2bf16), NaN stays
+// NaN.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::kernels::bf16gemm {
+
+// Columns of C one micro-tile covers (four zmm of float32), and its rows.
+constexpr int64_t kNR = 64;
+constexpr int kMR = 6;
+
+inline int64_t pairs(int64_t K) { return (K + 1) / 2; }
+
+// Pairs along rows: dst[r * dst_ld + p] = (src[r][2p], src[r][2p + 1]) for
+// r < R, p < pairs(K). src [R][K] float32, rows ld apart.
+// For op(A) = A (pairs along A's rows) and for op(B) = Bᵀ (B's rows).
+void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
+                   int64_t dst_ld);
+
+// Pairs across rows: dst[p * dst_ld + w] = (src[2p][w], src[2p + 1][w]) for
+// p < pairs(K), w < W; columns W .. dst_ld - 1 are zeroed. src [K][W] float32,
+// rows ld apart. For op(A) = Aᵀ and op(B) = B.
+void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld);
+
+// One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
+// for r < rows <= kMR, j < cols <= kNR (beta = 0 never reads C).
+//   a(r, p) = a[r * a_rs + p * a_ks]   (pairs of op(A); rows of the tile)
+//   b(p, j) = b[p * b_ks + j]          (pairs of op(B); kNR columns readable)
+// The K sum of each element runs in order p = 0 .. np - 1 in float32.
+void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
+          int64_t b_ks, int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc);
+
+}  // namespace qkv::kernels::bf16gemm

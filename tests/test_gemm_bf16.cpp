@@ -1,0 +1,184 @@
+// gemm_bf16 (model/gemm.h): the mixed-precision GEMM against gemm_bf16_ref,
+// on every ISA path this CPU has (the AVX512-BF16 micro-kernel, and the
+// widening path every other CPU takes).
+//
+// Rule: per element, the float32 sum of the rounded products may differ from
+// the float64 sum of the same products by the worst-case rounding error of
+// any summation order, (K + 2) · 2^-24 · (|alpha| Σ_k |a'_ik b'_kj| + |beta c_ij|)
+// with a', b' the bf16-rounded operands; the check allows twice that. Not
+// rounding an operand, or rounding it the wrong way, moves a result by about
+// 2^-9 of that sum, far outside the rule for every K here.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "isa_fixture.h"
+#include "model/gemm.h"
+#include "qkv/error.h"
+#include "qkv/tensor.h"
+
+using namespace qkv;
+using kernels::gemm_bf16;
+using kernels::gemm_bf16_ref;
+
+namespace {
+
+using VecF = std::vector<float>;
+
+VecF random_vec(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  VecF v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+VecF absolute(const VecF& v) {
+  VecF a(v.size());
+  std::transform(v.begin(), v.end(), a.begin(), [](float x) { return std::isnan(x) ? 0.0f : std::abs(x); });
+  return a;
+}
+
+void check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int64_t pad,
+           std::mt19937& rng) {
+  SCOPED_TRACE(std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " M " + std::to_string(M) +
+               " N " + std::to_string(N) + " K " + std::to_string(K) + " alpha " +
+               std::to_string(alpha) + " beta " + std::to_string(beta) + " pad " +
+               std::to_string(pad));
+  auto ld = [pad](int64_t cols) { return std::max<int64_t>(1, cols) + pad; };
+  const int64_t lda = ld(ta ? M : K), ldb = ld(tb ? K : N), ldc = ld(N);
+  const VecF A = random_vec(rng, std::max<int64_t>(1, (ta ? K : M) * lda));
+  const VecF B = random_vec(rng, std::max<int64_t>(1, (tb ? N : K) * ldb));
+  VecF C0 = random_vec(rng, std::max<int64_t>(1, M * ldc));
+  if (beta == 0.0f) std::fill(C0.begin(), C0.end(), std::numeric_limits<float>::quiet_NaN());
+  VecF got = C0, want = C0, bound = absolute(C0);
+  gemm_bf16(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+  gemm_bf16_ref(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+  // |a'| = bf16(|a|): rounding commutes with the sign.
+  gemm_bf16_ref(ta, tb, M, N, K, std::abs(alpha), absolute(A).data(), lda, absolute(B).data(), ldb,
+                std::abs(beta), bound.data(), ldc);
+  const double unit = (K + 2) * std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      const int64_t x = i * ldc + j;
+      ASSERT_NEAR(got[x], want[x], 2.0 * unit * bound[x] + 1e-30) << "C[" << i << ", " << j << "]";
+    }
+    for (int64_t j = N; j < ldc && i * ldc + j < static_cast<int64_t>(got.size()); ++j) {
+      const int64_t x = i * ldc + j;
+      ASSERT_EQ(std::memcmp(&got[x], &C0[x], sizeof(float)), 0) << "padding C[" << i << ", " << j << "]";
+    }
+  }
+}
+
+class GemmBf16 : public test::OnIsa {};
+
+TEST_P(GemmBf16, MatchesReferenceOnOddSizesAndEveryTranspose) {
+  std::mt19937 rng(31);
+  // Around the micro-tile's edges: 6 rows, 64 columns, pairs of K.
+  const int64_t sizes[] = {1, 2, 5, 7, 13, 63, 65, 130};
+  const float alphas[] = {1.0f, 0.5f, -1.5f};
+  const float betas[] = {0.0f, 1.0f, 0.25f};
+  int variant = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t M : sizes)
+        for (int64_t N : sizes)
+          for (int64_t K : {1, 2, 3, 31, 32, 33, 129}) {
+            if ((M + N + K + variant) % 3 != 0) {  // a third of the cases, every pair of sizes met
+              ++variant;
+              continue;
+            }
+            const float alpha = alphas[variant % 3], beta = betas[(variant / 3) % 3];
+            const int64_t pad = (variant / 9) % 2 ? 3 : 0;
+            ++variant;
+            check(ta, tb, M, N, K, alpha, beta, pad, rng);
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST_P(GemmBf16, ModelShapes) {
+  std::mt19937 rng(32);
+  // The GPT's linear layers at B·T = 768: forward, input and weight gradients.
+  for (auto [C, OC] : {std::pair<int64_t, int64_t>{128, 384}, {512, 128}, {128, 65}}) {
+    check(false, true, 768, OC, C, 1.0f, 0.0f, 0, rng);
+    check(false, false, 768, C, OC, 1.0f, 1.0f, 0, rng);
+    check(true, false, OC, C, 768, 1.0f, 1.0f, 0, rng);
+  }
+}
+
+TEST_P(GemmBf16, RoundsItsOperandsToNearestEven) {
+  // 1 + 2^-8 lies halfway between the bf16 values 1 and 1 + 2^-7: it rounds
+  // to 1 (even). 1 + 3·2^-8 rounds up to 1 + 2^-6. Products with 1.
+  const float A[2] = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8)};
+  const float one[1] = {1.0f};
+  float C[2] = {0.0f, 0.0f};
+  gemm_bf16(false, false, 2, 1, 1, 1.0f, A, 1, one, 1, 0.0f, C, 1);
+  EXPECT_EQ(C[0], 1.0f);
+  EXPECT_EQ(C[1], 1.0f + std::ldexp(1.0f, -6));
+}
+
+TEST_P(GemmBf16, NanAndInfPropagate) {
+  // A NaN or an Inf in op(A)'s row i reaches row i of C, and only it.
+  std::mt19937 rng(33);
+  const int64_t M = 9, N = 70, K = 37;
+  VecF A = random_vec(rng, M * K), B = random_vec(rng, K * N), C(M * N, 0.0f);
+  A[2 * K + 5] = std::numeric_limits<float>::quiet_NaN();
+  A[7 * K + 36] = std::numeric_limits<float>::infinity();
+  B.assign(B.size(), 0.5f);
+  gemm_bf16(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float c = C[i * N + j];
+      if (i == 2) ASSERT_TRUE(std::isnan(c)) << i << "," << j;
+      else if (i == 7) ASSERT_EQ(c, std::numeric_limits<float>::infinity()) << i << "," << j;
+      else ASSERT_TRUE(std::isfinite(c)) << i << "," << j;
+    }
+}
+
+TEST_P(GemmBf16, SameBitsForAnyThreadCount) {
+  std::mt19937 rng(34);
+  const int64_t M = 100, N = 130, K = 77;
+  const VecF A = random_vec(rng, K * M), B = random_vec(rng, N * K), C0 = random_vec(rng, M * N);
+  const int saved = omp_get_max_threads();
+  VecF first;
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    VecF C = C0;
+    gemm_bf16(true, true, M, N, K, 1.0f, A.data(), M, B.data(), K, 1.0f, C.data(), N);
+    if (first.empty()) first = C;
+    else EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0) << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, GemmBf16,
+                         ::testing::Values(Isa::avx512bf16, Isa::avx512, Isa::avx2, Isa::scalar),
+                         test::isa_test_name);
+
+TEST(GemmBf16Args, EmptySizesAndBadArguments) {
+  float c[4] = {7.0f, 7.0f, 7.0f, 7.0f};
+  const float a[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  gemm_bf16(false, false, 0, 1, 1, 1.0f, a, 1, a, 1, 0.0f, c, 1);  // M = 0: nothing touched
+  EXPECT_EQ(c[0], 7.0f);
+  gemm_bf16(false, false, 2, 2, 0, 1.0f, a, 1, a, 2, 0.5f, c, 2);  // K = 0: C = beta · C
+  EXPECT_EQ(c[0], 3.5f);
+  float x[16] = {};
+  EXPECT_THROW(gemm_bf16(false, false, -1, 2, 2, 1.0f, x, 2, x, 2, 0.0f, x, 2), Error);
+  EXPECT_THROW(gemm_bf16(false, false, 2, 2, 3, 1.0f, x, 2, x, 2, 0.0f, x, 2), Error);  // lda < K
+  EXPECT_THROW(gemm_bf16(false, true, 2, 3, 2, 1.0f, x, 2, x, 1, 0.0f, x, 3), Error);   // ldb < K
+  EXPECT_THROW(gemm_bf16(false, false, 2, 3, 2, 1.0f, x, 2, x, 3, 0.0f, x, 2), Error);  // ldc < N
+  try {
+    gemm_bf16(false, false, 2, 2, 3, 1.0f, x, 2, x, 2, 0.0f, x, 2);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm_bf16: lda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
