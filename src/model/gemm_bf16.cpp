@@ -24,7 +24,7 @@ using bf16gemm::pairs;
 // training step calls this ~60 times on a few shapes, and first touching
 // fresh pages costs more than the packing itself.
 struct Packs {
-  std::vector<uint32_t> a, b, bt;
+  std::vector<uint32_t> a, b;
   std::vector<float> wa, wb;  // the widening path's rounded copies
 };
 Packs& packs() {
@@ -68,7 +68,6 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   const int64_t a_rs = trans_a ? 1 : np, a_ks = trans_a ? M : 1;
   // op(B)'s pairs, [np][Np], the columns past N zero.
   uint32_t* b = grown(pk.b, np * Np);
-  uint32_t* bt = trans_b ? grown(pk.bt, N * np) : nullptr;
   const int64_t mblocks = (M + kMR - 1) / kMR, tiles = mblocks * (Np / kNR);
 #pragma omp parallel
   {
@@ -80,24 +79,21 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
-    if (trans_b) {  // B [N, K]: pairs along its rows, then turned to [np][Np]
+    if (trans_b) {  // B [N, K]: each pair adjacent in a row, gathered across rows
 #pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n) bf16gemm::rows_to_pairs(B + n * ldb, ldb, 1, K, bt + n * np, np);
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) {
-        uint32_t* d = b + p * Np;
-        for (int64_t n = 0; n < N; ++n) d[n] = bt[n * np + p];
-        std::fill(d + N, d + Np, 0u);
-      }
+      for (int64_t p = 0; p < np; ++p) bf16gemm::gather_pairs(B, ldb, N, K, p, p + 1, b, Np);
     } else {
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
     }
-    // Tiles column panel by column panel, so consecutive tiles of a thread
-    // share op(B)'s panel.
+    // Tiles row block by row block: a thread's tiles are a contiguous band of
+    // C's rows, the band of op(A) it packed above (the same static split),
+    // and the rows the row-parallel layers before it wrote on this core; its
+    // block of op(A) stays in L1 across the column panels.
+    const int64_t panels = Np / kNR;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t i0 = (t % mblocks) * kMR, j0 = (t / mblocks) * kNR;
+      const int64_t i0 = (t / panels) * kMR, j0 = (t % panels) * kNR;
       const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
       const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
       bf16gemm::tile(a + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,

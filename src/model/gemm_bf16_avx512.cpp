@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "model/gemm_bf16_kernels.h"
+#include "qkv/tensor.h"
 
 namespace qkv::kernels::bf16gemm {
 namespace {
@@ -80,6 +81,34 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
       const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
       // Lanes past W hold zeros: they pad the row up to dst_ld.
       _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_permutexvar_epi16(idx, ab));
+    }
+    for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
+  }
+}
+
+void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t p0, int64_t p1,
+                  uint32_t* dst, int64_t dst_ld) {
+  // Lane i of a gather reads row w + i: byte offsets i · ld · 4 (64-bit, no
+  // overflow), each fetching the pair (src[w + i][2p], src[w + i][2p + 1]).
+  const __m512i rows = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(ld));
+  const int64_t full = K / 2;  // pairs whose high half exists
+  for (int64_t p = p0; p < p1; ++p) {
+    uint32_t* d = dst + p * dst_ld;
+    int64_t w = 0;
+    if (p < full) {
+      for (; w < W; w += 16) {
+        const float* base = src + w * ld + 2 * p;
+        const int64_t left = W - w;
+        const __mmask8 m0 = left >= 8 ? __mmask8(0xff) : static_cast<__mmask8>((1u << left) - 1u);
+        const __mmask8 m1 = left >= 16 ? __mmask8(0xff) : left <= 8 ? __mmask8(0) : static_cast<__mmask8>((1u << (left - 8)) - 1u);
+        // Eight pairs as eight doubles' worth of bits: floats (lo, hi) in order.
+        const __m512 g0 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m0, rows, base, 4));
+        const __m512 g1 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m1, rows, base + 8 * ld, 4));
+        // cvtne2ps_pbh(g1, g0): g0's 16 bf16 then g1's, i.e. the 16 pairs of rows w .. w + 15.
+        _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), (__m512i)_mm512_cvtne2ps_pbh(g1, g0));
+      }
+    } else {  // K odd, the last pair: its high half is 0 (and past the row's end)
+      for (; w < W; ++w) d[w] = bf16_from_float(src[w * ld + 2 * p]).bits;
     }
     for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
   }

@@ -20,8 +20,7 @@ constexpr int kMR = 6;
 inline int64_t pairs(int64_t K) { return (K + 1) / 2; }
 
 // Pairs along rows: dst[r * dst_ld + p] = (src[r][2p], src[r][2p + 1]) for
-// r < R, p < pairs(K). src [R][K] float32, rows ld apart.
-// For op(A) = A (pairs along A's rows) and for op(B) = Bᵀ (B's rows).
+// r < R, p < pairs(K). src [R][K] float32, rows ld apart. For op(A) = A.
 void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
                    int64_t dst_ld);
 
@@ -30,6 +29,13 @@ void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t*
 // rows ld apart. For op(A) = Aᵀ and op(B) = B.
 void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
                      int64_t dst_ld);
+
+// Pairs along rows, stored across: dst[p * dst_ld + w] = (src[w][2p], src[w][2p + 1])
+// for p in [p0, p1), w < W; columns W .. dst_ld - 1 are zeroed. src [W][K]
+// float32, rows ld apart. For op(B) = Bᵀ (B [N, K], the forward's weights):
+// each pair is adjacent in memory, so one 64-bit gather fetches eight.
+void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t p0, int64_t p1,
+                  uint32_t* dst, int64_t dst_ld);
 
 // One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
 // for r < rows <= kMR, j < cols <= kNR (beta = 0 never reads C).

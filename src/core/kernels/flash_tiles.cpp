@@ -56,10 +56,33 @@ void mask_rows(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t
   }
 }
 
+// mask_tile when only the visible key range applies (no mask, ALiBi or
+// soft-cap: causal or windowed attention, padding): per key, the rows that
+// cannot see it are hidden. Rows are St's contiguous axis, so these loops
+// vectorise where mask_rows' per-score loop cannot (it cost 3% of a
+// training step).
+void bounds_only(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
+                 float* dcap) {
+  int64_t first[kBR], last[kBR];
+  for (int r = 0; r < t.rows; ++r) {
+    const int64_t i = t.i0 + r % t.npos;
+    first[r] = p.first_key(i), last[r] = p.last_key(t.b, i);
+  }
+  for (int64_t jj = 0; jj < nj; ++jj) {
+    const int64_t j = j0 + jj;
+    float* s = St + jj * kBR;
+    for (int r = 0; r < t.rows; ++r) s[r] = j < first[r] || j > last[r] ? -INFINITY : s[r];
+    if (!dcap) continue;
+    float* d = dcap + jj * kBR;
+    for (int r = 0; r < t.rows; ++r) d[r] = j < first[r] || j > last[r] ? 0.0f : 1.0f;
+  }
+}
+
 }  // namespace
 
 void mask_tile(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
                float* dcap) {
+  if (!needs_elementwise(p)) return bounds_only(p, t, j0, nj, St, dcap);
   const MaskView& m = p.mask;
   if (m.keep)
     mask_rows(p, t, j0, nj, St, dcap, KeepMask{m.keep});
