@@ -1,5 +1,6 @@
-// gemm_bench.cpp: GEMM at the small GPT's shapes, one backend per binary (fp32,
-// and oneDNN's bf16 matmul for mixed precision).
+// gemm_bench.cpp: GEMM at the small GPT's shapes, one backend per binary
+// (float32, and bf16 x bf16 -> float32 for mixed precision: qkv's own
+// gemm_bf16, oneDNN's matmul, MKL's cblas_gemm_bf16bf16f32).
 //
 // Issue 4 asks for the GEMM backend to be chosen by measurement on this
 // machine. Every linear layer of the model (B·T = 12·64 = 768 rows, C = 128)
@@ -39,6 +40,8 @@
 #include "model/gemm.h"
 #elif defined(QKV_BENCH_DNNL) || defined(QKV_BENCH_DNNL_BF16)
 #include <oneapi/dnnl/dnnl.h>
+#elif defined(QKV_BENCH_MKL) || defined(QKV_BENCH_MKL_BF16)
+#include <mkl.h>
 #elif defined(QKV_BENCH_OPENBLAS) || defined(QKV_BENCH_BLIS)
 #include <cblas.h>
 #if defined(QKV_BENCH_BLIS)
@@ -157,6 +160,38 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   check(dnnl_stream_wait(stream), "wait");
   dnnl_memory_destroy(am), dnnl_memory_destroy(bm), dnnl_memory_destroy(cm);
 }
+#elif defined(QKV_BENCH_MKL)
+const char* kName = "MKL cblas_sgemm (GNU OpenMP threading)";
+void set_threads(int t) {
+  omp_set_num_threads(t);
+  mkl_set_num_threads(t);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#elif defined(QKV_BENCH_MKL_BF16)
+// As the oneDNN candidate: A and B rounded to bf16 per call, then MKL.
+const char* kName = "MKL cblas_gemm_bf16bf16f32 (inputs rounded per call)";
+void set_threads(int t) {
+  omp_set_num_threads(t);
+  mkl_set_num_threads(t);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  static std::vector<MKL_BF16> a16, b16;
+  const int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb;
+  a16.resize(static_cast<size_t>(na));
+  b16.resize(static_cast<size_t>(nb));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < na; ++i) a16[i] = qkv::bf16_from_float(A[i]).bits;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < nb; ++i) b16[i] = qkv::bf16_from_float(B[i]).bits;
+  cblas_gemm_bf16bf16f32(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                         tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a16.data(), lda,
+                         b16.data(), ldb, beta, C, ldc);
+}
 #elif defined(QKV_BENCH_OPENBLAS) || defined(QKV_BENCH_BLIS)
 #if defined(QKV_BENCH_OPENBLAS)
 const char* kName = "OpenBLAS cblas_sgemm";
@@ -200,7 +235,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   else c.noalias() += alpha * a.transpose() * b.transpose();
 }
 #else
-#error "define one of QKV_BENCH_QKV, QKV_BENCH_QKV_BF16, QKV_BENCH_DNNL, QKV_BENCH_DNNL_BF16, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
+#error "define one of QKV_BENCH_QKV, QKV_BENCH_QKV_BF16, QKV_BENCH_MKL, QKV_BENCH_MKL_BF16, QKV_BENCH_DNNL, QKV_BENCH_DNNL_BF16, QKV_BENCH_OPENBLAS, QKV_BENCH_BLIS, QKV_BENCH_EIGEN"
 #endif
 
 using Clock = std::chrono::steady_clock;
@@ -255,7 +290,7 @@ double time_case(const Case& c, const std::vector<float>& A, const std::vector<f
   return *std::min_element(trials.begin(), trials.end());
 }
 
-#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16)
+#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16) || defined(QKV_BENCH_MKL_BF16)
 // The backend computes what it should: every case once (beta 0) against
 // double sums of the same bf16-rounded inputs; exits 1 on a mismatch.
 void verify(const std::vector<Case>& cases, const std::vector<float>& A, const std::vector<float>& B) {
@@ -300,7 +335,7 @@ int main(int argc, char** argv) {
   for (float& x : A) x = u(rng);
   for (float& x : B) x = u(rng);
   for (float& x : Cm) x = u(rng);
-#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16)
+#if defined(QKV_BENCH_DNNL_BF16) || defined(QKV_BENCH_QKV_BF16) || defined(QKV_BENCH_MKL_BF16)
   verify(cases, A, B);
 #endif
 

@@ -2,8 +2,9 @@
 # Builds the GEMM benchmark (bench/gemm/CMakeLists.txt) and runs every backend
 # it found at 1..THREADS threads (default 2), printing Markdown tables.
 #   bash bench/gemm/run.sh [THREADS]
-# Needs: libdnnl-dev libopenblas-openmp-dev libblis-openmp-dev libeigen3-dev
-# (those missing are skipped). Other jobs on the machine distort the 2-thread
+# Needs: libdnnl-dev libopenblas-openmp-dev libblis-openmp-dev libeigen3-dev, and
+# MKL from PyPI in ~/.cache/qkv/mkl (bench/gemm/CMakeLists.txt says how; those
+# missing are skipped). Other jobs on the machine distort the 2-thread
 # figures badly (an OpenMP thread that loses its core stalls the other at the
 # next barrier): run it on a quiet machine, twice, and compare.
 set -euo pipefail
@@ -17,6 +18,8 @@ run gemm_bench_qkv env
 run gemm_bench_dnnl env
 run gemm_bench_qkv_bf16 env
 run gemm_bench_dnnl_bf16 env
+run gemm_bench_mkl env
+run gemm_bench_mkl_bf16 env
 echo "oneDNN limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2: what a CPU without AVX-512 gets):"
 echo
 run gemm_bench_qkv env ONEDNN_MAX_CPU_ISA=AVX2
