@@ -73,7 +73,7 @@ void qk_columns(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uin
 
 // Lane i of the result is the sum of the 16 lanes of x[i]: 45 shuffles and
 // adds for all 16, against ~8 each for _mm512_reduce_add_ps one by one.
-inline __m512 sum16(const __m512 (&x)[16]) {
+__attribute__((always_inline)) inline __m512 sum16(const __m512 (&x)[16]) {
   __m512 quad[4];  // quad[g], 128-bit lane L: the lane-L sums of x[4g .. 4g+3]
   for (int g = 0; g < 4; ++g) {
     __m512 t[2];
@@ -91,35 +91,45 @@ inline __m512 sum16(const __m512 (&x)[16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
 }
 
-// KB keys x R rows of the decode form, vectors of 32 bf16 along D (the last
-// one masked when D is not a multiple of 32). With KB * R <= 16 the
-// accumulators reduce together (sum16) and scatter to St[a][r].
+// KB keys x R rows of the decode form, vectors of 32 bf16 along D. With
+// KB * R <= 16 the accumulators reduce together (sum16) and land in
+// St[a][r]. The last 1-31 elements of D (when D is not a multiple of 32) are
+// copied with masked loads into a zero-padded block first, so the loop that
+// accumulates never holds a mask: with one in it GCC keeps acc in memory
+// (zero-filled with rep stos and spilled around sum16 on every block, which
+// cost as much as the dot products themselves).
 template <int KB, int R>
 inline void qk_rows_block(float* St, const uint16_t* K, int64_t ldk, const uint16_t* Q, int64_t D,
                           float scale) {
   static_assert(KB * R <= 16, "one sum16 per block");
   const int64_t ld = bf16_row_pad(D), whole = D / 32 * 32;
   __m512 acc[16];
+#pragma GCC unroll 16
   for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
-  auto step = [&](int64_t d, __mmask32 m, bool masked) {
+  auto step = [&](const uint16_t* k0, int64_t ldk0, int64_t d) __attribute__((always_inline)) {
     __m512bh q[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) q[r] = (__m512bh)_mm512_loadu_si512(Q + r * ld + d);
+#pragma GCC unroll 16
     for (int a = 0; a < KB; ++a) {
       // Decode streams K from memory once: rows 32 ahead, as qk_rows does.
       __builtin_prefetch(K + (a + 32) * ldk + d, 0, 2);
-      const __m512bh k = (__m512bh)(masked ? _mm512_maskz_loadu_epi16(m, K + a * ldk + d)
-                                           : _mm512_loadu_si512(K + a * ldk + d));
+      const __m512bh k = (__m512bh)_mm512_loadu_si512(k0 + a * ldk0);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[a * R + r] = _mm512_dpbf16_ps(acc[a * R + r], k, q[r]);
     }
   };
-  // The unmasked loop apart: with masks in it GCC keeps acc in memory.
-  for (int64_t d = 0; d < whole; d += 32) step(d, 0, false);
-  if (whole < D) step(whole, (__mmask32{1} << (D - whole)) - 1, true);
-  alignas(64) int slot[16];
-  for (int x = 0; x < 16; ++x) slot[x] = x < KB * R ? (x / R) * kBR + x % R : 0;
-  const __mmask16 live = static_cast<__mmask16>((1u << (KB * R)) - 1u);
-  _mm512_mask_i32scatter_ps(St, live, _mm512_load_si512(slot),
-                            _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale)), 4);
+  for (int64_t d = 0; d < whole; d += 32) step(K + d, ldk, d);
+  if (whole < D) {
+    alignas(64) uint16_t tail[KB][32];
+    const __mmask32 m = (__mmask32{1} << (D - whole)) - 1;
+    for (int a = 0; a < KB; ++a) _mm512_store_si512(tail[a], _mm512_maskz_loadu_epi16(m, K + a * ldk + whole));
+    step(&tail[0][0], 32, whole);
+  }
+  alignas(64) float sums[16];
+  _mm512_store_ps(sums, _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale)));
+  for (int a = 0; a < KB; ++a)
+    for (int r = 0; r < R; ++r) St[a * kBR + r] = sums[a * R + r];
 }
 
 template <int R>
