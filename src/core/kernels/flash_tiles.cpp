@@ -1,6 +1,8 @@
 #include "core/kernels/flash_tiles.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace qkv::kernels {
 namespace {
@@ -63,18 +65,21 @@ void mask_rows(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t
 // training step).
 void bounds_only(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
                  float* dcap) {
-  int64_t first[kBR], last[kBR];
+  // Row r sees the tile's keys [lo[r], hi[r]) (offsets from j0, clipped to
+  // [0, nj]): 32-bit, so the comparisons vectorise on any x86-64 (SSE2 has
+  // no 64-bit compare).
+  int32_t lo[kBR], hi[kBR];
   for (int r = 0; r < t.rows; ++r) {
     const int64_t i = t.i0 + r % t.npos;
-    first[r] = p.first_key(i), last[r] = p.last_key(t.b, i);
+    lo[r] = static_cast<int32_t>(std::clamp<int64_t>(p.first_key(i) - j0, 0, nj));
+    hi[r] = static_cast<int32_t>(std::clamp<int64_t>(p.last_key(t.b, i) + 1 - j0, 0, nj));
   }
-  for (int64_t jj = 0; jj < nj; ++jj) {
-    const int64_t j = j0 + jj;
+  for (int32_t jj = 0; jj < nj; ++jj) {
     float* s = St + jj * kBR;
-    for (int r = 0; r < t.rows; ++r) s[r] = j < first[r] || j > last[r] ? -INFINITY : s[r];
+    for (int r = 0; r < t.rows; ++r) s[r] = jj < lo[r] || jj >= hi[r] ? -INFINITY : s[r];
     if (!dcap) continue;
     float* d = dcap + jj * kBR;
-    for (int r = 0; r < t.rows; ++r) d[r] = j < first[r] || j > last[r] ? 0.0f : 1.0f;
+    for (int r = 0; r < t.rows; ++r) d[r] = jj < lo[r] || jj >= hi[r] ? 0.0f : 1.0f;
   }
 }
 
