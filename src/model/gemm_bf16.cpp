@@ -80,8 +80,12 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
     if (trans_b) {  // B [N, K]: each pair adjacent in a row, gathered across rows
+      const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
+#pragma omp for schedule(static) nowait
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
 #pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) bf16gemm::gather_pairs(B, ldb, N, K, p, p + 1, b, Np);
+      for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
     } else {
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);

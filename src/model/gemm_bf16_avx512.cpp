@@ -3,6 +3,8 @@
 // only when the CPU has it.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "model/gemm_bf16_kernels.h"
 #include "qkv/tensor.h"
 
@@ -86,31 +88,31 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
   }
 }
 
-void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t p0, int64_t p1,
+void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld) {
   // Lane i of a gather reads row w + i: byte offsets i · ld · 4 (64-bit, no
   // overflow), each fetching the pair (src[w + i][2p], src[w + i][2p + 1]).
   const __m512i rows = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(ld));
   const int64_t full = K / 2;  // pairs whose high half exists
-  for (int64_t p = p0; p < p1; ++p) {
-    uint32_t* d = dst + p * dst_ld;
-    int64_t w = 0;
-    if (p < full) {
-      for (; w < W; w += 16) {
-        const float* base = src + w * ld + 2 * p;
-        const int64_t left = W - w;
-        const __mmask8 m0 = left >= 8 ? __mmask8(0xff) : static_cast<__mmask8>((1u << left) - 1u);
-        const __mmask8 m1 = left >= 16 ? __mmask8(0xff) : left <= 8 ? __mmask8(0) : static_cast<__mmask8>((1u << (left - 8)) - 1u);
-        // Eight pairs as eight doubles' worth of bits: floats (lo, hi) in order.
-        const __m512 g0 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m0, rows, base, 4));
-        const __m512 g1 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m1, rows, base + 8 * ld, 4));
-        // cvtne2ps_pbh(g1, g0): g0's 16 bf16 then g1's, i.e. the 16 pairs of rows w .. w + 15.
-        _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), (__m512i)_mm512_cvtne2ps_pbh(g1, g0));
-      }
-    } else {  // K odd, the last pair: its high half is 0 (and past the row's end)
-      for (; w < W; ++w) d[w] = bf16_from_float(src[w * ld + 2 * p]).bits;
+  // Sixteen rows at a time, all their pairs: the rows' cache lines stay in
+  // L1 while p walks along them (p outermost re-read each line from L2 for
+  // every pair it holds).
+  for (int64_t w = w0; w < w1; w += 16) {
+    const int64_t left = std::min<int64_t>(W, w1) - w;
+    const __mmask8 m0 = left >= 8 ? __mmask8(0xff) : static_cast<__mmask8>((1u << left) - 1u);
+    const __mmask8 m1 = left >= 16 ? __mmask8(0xff) : left <= 8 ? __mmask8(0) : static_cast<__mmask8>((1u << (left - 8)) - 1u);
+    const __mmask16 store = first_lanes(dst_ld - w);
+    for (int64_t p = 0; p < full; ++p) {
+      const float* base = src + w * ld + 2 * p;
+      // Eight pairs as eight doubles' worth of bits: floats (lo, hi) in order.
+      const __m512 g0 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m0, rows, base, 4));
+      const __m512 g1 = _mm512_castpd_ps(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m1, rows, base + 8 * ld, 4));
+      // cvtne2ps_pbh(g1, g0): g0's 16 bf16 then g1's, i.e. the 16 pairs of rows w .. w + 15.
+      _mm512_mask_storeu_epi32(dst + p * dst_ld + w, store, (__m512i)_mm512_cvtne2ps_pbh(g1, g0));
     }
-    for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
+    if (full < pairs(K))  // K odd, the last pair: its high half is 0 (and past the row's end)
+      for (int64_t i = 0; i < 16 && w + i < dst_ld; ++i)
+        dst[full * dst_ld + w + i] = i < left ? bf16_from_float(src[(w + i) * ld + 2 * full]).bits : 0u;
   }
 }
 

@@ -31,10 +31,11 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
                      int64_t dst_ld);
 
 // Pairs along rows, stored across: dst[p * dst_ld + w] = (src[w][2p], src[w][2p + 1])
-// for p in [p0, p1), w < W; columns W .. dst_ld - 1 are zeroed. src [W][K]
-// float32, rows ld apart. For op(B) = Bᵀ (B [N, K], the forward's weights):
-// each pair is adjacent in memory, so one 64-bit gather fetches eight.
-void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t p0, int64_t p1,
+// for p < pairs(K) and the rows w in [w0, w1) (w0 a multiple of 16), rounded
+// up to 16 columns with zeros past W (never past dst_ld). src [W][K] float32,
+// rows ld apart. For op(B) = Bᵀ (B [N, K], the forward's weights): each pair
+// is adjacent in memory, so one 64-bit gather fetches eight.
+void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld);
 
 // One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
