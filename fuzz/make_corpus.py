@@ -199,6 +199,8 @@ def corpus_cli():
                                "--threads", "100000", "--alibi"]),
         ("train", ["train", "--text", "t.txt", "--out", "run", "--layers", "1", "--embd", "8",
                    "--heads", "2", "--rope", "--seed", "18446744073709551615", "--lr", "inf"]),
+        ("train_bf16", ["train", "--text", "t.txt", "--out", "run", "--dtype", "bf16", "--layers",
+                        "1", "--embd", "8", "--heads", "2", "--iters", "-3"]),
         ("train_resume", ["train", "--text", "t.txt", "--out", "run", "--resume", "--force",
                           "--stop-at", "250", "--threads", "0"]),
         ("sample", ["sample", "--model", "m", "--tokens", "99999999999999999999", "--top-k", "3",
