@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gemm_check.h"
 #include "isa_fixture.h"
 #include "model/gemm.h"
 #include "qkv/error.h"
@@ -40,41 +41,10 @@ VecF random_vec(std::mt19937& rng, int64_t n) {
   return v;
 }
 
-VecF absolute(const VecF& v) {
-  VecF a(v.size());
-  std::transform(v.begin(), v.end(), a.begin(), [](float x) { return std::isnan(x) ? 0.0f : std::abs(x); });
-  return a;
-}
-
+// The rule (module comment) and the cases' set-up: gemm_check.h.
 void check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int64_t pad,
            std::mt19937& rng) {
-  SCOPED_TRACE(std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " M " + std::to_string(M) +
-               " N " + std::to_string(N) + " K " + std::to_string(K) + " alpha " +
-               std::to_string(alpha) + " beta " + std::to_string(beta) + " pad " +
-               std::to_string(pad));
-  auto ld = [pad](int64_t cols) { return std::max<int64_t>(1, cols) + pad; };
-  const int64_t lda = ld(ta ? M : K), ldb = ld(tb ? K : N), ldc = ld(N);
-  const VecF A = random_vec(rng, std::max<int64_t>(1, (ta ? K : M) * lda));
-  const VecF B = random_vec(rng, std::max<int64_t>(1, (tb ? N : K) * ldb));
-  VecF C0 = random_vec(rng, std::max<int64_t>(1, M * ldc));
-  if (beta == 0.0f) std::fill(C0.begin(), C0.end(), std::numeric_limits<float>::quiet_NaN());
-  VecF got = C0, want = C0, bound = absolute(C0);
-  gemm_bf16(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
-  gemm_bf16_ref(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-  // |a'| = bf16(|a|): rounding commutes with the sign.
-  gemm_bf16_ref(ta, tb, M, N, K, std::abs(alpha), absolute(A).data(), lda, absolute(B).data(), ldb,
-                std::abs(beta), bound.data(), ldc);
-  const double unit = (K + 2) * std::ldexp(1.0, -24);
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      const int64_t x = i * ldc + j;
-      ASSERT_NEAR(got[x], want[x], 2.0 * unit * bound[x] + 1e-30) << "C[" << i << ", " << j << "]";
-    }
-    for (int64_t j = N; j < ldc && i * ldc + j < static_cast<int64_t>(got.size()); ++j) {
-      const int64_t x = i * ldc + j;
-      ASSERT_EQ(std::memcmp(&got[x], &C0[x], sizeof(float)), 0) << "padding C[" << i << ", " << j << "]";
-    }
-  }
+  test::check_gemm(gemm_bf16, gemm_bf16_ref, ta, tb, M, N, K, alpha, beta, pad, rng);
 }
 
 class GemmBf16 : public test::OnIsa {};

@@ -147,6 +147,21 @@ std::vector<double> gradient(GPT64& m, const Batch& b) {
   return m.grads();
 }
 
+// One parameter tensor's largest float64 gradient (its scale) and the
+// largest |got - truth| over it.
+struct TensorError {
+  double scale = 0.0, err = 0.0;
+};
+TensorError tensor_error(const ParamInfo& p, const std::vector<float>& got,
+                         const std::vector<double>& truth) {
+  TensorError e;
+  for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
+    e.scale = std::max(e.scale, std::abs(truth[i]));
+    e.err = std::max(e.err, std::abs(got[i] - truth[i]));
+  }
+  return e;
+}
+
 // (RoPE, Hkv, bias)
 class GptGrad : public ::testing::TestWithParam<std::tuple<bool, int64_t, bool>> {};
 
@@ -184,11 +199,7 @@ TEST_P(GptGrad, Float32GradientsMatchFloat64) {
   // blocks is about 1e-6 of it (measured); a wrong gradient is off by its own size.
   double worst = 0.0;
   for (const ParamInfo& p : m32.params()) {
-    double scale = 0.0, err = 0.0;
-    for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
-      scale = std::max(scale, std::abs(m64.grads()[i]));
-      err = std::max(err, std::abs(m32.grads()[i] - m64.grads()[i]));
-    }
+    const auto [scale, err] = tensor_error(p, m32.grads(), m64.grads());
     EXPECT_LE(err, 2e-5 * scale) << p.name << ": scale " << scale;
     EXPECT_GT(scale, 0.0) << p.name << ": no gradient at all";
     if (scale > 0.0) worst = std::max(worst, err / scale);
@@ -228,11 +239,7 @@ TEST_P(GptGrad, Bf16GradientsFollowFloat64WithinBf16Rounding) {
     m16.backward();
     double worst = 0.0;
     for (const ParamInfo& p : m16.params()) {
-      double scale = 0.0, err = 0.0;
-      for (int64_t i = p.offset; i < p.offset + p.size; ++i) {
-        scale = std::max(scale, std::abs(m64.grads()[i]));
-        err = std::max(err, std::abs(m16.grads()[i] - m64.grads()[i]));
-      }
+      const auto [scale, err] = tensor_error(p, m16.grads(), m64.grads());
       EXPECT_LE(err, 5e-2 * scale) << p.name << ": scale " << scale;
       if (scale > 0.0) worst = std::max(worst, err / scale);
     }

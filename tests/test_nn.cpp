@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gemm_check.h"
 #include "model/gemm.h"
 #include "model/layers/nn_ref.h"
 #include "qkv/error.h"
@@ -408,47 +409,10 @@ TEST(NnFloat32, ResidualInPlace) {
 
 // ---- 3. sgemm against sgemm_ref ---------------------------------------------
 
-// Per element, the worst-case rounding error of any summation order (FMA or
-// not) is (K + 2) · 2^-24 · (|alpha| Σ_k |a_ik b_kj| + |beta c_ij|); the
-// check allows twice that, so it holds for any correct backend and fails on
-// any wrong product.
+// The rule and the cases' set-up: gemm_check.h.
 void check_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                  int64_t pad, std::mt19937& rng) {
-  SCOPED_TRACE(std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " M " + std::to_string(M) +
-               " N " + std::to_string(N) + " K " + std::to_string(K) + " alpha " +
-               std::to_string(alpha) + " beta " + std::to_string(beta) + " pad " +
-               std::to_string(pad));
-  // As in BLAS, a leading dimension is at least 1 even for an empty matrix.
-  auto ld = [pad](int64_t cols) { return std::max<int64_t>(1, cols) + pad; };
-  const int64_t lda = ld(ta ? M : K), ldb = ld(tb ? K : N), ldc = ld(N);
-  const int64_t a_rows = ta ? K : M, b_rows = tb ? N : K;
-  const VecF A = random_vec(rng, std::max<int64_t>(1, a_rows * lda));
-  const VecF B = random_vec(rng, std::max<int64_t>(1, b_rows * ldb));
-  VecF C0 = random_vec(rng, std::max<int64_t>(1, M * ldc));
-  // beta = 0 must not read C: fill it with NaN.
-  if (beta == 0.0f) std::fill(C0.begin(), C0.end(), std::numeric_limits<float>::quiet_NaN());
-  VecF got = C0, want = C0;
-  sgemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
-  sgemm_ref(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-  VecF absA(A.size()), absB(B.size()), bound(C0.size());
-  std::transform(A.begin(), A.end(), absA.begin(), [](float x) { return std::abs(x); });
-  std::transform(B.begin(), B.end(), absB.begin(), [](float x) { return std::abs(x); });
-  std::transform(C0.begin(), C0.end(), bound.begin(),
-                 [](float x) { return std::isnan(x) ? 0.0f : std::abs(x); });
-  sgemm_ref(ta, tb, M, N, K, std::abs(alpha), absA.data(), lda, absB.data(), ldb,
-            std::abs(beta), bound.data(), ldc);
-  const double unit = (K + 2) * std::ldexp(1.0, -24);
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      const int64_t x = i * ldc + j;
-      ASSERT_NEAR(got[x], want[x], 2.0 * unit * bound[x] + 1e-30) << "C[" << i << ", " << j << "]";
-    }
-    // The padding between rows is never written.
-    for (int64_t j = N; j < ldc && i * ldc + j < static_cast<int64_t>(got.size()); ++j) {
-      const int64_t x = i * ldc + j;
-      ASSERT_TRUE(std::memcmp(&got[x], &C0[x], sizeof(float)) == 0) << "padding C[" << i << ", " << j << "]";
-    }
-  }
+  test::check_gemm(sgemm, sgemm_ref, ta, tb, M, N, K, alpha, beta, pad, rng);
 }
 
 TEST(Gemm, MatchesReferenceOnOddSizesAndEveryTranspose) {

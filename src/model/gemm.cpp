@@ -43,24 +43,25 @@ void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int6
   if (ldc < min_ldc) fail("ldc: expected >= " + std::to_string(min_ldc) + ", found " + std::to_string(ldc));
 }
 
-void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C,
+                           int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0 && alpha != 0.0f) return false;
+  if (beta == 1.0f) return true;
   for (int64_t i = 0; i < M; ++i) {
     float* c = C + i * ldc;
     if (beta == 0.0f) std::fill(c, c + N, 0.0f);
     else for (int64_t j = 0; j < N; ++j) c[j] *= beta;
   }
+  return true;
 }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc) {
   check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
   // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
-  if (K == 0 || alpha == 0.0f) {
-    if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
   const bool split_m = M >= N;
   const int64_t dim = split_m ? M : N;
   const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;

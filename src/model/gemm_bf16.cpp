@@ -112,11 +112,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
   check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0 || alpha == 0.0f) {
-    if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
   if (active_isa() == Isa::avx512bf16)
     on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else

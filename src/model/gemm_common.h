@@ -10,8 +10,10 @@ namespace qkv::kernels {
 void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      int64_t lda, int64_t ldb, int64_t ldc);
 
-// C [M, N] = beta · C, with beta = 0 writing zeros (C may hold NaN): the
-// whole GEMM when K = 0 or alpha = 0.
-void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc);
+// The GEMMs with no products to sum, done as BLAS does them: nothing for an
+// empty C, C = beta · C when K = 0 or alpha = 0 (beta = 0 writes zeros over
+// any NaN). Returns false, touching nothing, for every other GEMM.
+bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C,
+                           int64_t ldc);
 
 }  // namespace qkv::kernels
