@@ -91,9 +91,9 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
     }
     // Tiles row block by row block: a thread's tiles are a contiguous band of
-    // C's rows, the band of op(A) it packed above (the same static split),
-    // and the rows the row-parallel layers before it wrote on this core; its
-    // block of op(A) stays in L1 across the column panels.
+    // C's rows; for op(A) = A that is the band of A it packed above (the same
+    // static split) and the rows the row-parallel layers before it wrote on
+    // this core. Its block of op(A) stays in L1 across the column panels.
     const int64_t panels = Np / kNR;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
