@@ -200,7 +200,8 @@ class BasicGPT {
   nn::RopeTable rope_;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
-  nn::Matmul matmul_ = nn::Matmul::f32;  // follows compute_
+  // The Linear layers' GEMM for compute_.
+  nn::Matmul matmul() const { return compute_ == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32; }
   Acts acts_;
   // Backward scratch: the gradient flowing down the residual stream, and
   // the gradients of one block's intermediates (reused by every block).

@@ -62,7 +62,6 @@ void BasicGPT<T>::set_compute_dtype(DType dtype) {
   if (dtype == DType::bf16 && !std::is_same_v<T, float>)
     throw Error("gpt: bfloat16 compute is for the float32 model (GPT); the float64 model checks it");
   compute_ = dtype;
-  matmul_ = dtype == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
 }
 
 namespace {
@@ -262,26 +261,26 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
     nn::layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w),
                           w(L.ln1_b), BT, C);
     nn::linear_forward(la.qkv.data(), la.ln1.data(), w(L.attn_w), w(L.attn_b), BT, C, qkv_out,
-                       kOutIn, matmul_);
+                       kOutIn, matmul());
     attention_forward(la);
     // res2 = x + attn proj: project into res2, then add the stream.
     nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
-                       kOutIn, matmul_);
+                       kOutIn, matmul());
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     nn::layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
                           w(L.ln2_w), w(L.ln2_b), BT, C);
     nn::linear_forward(la.fch.data(), la.ln2.data(), w(L.fc_w), w(L.fc_b), BT, C, 4 * C, kOutIn,
-                       matmul_);
+                       matmul());
     nn::gelu_forward(la.fch_gelu.data(), la.fch.data(), BT * 4 * C, cfg_.gelu);
     nn::linear_forward(la.res3.data(), la.fch_gelu.data(), w(L.fc_proj_w), w(L.fc_proj_b), BT,
-                       4 * C, C, kOutIn, matmul_);
+                       4 * C, C, kOutIn, matmul());
     nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
     x = la.res3.data();
   }
   nn::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_),
                         w(lnf_b_), BT, C);
   nn::linear_forward<T>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V, kOutIn,
-                        matmul_);  // tied head
+                        matmul());  // tied head
   has_targets_ = targets != nullptr;
   if (!has_targets_) return T(0);
   for (int64_t i = 0; i < BT; ++i) {
@@ -310,7 +309,7 @@ void BasicGPT<T>::backward() {
   zero(dres_);
   zero(dln_);
   nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),
-                         BT, C, V, matmul_);
+                         BT, C, V, matmul());
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -321,22 +320,22 @@ void BasicGPT<T>::backward() {
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
     zero(dfch_gelu_);
     nn::linear_backward(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(),
-                        la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C, matmul_);
+                        la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C, matmul());
     zero(dfch_);
     nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu);
     zero(dln_);
     nn::linear_backward(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2.data(), w(L.fc_w),
-                        BT, C, 4 * C, matmul_);
+                        BT, C, 4 * C, matmul());
     nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
     zero(datty_);
     nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
-                        la.atty.data(), w(L.attn_proj_w), BT, C, C, matmul_);
+                        la.atty.data(), w(L.attn_proj_w), BT, C, C, matmul());
     attention_backward(la);
     zero(dln_);
     nn::linear_backward(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1.data(),
-                        w(L.attn_w), BT, C, qkv_out, matmul_);
+                        w(L.attn_w), BT, C, qkv_out, matmul());
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }
