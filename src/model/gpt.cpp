@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "model/layers/nn_common.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 
@@ -74,7 +75,7 @@ void zero(std::vector<T>& v) {
   constexpr int64_t kChunk = 4096;
   const int64_t n = static_cast<int64_t>(v.size()), chunks = (n + kChunk - 1) / kChunk;
   T* p = v.data();
-#pragma omp parallel for schedule(static) if (n >= 4 * kChunk)
+#pragma omp parallel for schedule(static) if (n >= nn::detail::kParallelMin)
   for (int64_t c = 0; c < chunks; ++c)
     std::fill(p + c * kChunk, p + std::min(n, (c + 1) * kChunk), T(0));
 }
@@ -88,7 +89,7 @@ void round_to_bf16(Tensor& x16, Tensor& x) {
   float* s = x.data<float>();
   bfloat16* d = x16.data<bfloat16>();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n >= 4096)
+#pragma omp parallel for schedule(static) if (n >= nn::detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     d[i] = bf16_from_float(s[i]);
     s[i] = bf16_to_float(d[i]);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "model/layers/nn_common.h"
+
 namespace qkv {
 
 double learning_rate(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_iters) {
@@ -23,27 +25,21 @@ AdamW::AdamW(const GPT& model, const AdamWConfig& cfg)
 namespace {
 
 // Σ g_i² in double, in the same order for any thread count: fixed chunks of
-// kChunk, each summed in kLanes interleaved partial sums (so the compiler
-// vectorises it), the lanes then the chunks added in order. A plain serial
+// kChunk, each a lane_sum, then the chunks added in order. A plain serial
 // double sum over the ~1M gradients was latency-bound and ran on one core.
 double sum_of_squares(const float* g, int64_t n) {
-  constexpr int64_t kChunk = 8192, kLanes = 8;
+  constexpr int64_t kChunk = 8192;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks));
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-    double lane[kLanes] = {};
-    int64_t i = lo;
-    for (; i + kLanes <= hi; i += kLanes)
-      for (int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(g[i + l]) * g[i + l];
-    for (; i < hi; ++i) lane[0] += static_cast<double>(g[i]) * g[i];
-    double s = 0.0;
-    for (double x : lane) s += x;
-    partial[c] = s;
+    const float* x = g + c * kChunk;
+    partial[c] = nn::detail::lane_sum<double>(std::min(kChunk, n - c * kChunk), [x](int64_t i) {
+      return static_cast<double>(x[i]) * x[i];
+    });
   }
   double sum = 0.0;
-  for (double x : partial) sum += x;
+  for (double s : partial) sum += s;
   return sum;
 }
 

@@ -20,14 +20,14 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 14;
 // Sums over rows run per block of this many columns (one vector of AVX-512).
 inline constexpr int64_t kColBlock = 16;
 
-// Σ_{c < n} f(c) in float, in 8 interleaved partial sums combined in a fixed
-// order: the compiler turns the lanes into one SIMD register (a single
-// running sum is a chain of dependent adds it may not reorder), and the order
-// is the same on every machine.
-template <class F>
-inline float lane_sum(int64_t n, F f) {
+// Σ_{c < n} f(c) in Acc (float by default), in 8 interleaved partial sums
+// combined in a fixed order: the compiler turns the lanes into one SIMD
+// register (a single running sum is a chain of dependent adds it may not
+// reorder), and the order is the same on every machine.
+template <class Acc = float, class F>
+inline Acc lane_sum(int64_t n, F f) {
   constexpr int kLanes = 8;
-  float acc[kLanes] = {};
+  Acc acc[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes)
     for (int l = 0; l < kLanes; ++l) acc[l] += f(c + l);
