@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/simd/bf16_pairs_avx512.h"
 #include "model/gemm_bf16_kernels.h"
 #include "qkv/tensor.h"
 
@@ -65,12 +66,6 @@ void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t*
 
 void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
                      int64_t dst_ld) {
-  // cvtne2ps_pbh(b, a) holds a's 16 values then b's; this index interleaves
-  // them into 16 words (a[i] low, b[i] high).
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
   for (int64_t p = 0; p < pairs(K); ++p) {
     const float* s0 = src + 2 * p * ld;
     const float* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
@@ -80,9 +75,8 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
       const __mmask16 m = first_lanes(W - w);
       const __m512 a = _mm512_maskz_loadu_ps(m, s0 + w);
       const __m512 b = s1 ? _mm512_maskz_loadu_ps(m, s1 + w) : _mm512_setzero_ps();
-      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
       // Lanes past W hold zeros: they pad the row up to dst_ld.
-      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_permutexvar_epi16(idx, ab));
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), simd::bf16_pair_words(a, b));
     }
     for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/kernels/flash_bf16.h"
+#include "core/simd/bf16_pairs_avx512.h"
 
 namespace qkv::kernels {
 namespace {
@@ -158,20 +159,13 @@ void pv2_rows(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const ui
 }  // namespace
 
 void pack_p_bf16_avx512(uint32_t* P2, const float* P, int64_t nj, int ncols) {
-  // cvtne2ps_pbh(b, a) holds a's 16 values then b's; this index interleaves
-  // them into 16 words (a[i] low, b[i] high).
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
   const int nvec = (ncols + 15) / 16;
   for (int64_t t = 0; t < bf16_pairs(nj); ++t)
     for (int v = 0; v < nvec; ++v) {
       const __m512 a = _mm512_loadu_ps(P + 2 * t * kBR + v * 16);
       const __m512 b = 2 * t + 1 < nj ? _mm512_loadu_ps(P + (2 * t + 1) * kBR + v * 16)
                                       : _mm512_setzero_ps();
-      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-      _mm512_storeu_si512(P2 + t * kBR + v * 16, _mm512_permutexvar_epi16(idx, ab));
+      _mm512_storeu_si512(P2 + t * kBR + v * 16, simd::bf16_pair_words(a, b));
     }
 }
 
