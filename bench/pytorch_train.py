@@ -44,14 +44,19 @@ import pytorch_sdpa  # bench/: the venv logic (QKV_VENV with torch and numpy)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common_arguments(p):
+    """--qkv, --text and --threads, as this script and recipe_seeds.py take them."""
     p.add_argument("--qkv", default=os.environ.get("QKV_BIN", ROOT / "build" / "release" / "qkv"),
                    help="the qkv binary (default build/release/qkv, or $QKV_BIN)")
     p.add_argument("--text", default=ROOT.parent / "shared" / "data" / "tinyshakespeare.txt",
                    help="UTF-8 training text (default ../shared/data/tinyshakespeare.txt "
                         "from the repository root)")
     p.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(p)
     p.add_argument("--iters", type=int, default=50, help="training iterations (default 50)")
     p.add_argument("--rounds", type=int, default=5,
                    help="run both sides this many times, alternating (qkv, torch, qkv, ...), and "
@@ -480,16 +485,18 @@ def print_report(a, vocab, sides, init_lines):
 
 def main():
     a = parse_args()
+    dtypes = ["float32", "bf16"] if a.dtype == "both" else [a.dtype]
     if a.dry_run:
         if not a.torch_only:
-            print("would run:", shlex.join(qkv_command(a, a.out or "TMPDIR")),
-                  f"({a.rounds} time{'s' if a.rounds != 1 else ''})")
+            for dtype in dtypes:
+                print("would run:", shlex.join(qkv_command(a, a.out or "TMPDIR", dtype=dtype)),
+                      f"({a.rounds} time{'s' if a.rounds != 1 else ''})")
         if not a.qkv_only:
             venv = pytorch_sdpa.VENV
             state = "exists" if (venv / "bin" / "python").exists() else "would be created"
             print(f"{'then' if not a.torch_only else 'run'}, in {venv} ({state}; torch from PyPI "
                   f"if missing), the same model for {a.iters} iterations in PyTorch with "
-                  f"{a.threads} threads")
+                  f"{a.threads} threads ({' and '.join(dtypes)}; bf16 under torch.autocast)")
         return
     if not Path(a.text).is_file():
         sys.exit(f"--text: {a.text} is not a file")
@@ -500,7 +507,6 @@ def main():
         pytorch_sdpa.enter_venv()
         print("torch: preparing data and initial weights", file=sys.stderr, flush=True)
         torch_run = TorchRun(a)
-    dtypes = ["float32", "bf16"] if a.dtype == "both" else [a.dtype]
     label = lambda side, dtype: side + ("" if dtype == "float32" else " bf16")
     sides = {}
     for dtype in dtypes:

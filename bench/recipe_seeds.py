@@ -23,7 +23,6 @@ consecutive windows of context + 1 characters: qkv's val_loss_full.
 import argparse
 import json
 import math
-import os
 import shlex
 import statistics
 import subprocess
@@ -35,18 +34,11 @@ from pathlib import Path
 import pytorch_sdpa  # bench/: the venv logic (QKV_VENV with torch and numpy)
 import pytorch_train  # bench/: nanoGPT's architecture in PyTorch (build_model)
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--qkv", default=os.environ.get("QKV_BIN", ROOT / "build" / "release" / "qkv"),
-                   help="the qkv binary (default build/release/qkv, or $QKV_BIN)")
-    p.add_argument("--text", default=ROOT.parent / "shared" / "data" / "tinyshakespeare.txt",
-                   help="UTF-8 training text (default ../shared/data/tinyshakespeare.txt)")
+    pytorch_train.add_common_arguments(p)
     p.add_argument("--seeds", type=int, default=5, help="seeds 1..N (default 5)")
     p.add_argument("--iters", type=int, default=2000, help="training steps (default 2000)")
-    p.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
     p.add_argument("--json", help="also write every run's figures to this file")
     a = p.parse_args()
     # The recipe: qkv train's defaults, which are nanoGPT's CPU recipe.
