@@ -3,6 +3,7 @@
 // qkv::active_isa() said the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/kernels/flash_kernels.h"
@@ -49,6 +50,21 @@ struct V {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+
+  // Quads: 4 consecutive floats, 2 to a vector (softmax_quads).
+  static constexpr int kQuads = 2;
+  static reg load_quads(const float* p, int64_t ld, int n, float fill) {
+    return _mm256_set_m128(n > 1 ? _mm_loadu_ps(p + ld) : _mm_set1_ps(fill), _mm_loadu_ps(p));
+  }
+  static void store_quads(float* p, int64_t ld, reg v, int n) {
+    _mm_storeu_ps(p, _mm256_castps256_ps128(v));
+    if (n > 1) _mm_storeu_ps(p + ld, _mm256_extractf128_ps(v, 1));
+  }
+  static reg broadcast_quad(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
+  static void store_quad(float* p, reg v) { _mm_storeu_ps(p, _mm256_castps256_ps128(v)); }
+  // Both quads become the element-wise max (sum) of the two.
+  static reg quad_max(reg v) { return _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1)); }
+  static reg quad_sum(reg v) { return _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1)); }
 };
 
 #include "core/kernels/flash_simd.inc"

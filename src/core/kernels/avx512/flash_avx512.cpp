@@ -3,6 +3,7 @@
 // only ever called after qkv::active_isa() said the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/kernels/flash_kernels.h"
@@ -45,6 +46,34 @@ struct V {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(-__builtin_inff()), _CMP_NEQ_UQ), x);
   }
   static float hsum(reg x) { return _mm512_reduce_add_ps(x); }
+
+  // Quads: 4 consecutive floats, 4 to a vector (softmax_quads).
+  static constexpr int kQuads = 4;
+  static reg load_quads(const float* p, int64_t ld, int n, float fill) {
+    reg v = set1(fill);
+    v = _mm512_mask_broadcast_f32x4(v, 0x000f, _mm_loadu_ps(p));
+    if (n > 1) v = _mm512_mask_broadcast_f32x4(v, 0x00f0, _mm_loadu_ps(p + ld));
+    if (n > 2) v = _mm512_mask_broadcast_f32x4(v, 0x0f00, _mm_loadu_ps(p + 2 * ld));
+    if (n > 3) v = _mm512_mask_broadcast_f32x4(v, 0xf000, _mm_loadu_ps(p + 3 * ld));
+    return v;
+  }
+  static void store_quads(float* p, int64_t ld, reg v, int n) {
+    _mm_storeu_ps(p, _mm512_castps512_ps128(v));
+    if (n > 1) _mm_storeu_ps(p + ld, _mm512_extractf32x4_ps(v, 1));
+    if (n > 2) _mm_storeu_ps(p + 2 * ld, _mm512_extractf32x4_ps(v, 2));
+    if (n > 3) _mm_storeu_ps(p + 3 * ld, _mm512_extractf32x4_ps(v, 3));
+  }
+  static reg broadcast_quad(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+  static void store_quad(float* p, reg v) { _mm_storeu_ps(p, _mm512_castps512_ps128(v)); }
+  // Every quad becomes the element-wise max (sum) of all four.
+  static reg quad_max(reg v) {
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+    return _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+  }
+  static reg quad_sum(reg v) {
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+    return _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+  }
 };
 
 #include "core/kernels/flash_simd.inc"

@@ -71,18 +71,22 @@ void qk_columns(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uin
   }
 }
 
+// Lane L of the result, within each 128-bit lane, is the sum of the lane-L
+// parts of a, b, c and d: their horizontal sums, a quarter of the way done.
+__attribute__((always_inline)) inline __m512 quad_sum(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
+}
+
 // Lane i of the result is the sum of the 16 lanes of x[i]: 45 shuffles and
 // adds for all 16, against ~8 each for _mm512_reduce_add_ps one by one.
+// Every index is a literal: with loops here GCC saw x indexed by a variable
+// when it decides what lives in registers, and kept the caller's
+// accumulators in memory (zeroed there, stored after the loop, reloaded).
 __attribute__((always_inline)) inline __m512 sum16(const __m512 (&x)[16]) {
-  __m512 quad[4];  // quad[g], 128-bit lane L: the lane-L sums of x[4g .. 4g+3]
-  for (int g = 0; g < 4; ++g) {
-    __m512 t[2];
-    for (int h = 0; h < 2; ++h) {
-      const __m512 a = x[4 * g + 2 * h], b = x[4 * g + 2 * h + 1];
-      t[h] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    quad[g] = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x44), _mm512_shuffle_ps(t[0], t[1], 0xEE));
-  }
+  const __m512 quad[4] = {quad_sum(x[0], x[1], x[2], x[3]), quad_sum(x[4], x[5], x[6], x[7]),
+                          quad_sum(x[8], x[9], x[10], x[11]), quad_sum(x[12], x[13], x[14], x[15])};
   // Add the four 128-bit lanes of each quad: a 4 x 4 transpose of lanes.
   const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[0], quad[1], 0x44),
                                    _mm512_shuffle_f32x4(quad[0], quad[1], 0xEE));
@@ -94,19 +98,25 @@ __attribute__((always_inline)) inline __m512 sum16(const __m512 (&x)[16]) {
 // KB keys x R rows of the decode form, vectors of 32 bf16 along D. With
 // KB * R <= 16 the accumulators reduce together (sum16) and land in
 // St[a][r]. The last 1-31 elements of D (when D is not a multiple of 32) are
-// copied with masked loads into a zero-padded block first, so the loop that
-// accumulates never holds a mask: with one in it GCC keeps acc in memory
-// (zero-filled with rep stos and spilled around sum16 on every block, which
-// cost as much as the dot products themselves).
+// copied with masked loads into a zero-padded block first, and the loop's
+// last step reads that block instead of K: one loop body, no mask in it.
 template <int KB, int R>
 inline void qk_rows_block(float* St, const uint16_t* K, int64_t ldk, const uint16_t* Q, int64_t D,
                           float scale) {
   static_assert(KB * R <= 16, "one sum16 per block");
   const int64_t ld = bf16_row_pad(D), whole = D / 32 * 32;
+  alignas(64) uint16_t tail[KB][32];
+  if (whole < D) {
+    const __mmask32 m = (__mmask32{1} << (D - whole)) - 1;
+    for (int a = 0; a < KB; ++a) _mm512_store_si512(tail[a], _mm512_maskz_loadu_epi16(m, K + a * ldk + whole));
+  }
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
-  auto step = [&](const uint16_t* k0, int64_t ldk0, int64_t d) __attribute__((always_inline)) {
+  for (int64_t d = 0; d < ld; d += 32) {
+    const bool in_row = d < whole;  // else the padded tail block
+    const uint16_t* k0 = in_row ? K + d : &tail[0][0];
+    const int64_t ldk0 = in_row ? ldk : 32;
     __m512bh q[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) q[r] = (__m512bh)_mm512_loadu_si512(Q + r * ld + d);
@@ -118,13 +128,6 @@ inline void qk_rows_block(float* St, const uint16_t* K, int64_t ldk, const uint1
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[a * R + r] = _mm512_dpbf16_ps(acc[a * R + r], k, q[r]);
     }
-  };
-  for (int64_t d = 0; d < whole; d += 32) step(K + d, ldk, d);
-  if (whole < D) {
-    alignas(64) uint16_t tail[KB][32];
-    const __mmask32 m = (__mmask32{1} << (D - whole)) - 1;
-    for (int a = 0; a < KB; ++a) _mm512_store_si512(tail[a], _mm512_maskz_loadu_epi16(m, K + a * ldk + whole));
-    step(&tail[0][0], 32, whole);
   }
   alignas(64) float sums[16];
   _mm512_store_ps(sums, _mm512_mul_ps(sum16(acc), _mm512_set1_ps(scale)));
