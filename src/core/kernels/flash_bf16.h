@@ -55,6 +55,12 @@ void pv_rows_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, co
 // (the softmax's output), P2 [bf16_pairs(nj)][kBR].
 void pack_p_bf16_avx512(uint32_t* P2, const float* P, int64_t nj, int ncols);
 
+// The online softmax step of FlashKernels::softmax (the same arithmetic,
+// bitwise) over St [nj][kBR], with the weights written as P2 (the words of
+// pack_p_bf16_avx512) instead of into St, which it only reads.
+void softmax_pairs_bf16_avx512(uint32_t* P2, const float* St, int64_t nj, int ncols, float* m,
+                               float* l, float* alpha);
+
 // V2[t][e] = the word (V[2t][e] low, V[2t+1][e] high) for t < bf16_pairs(nj),
 // e < Dv; the high half is 0 when nj is odd. V [nj][Dv] bf16 bits with rows
 // ldv apart (never read past element Dv-1 of a row), V2 [bf16_pairs(nj)][Dv].

@@ -298,13 +298,15 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
     bool v_paired = false;  // V2 holds this tile's pairs
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
-      c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
       if (uses_dp_bf16(c, pn)) {
+        softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
         if (!v_paired) pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
         v_paired = true;
-        pack_p_bf16_avx512(ws.P2, ws.St, nj, pn.rows());
         pv_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), ws.V2, p.Dv, ws.alpha);
-      } else if (uses_rows_bf16(c, pn)) {
+        continue;
+      }
+      c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
+      if (uses_rows_bf16(c, pn)) {
         pack_p_bf16_avx512(ws.P2, ws.St, nj, pn.rows());
         pv_rows_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
                             p.v.row_stride, p.Dv, ws.alpha);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/kernels/flash_kernels.h"
+#include "core/kernels/vexp.h"
 
 namespace qkv::kernels {
 namespace {
@@ -34,9 +35,10 @@ struct V {
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg round(reg x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static reg pow2i(reg n) {
+  // x < t ? 0 : p * 2^n (n integral): 2^n built in the exponent field.
+  static reg ldexp_or_zero(reg p, reg n, reg x, float t) {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+    return zero_if_below(x, t, _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));
   }
   static reg zero_if_below(reg x, float t, reg y) {
     return _mm256_and_ps(_mm256_cmp_ps(x, set1(t), _CMP_NLT_UQ), y);
