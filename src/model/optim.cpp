@@ -24,11 +24,14 @@ AdamW::AdamW(const GPT& model, const AdamWConfig& cfg)
 
 namespace {
 
+// Elements per chunk of the norm and the update: fixed, so the norm's sum
+// runs in the same order for any thread count (each update is independent).
+constexpr int64_t kChunk = 8192;
+
 // Σ g_i² in double, in the same order for any thread count: fixed chunks of
 // kChunk, each a lane_sum, then the chunks added in order. A plain serial
 // double sum over the ~1M gradients was latency-bound and ran on one core.
 double sum_of_squares(const float* g, int64_t n) {
-  constexpr int64_t kChunk = 8192;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks));
 #pragma omp parallel for schedule(static)
@@ -49,10 +52,6 @@ struct AdamWStep {
   float b1, b2, lr, keep, clip, eps, ibc1, ibc2;
 };
 
-// Elements per chunk of the update (each is independent; chunks only spread
-// the work over threads).
-constexpr int64_t kChunk = 8192;
-
 // The update of n weights, compiled for AVX-512, AVX2 and baseline x86-64 and
 // picked when the program loads (GCC function multi-versioning, as gelu.cpp
 // does): with the arrays behind restrict, the decay a factor and no errno for
@@ -68,8 +67,8 @@ void adamw_span(float* __restrict w, float* __restrict m, float* __restrict v,
     m[i] = k.b1 * m[i] + (1.0f - k.b1) * gi;
     v[i] = k.b2 * v[i] + (1.0f - k.b2) * gi * gi;
     // Decoupled weight decay (AdamW): shrink the weight itself, not the
-    // gradient, by a factor, as torch.optim.AdamW does; the factor is exactly
-    // `keep` or 1 (1 - keep is exact), with no branch in the loop.
+    // gradient, by a factor, as torch.optim.AdamW does; the factor is `keep`
+    // or 1, exactly (1 - keep is exact for keep >= 1/2), with no branch.
     const float wi = w[i] * (1.0f - (1.0f - k.keep) * static_cast<float>(decay[i]));
     w[i] = wi - k.lr * (m[i] * k.ibc1) / (std::sqrt(v[i] * k.ibc2) + k.eps);
   }

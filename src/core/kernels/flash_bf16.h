@@ -1,5 +1,6 @@
 // flash_bf16.h: the AVX512-BF16 micro-kernels of the forward for bfloat16
-// inputs, Q·Kᵀ (avx512bf16/flash_avx512bf16.cpp) and P·V
+// inputs, Q·Kᵀ (avx512bf16/flash_avx512bf16.cpp), the prefill's softmax
+// into bf16 pairs (avx512bf16/softmax_avx512bf16.cpp) and P·V
 // (avx512bf16/pv_avx512bf16.cpp), called only when active_isa() is
 // Isa::avx512bf16.
 //
@@ -55,9 +56,10 @@ void pv_rows_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, co
 // (the softmax's output), P2 [bf16_pairs(nj)][kBR].
 void pack_p_bf16_avx512(uint32_t* P2, const float* P, int64_t nj, int ncols);
 
-// The online softmax step of FlashKernels::softmax (the same arithmetic,
-// bitwise) over St [nj][kBR], with the weights written as P2 (the words of
-// pack_p_bf16_avx512) instead of into St, which it only reads.
+// The online softmax step of FlashKernels::softmax over St [nj][kBR] for
+// ncols > kRowsForQkRows (prefill panels), with the weights written as P2
+// (the words of pack_p_bf16_avx512) instead of into St, which it only
+// reads: bitwise what softmax then pack_p_bf16_avx512 give for such ncols.
 void softmax_pairs_bf16_avx512(uint32_t* P2, const float* St, int64_t nj, int ncols, float* m,
                                float* l, float* alpha);
 

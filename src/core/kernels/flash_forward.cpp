@@ -477,8 +477,9 @@ void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_we
   const bool round_out = res.out.dtype() == DType::bf16;
   // Every element is written before it is read: no zero-fill (at the GPT's
   // training shape, zeroing this buffer was 3% of the call).
-  const size_t own_n = round_out ? static_cast<size_t>(res.out.numel()) : 0;
-  const auto own_out = std::make_unique_for_overwrite<float[]>(own_n);
+  const auto own_out =
+      round_out ? std::make_unique_for_overwrite<float[]>(static_cast<size_t>(res.out.numel()))
+                : nullptr;
   float* out = round_out ? own_out.get() : res.out.data<float>();
   if (p.N <= kDecodeRows)
     decode(c, out, lse, threads);

@@ -9,7 +9,8 @@ namespace qkv::kernels {
 namespace {
 
 // e^x, |rel. error| < 2 ulp for x in [-87, 88]; exactly 0 for x < -87.3
-// (including -inf), so blocked scores give weight 0, not a denormal.
+// (including -inf), so blocked scores give weight 0, not a denormal, and 0
+// for NaN (the softmax only ever asks for x <= 0).
 // Cody-Waite range reduction x = n ln2 + r, then a degree-5 minimax
 // polynomial for e^r on |r| <= ln2/2 (Cephes' expf coefficients).
 template <class V>

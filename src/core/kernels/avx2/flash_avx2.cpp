@@ -35,7 +35,8 @@ struct V {
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg round(reg x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  // x < t ? 0 : p * 2^n (n integral): 2^n built in the exponent field.
+  // x >= t ? p * 2^n : 0 (n integral; 0 for NaN x, whose clamped n of -127
+  // builds 2^n = +0): 2^n built in the exponent field.
   static reg ldexp_or_zero(reg p, reg n, reg x, float t) {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return zero_if_below(x, t, _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))));

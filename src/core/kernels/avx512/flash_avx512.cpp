@@ -1,6 +1,7 @@
 // flash_avx512.cpp: the micro-kernels on 16-lane AVX-512 vectors. Compiled
 // with -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma (CMakeLists.txt) and
 // only ever called after qkv::active_isa() said the CPU has them.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/kernels/avx512/vec_avx512.h"

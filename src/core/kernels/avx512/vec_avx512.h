@@ -7,7 +7,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 namespace qkv::kernels {
@@ -37,9 +36,10 @@ struct V {
   static reg round(reg x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  // x < t ? 0 : p * 2^n, in one vscalefps (exact: n is integral).
+  // x >= t ? p * 2^n : 0 (0 for NaN x), in one vscalefps: p * 2^n rounded
+  // once, as a multiplication by 2^n would be.
   static reg ldexp_or_zero(reg p, reg n, reg x, float t) {
-    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, set1(t), _CMP_NLT_UQ), p, n);
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, set1(t), _CMP_GE_OQ), p, n);
   }
   static reg zero_if_below(reg x, float t, reg y) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(t), _CMP_NLT_UQ), y);

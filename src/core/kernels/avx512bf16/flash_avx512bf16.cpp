@@ -71,9 +71,10 @@ void qk_columns(float* St, const uint16_t* K, int64_t ldk, int64_t nj, const uin
   }
 }
 
-// Lane L of the result, within each 128-bit lane, is the sum of the lane-L
-// parts of a, b, c and d: their horizontal sums, a quarter of the way done.
-__attribute__((always_inline)) inline __m512 quad_sum(__m512 a, __m512 b, __m512 c, __m512 d) {
+// Element k of 128-bit lane L of the result is the sum of the four elements
+// in lane L of the k-th argument (a, b, c, d): their horizontal sums, a
+// quarter of the way done.
+__attribute__((always_inline)) inline __m512 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
   return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
@@ -85,8 +86,8 @@ __attribute__((always_inline)) inline __m512 quad_sum(__m512 a, __m512 b, __m512
 // when it decides what lives in registers, and kept the caller's
 // accumulators in memory (zeroed there, stored after the loop, reloaded).
 __attribute__((always_inline)) inline __m512 sum16(const __m512 (&x)[16]) {
-  const __m512 quad[4] = {quad_sum(x[0], x[1], x[2], x[3]), quad_sum(x[4], x[5], x[6], x[7]),
-                          quad_sum(x[8], x[9], x[10], x[11]), quad_sum(x[12], x[13], x[14], x[15])};
+  const __m512 quad[4] = {lane_sums4(x[0], x[1], x[2], x[3]), lane_sums4(x[4], x[5], x[6], x[7]),
+                          lane_sums4(x[8], x[9], x[10], x[11]), lane_sums4(x[12], x[13], x[14], x[15])};
   // Add the four 128-bit lanes of each quad: a 4 x 4 transpose of lanes.
   const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(quad[0], quad[1], 0x44),
                                    _mm512_shuffle_f32x4(quad[0], quad[1], 0xEE));

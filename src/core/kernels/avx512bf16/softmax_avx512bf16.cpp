@@ -7,8 +7,9 @@
 // The float32 softmax stores the weights into St and pack_p_bf16_avx512 then
 // reads them back to round them into pairs; here each pair of keys is
 // exponentiated and converted while in registers. The arithmetic is the
-// float32 softmax's, in the same order (vexp.h, the sum over keys in key
-// order), so the weights and (m, l) are bitwise the same.
+// float32 softmax's column-vector form (ncols > 4), in the same order
+// (vexp.h, the sum over keys in key order), so the weights and (m, l) are
+// bitwise the same.
 #include "core/kernels/avx512/vec_avx512.h"
 #include "core/kernels/flash_bf16.h"
 #include "core/kernels/vexp.h"

@@ -1,0 +1,120 @@
+// The forward's online-softmax micro-kernels (core/kernels), called directly:
+// - FlashKernels::softmax on every ISA path this CPU has, against a float64
+//   transcription of its contract (flash_kernels.h), at the column counts of
+//   prefill panels (> 4: column vectors) and of decode's stacked GQA groups
+//   (<= 4: four keys to a vector, softmax_quads), with key counts that leave
+//   partial vectors, masked (-inf) scores and a column that has seen no key;
+// - softmax_pairs_bf16_avx512 (AVX512-BF16 only) against softmax followed by
+//   pack_p_bf16_avx512, the path it replaces: the same bits.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/kernels/flash_bf16.h"
+#include "core/kernels/flash_kernels.h"
+#include "isa_fixture.h"
+
+using namespace qkv;
+using kernels::kBR;
+using kernels::kBC;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One tile's inputs: scores St [kBC][kBR] (keys in rows), and the running
+// (m, l) of every column. Column 1 has seen no key yet and all its scores
+// are masked; a few other scores are masked too.
+struct Tile {
+  std::vector<float> St, m, l;
+  Tile(std::mt19937& rng, int64_t nj) : St(kBC * kBR), m(kBR), l(kBR) {
+    std::uniform_real_distribution<float> score(-8.0f, 8.0f), unit(0.0f, 1.0f);
+    for (float& s : St) s = score(rng);
+    for (int i = 0; i < kBR; ++i) {
+      m[i] = i % 3 == 0 ? kNegInf : score(rng);  // every third column: no key so far
+      l[i] = m[i] == kNegInf ? 0.0f : 1.0f + 4.0f * unit(rng);
+    }
+    m[1] = kNegInf, l[1] = 0.0f;
+    for (int64_t j = 0; j < nj; ++j) St[j * kBR + 1] = kNegInf;
+    for (int64_t j = 0; j < nj; j += 3) St[j * kBR + 2] = kNegInf;
+  }
+};
+
+class FlashSoftmax : public test::OnIsa {};
+
+// The contract, in float64: m' = max(m, max_j s), p_j = exp(s_j - m'),
+// alpha = exp(m - m'), l' = alpha l + sum_j p_j; a column with no finite
+// score keeps m = -inf, l = 0, alpha = 0 and weights 0, never NaN.
+TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
+  const kernels::FlashKernels& kern = kernels::flash_kernels(GetParam());
+  std::mt19937 rng(7);
+  for (int ncols : {1, 2, 3, 4, 5, 16, 17, 64})
+    for (int64_t nj : {1, 2, 3, 5, 63, 64}) {
+      SCOPED_TRACE(::testing::Message() << "ncols " << ncols << " nj " << nj);
+      Tile in(rng, nj);
+      Tile out = in;
+      std::vector<float> alpha(kBR);
+      kern.softmax(out.St.data(), nj, ncols, out.m.data(), out.l.data(), alpha.data());
+      for (int i = 0; i < ncols; ++i) {
+        double mx = in.m[i];
+        for (int64_t j = 0; j < nj; ++j) mx = std::fmax(mx, in.St[j * kBR + i]);
+        ASSERT_EQ(out.m[i], static_cast<float>(mx)) << "column " << i;
+        if (mx == -INFINITY) {
+          EXPECT_EQ(out.l[i], 0.0f) << "column " << i;
+          EXPECT_EQ(alpha[i], 0.0f) << "column " << i;
+          for (int64_t j = 0; j < nj; ++j) EXPECT_EQ(out.St[j * kBR + i], 0.0f) << "key " << j;
+          continue;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < nj; ++j) {
+          const double p = std::exp(static_cast<double>(in.St[j * kBR + i]) - mx);
+          sum += p;
+          EXPECT_NEAR(out.St[j * kBR + i], p, 1e-6 * p + 1e-30) << "column " << i << " key " << j;
+        }
+        const double a = in.m[i] == kNegInf ? 0.0 : std::exp(in.m[i] - mx);
+        EXPECT_NEAR(alpha[i], a, 1e-6 * a) << "column " << i;
+        const double l = a * in.l[i] + sum;
+        EXPECT_NEAR(out.l[i], l, 1e-6 * l) << "column " << i;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, FlashSoftmax,
+                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         test::isa_test_name);
+
+// The bf16 prefill's fused step gives exactly the weights, (m, l) and alpha
+// of the float32 softmax followed by pack_p, for the prefill column counts it
+// serves, with odd key counts (the last pair's high half 0).
+TEST(FlashSoftmaxPairs, MatchesSoftmaxThenPackBitForBit) {
+  if (detected_isa() != Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+  const kernels::FlashKernels& kern = kernels::flash_kernels(Isa::avx512);
+  std::mt19937 rng(11);
+  for (int ncols : {5, 16, 17, 64})
+    for (int64_t nj : {1, 2, 7, 63, 64}) {
+      SCOPED_TRACE(::testing::Message() << "ncols " << ncols << " nj " << nj);
+      const Tile in(rng, nj);
+      Tile a = in, b = in;
+      std::vector<float> alpha_a(kBR), alpha_b(kBR);
+      const int64_t pairs = kernels::bf16_pairs(nj);
+      std::vector<uint32_t> P2a(pairs * kBR), P2b(pairs * kBR);
+      kern.softmax(a.St.data(), nj, ncols, a.m.data(), a.l.data(), alpha_a.data());
+      kernels::pack_p_bf16_avx512(P2a.data(), a.St.data(), nj, ncols);
+      kernels::softmax_pairs_bf16_avx512(P2b.data(), b.St.data(), nj, ncols, b.m.data(),
+                                         b.l.data(), alpha_b.data());
+      for (int i = 0; i < ncols; ++i) {
+        EXPECT_EQ(a.m[i], b.m[i]) << "column " << i;
+        EXPECT_EQ(a.l[i], b.l[i]) << "column " << i;
+        EXPECT_EQ(alpha_a[i], alpha_b[i]) << "column " << i;
+        for (int64_t t = 0; t < pairs; ++t)
+          EXPECT_EQ(P2a[t * kBR + i], P2b[t * kBR + i]) << "column " << i << " pair " << t;
+      }
+      EXPECT_EQ(b.St, in.St) << "the scores are only read";
+    }
+}
+
+}  // namespace
