@@ -48,7 +48,10 @@ class FlashSoftmax : public test::OnIsa {};
 
 // The contract, in float64: m' = max(m, max_j s), p_j = exp(s_j - m'),
 // alpha = exp(m - m'), l' = alpha l + sum_j p_j; a column with no finite
-// score keeps m = -inf, l = 0, alpha = 0 and weights 0, never NaN.
+// score keeps m = -inf, l = 0, alpha = 0 and weights 0, never NaN. The
+// kernels subtract in float32 (up to half an ulp of 16, 1e-6 relative after
+// exp) and their exp is within 2 ulp: 4e-6 relative allows both; a wrong
+// key, column or rescale is off by far more.
 TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
   const kernels::FlashKernels& kern = kernels::flash_kernels(GetParam());
   std::mt19937 rng(7);
@@ -73,12 +76,12 @@ TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
         for (int64_t j = 0; j < nj; ++j) {
           const double p = std::exp(static_cast<double>(in.St[j * kBR + i]) - mx);
           sum += p;
-          EXPECT_NEAR(out.St[j * kBR + i], p, 1e-6 * p + 1e-30) << "column " << i << " key " << j;
+          EXPECT_NEAR(out.St[j * kBR + i], p, 4e-6 * p + 1e-30) << "column " << i << " key " << j;
         }
         const double a = in.m[i] == kNegInf ? 0.0 : std::exp(in.m[i] - mx);
-        EXPECT_NEAR(alpha[i], a, 1e-6 * a) << "column " << i;
+        EXPECT_NEAR(alpha[i], a, 4e-6 * a) << "column " << i;
         const double l = a * in.l[i] + sum;
-        EXPECT_NEAR(out.l[i], l, 1e-6 * l) << "column " << i;
+        EXPECT_NEAR(out.l[i], l, 4e-6 * l) << "column " << i;
       }
     }
 }

@@ -287,19 +287,24 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   visible_range(c, blk, first, end);
   // Decode reads each K and V row once, straight from memory. The micro-
   // kernels prefetch rows ahead within a stream, but the first V rows of a
-  // float32 tile would still be cold when P·V starts: ask for the whole V
-  // tile before Q·Kᵀ, which then hides its latency. (bf16 tiles are half the
-  // size and the bf16 kernels' own prefetch covers them: requesting the
-  // whole next tile as well measured no faster, 8 alternating rounds.)
+  // tile would still be cold when P·V starts: ask for the whole V tile
+  // before Q·Kᵀ, which then hides its latency (float32 V, or bf16 V read in
+  // place; with the bf16 kernels' arithmetic cut this session, this took bf16
+  // decode at S = 32768 from 5.6 to 5.1-5.3 ms, three runs of 8-14
+  // alternating rounds). A widened bf16 tile is already in cache.
   const bool decode = blk.npos <= kDecodeRows;
-  const bool stream_v = decode && !c.bf16;
   const int64_t bg = blk.b * p.Hkv + blk.g;
   for (int64_t j0 = first; j0 < end; j0 += kBC) {
     const int64_t nj = std::min<int64_t>(kBC, end - j0);
     const TileKV kv = load_tile(c, blk, ws, j0, nj, c.widens(), c.widens());
-    if (stream_v)
+    if (decode && !c.bf16)  // 16 floats to a cache line
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
+    if (decode && c.dp_bf16) {  // 32 bf16 to a cache line
+      const uint16_t* v16 = p.v.row<uint16_t>(bg, j0);
+      for (int64_t j = 0; j < nj; ++j)
+        for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(v16 + j * p.v.row_stride + x, 0, 2);
+    }
     bool v_paired = false;  // V2 holds this tile's pairs
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
