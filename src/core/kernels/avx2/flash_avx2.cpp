@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/kernels/flash_kernels.h"
-#include "core/kernels/vexp.h"
+#include "core/kernels/softmax_column.h"
 
 namespace qkv::kernels {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/kernels/avx512/vec_avx512.h"
 #include "core/kernels/flash_kernels.h"
-#include "core/kernels/vexp.h"
+#include "core/kernels/softmax_column.h"
 
 namespace qkv::kernels {
 namespace {
