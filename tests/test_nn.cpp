@@ -259,6 +259,35 @@ TEST(NnFloat32, Linear) {
       expect_close("dinp", dinp.f, dinp.d, dinp.plain);
       expect_close("dweight", dw.f, dw.d, dw.plain);
       expect_close("dbias", db.f, db.d, db.plain);  // untouched without a bias
+      // Grad::overwrite: dinp starts NaN and must come out as dout · W alone,
+      // on the GEMM path (f32 and bf16 matmul) and in the plain loops; the
+      // parameter gradients still accumulate.
+      const nn::Grad set = nn::Grad::overwrite;
+      for (nn::Matmul mm : {nn::Matmul::f32, nn::Matmul::bf16}) {
+        SCOPED_TRACE(mm == nn::Matmul::bf16 ? "overwrite, bf16 matmul" : "overwrite, f32 matmul");
+        Buf dinp_set = Buf::nan(s.BT * s.C), dw_set(dw.f), db_set(db.f);
+        Buf dinp_ref(VecF(s.BT * s.C, 0.0f));
+        nn::linear_backward(dinp_set.f.data(), dw_set.f.data(), with_bias ? db_set.f.data() : nullptr,
+                            dout.data(), inp.data(), w.data(), s.BT, s.C, s.OC, mm, set);
+        nn::linear_backward(dinp_ref.f.data(), dw_set.plain.data(),
+                            with_bias ? db_set.plain.data() : nullptr, dout.data(), inp.data(),
+                            w.data(), s.BT, s.C, s.OC, mm);
+        EXPECT_EQ(dinp_set.f, dinp_ref.f);  // = is += onto zeros, bit for bit
+        EXPECT_EQ(dw_set.f, dw_set.plain);
+        EXPECT_EQ(db_set.f, db_set.plain);
+      }
+      Buf dinp_set = Buf::nan(s.BT * s.C), dw_set(dw.f), db_set(db.f);
+      nn::ref::linear_backward(dinp_set.plain.data(), dw_set.plain.data(),
+                               with_bias ? db_set.plain.data() : nullptr, dout.data(), inp.data(),
+                               w.data(), s.BT, s.C, s.OC, set);
+      nn::ref::linear_backward(dinp_set.d.data(), dw_set.d.data(),
+                               with_bias ? db_set.d.data() : nullptr, dout_d.data(), inp_d.data(),
+                               w_d.data(), s.BT, s.C, s.OC, set);
+      nn::linear_backward(dinp_set.f.data(), dw_set.f.data(), with_bias ? db_set.f.data() : nullptr,
+                          dout.data(), inp.data(), w.data(), s.BT, s.C, s.OC, nn::Matmul::f32, set);
+      expect_close("dinp (overwrite)", dinp_set.f, dinp_set.d, dinp_set.plain);
+      expect_close("dweight (overwrite)", dw_set.f, dw_set.d, dw_set.plain);
+      expect_close("dbias (overwrite)", db_set.f, db_set.d, db_set.plain);
     }
 }
 
@@ -318,6 +347,16 @@ TEST(NnFloat32, Gelu) {
     nn::ref::gelu_backward(dx.plain.data(), x.data(), dout.data(), N, form);
     nn::ref::gelu_backward(dx.d.data(), x_d.data(), dout_d.data(), N, form);
     expect_close("dinp", dx.f, dx.d, dx.plain);
+    // Grad::overwrite: dinp starts NaN and comes out as gelu'(x) · dout
+    // alone, bit for bit what accumulating onto zeros gives.
+    const nn::Grad set = nn::Grad::overwrite;
+    Buf dx_set = Buf::nan(N), dx_zero(VecF(N, 0.0f));
+    nn::gelu_backward(dx_set.f.data(), x.data(), dout.data(), N, form, set);
+    nn::ref::gelu_backward(dx_set.plain.data(), x.data(), dout.data(), N, form, set);
+    nn::ref::gelu_backward(dx_set.d.data(), x_d.data(), dout_d.data(), N, form, set);
+    expect_close("dinp (overwrite)", dx_set.f, dx_set.d, dx_set.plain);
+    nn::gelu_backward(dx_zero.f.data(), x.data(), dout.data(), N, form);
+    EXPECT_EQ(dx_set.f, dx_zero.f);
   }
 }
 

@@ -12,9 +12,10 @@
 //           whole-model gradient test differentiates.
 // Backward functions ACCUMULATE (+=) into parameter gradients and input
 // gradients, so a residual stream's gradient can be summed by several
-// consumers; callers zero the gradient buffers once per step. The exceptions
-// are the pure data movements (RoPE, head split and merge), whose backward
-// writes, as their forward does.
+// consumers; callers zero the gradient buffers once per step. Linear and GELU
+// can instead overwrite their input gradient (Grad::overwrite), for a buffer
+// with one producer, which then needs no zeroing. The pure data movements
+// (RoPE, head split and merge) always write, as their forward does.
 //
 // Sizes: BT rows (batch x time), C channels, OC output channels, V vocab;
 // B, T, H, D as in the glossary of qkv/tensor.h (H a head count, Hq or Hkv).
@@ -38,6 +39,14 @@ enum class WeightLayout { out_in, in_out };
 //         and gradients stay float32 in memory; the bias is added in float32.
 enum class Matmul { f32, bf16 };
 
+// What a backward does with its input gradient dinp:
+//   accumulate  dinp += the gradient (a residual stream's gradient sums
+//               several consumers)
+//   overwrite   dinp = the gradient, never reading dinp (NaN there does not
+//               propagate): a buffer with one producer needs no zeroing
+// Parameter gradients (dweight, dbias) always accumulate.
+enum class Grad { accumulate, overwrite };
+
 // out [BT, OC] = inp [BT, C] · W + bias, W per `layout`, bias [OC] or null.
 // Each output sums its C products first and adds the bias last (NumPy's
 // x @ W + b). float runs on the GEMM backend (see model/gemm.h).
@@ -45,13 +54,14 @@ template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
                     int64_t OC, WeightLayout layout = WeightLayout::out_in,
                     Matmul matmul = Matmul::f32);
-// dinp [BT, C] += dout · weight;  dweight [OC, C] += doutᵀ · inp;  dbias [OC] += Σ dout.
-// Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
+// dinp [BT, C] += dout · weight (= under Grad::overwrite);  dweight [OC, C] += doutᵀ · inp;
+// dbias [OC] += Σ dout. Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
 // Matmul::bf16 both GEMMs round their operands (dout, weight, inp); the
 // bias gradient sums dout in float32.
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32);
+                     int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32,
+                     Grad dinp_mode = Grad::accumulate);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
@@ -71,9 +81,10 @@ enum class Gelu { exact, tanh };
 // out [N] = gelu(inp [N]), in the given form.
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
-// dinp [N] += gelu'(inp) · dout.
+// dinp [N] += gelu'(inp) · dout (= under Grad::overwrite).
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,
+                   Grad dinp_mode = Grad::accumulate);
 
 // out [B*T, C] = wte[tokens[b,t]] + wpe[t]; wte [V, C], wpe [maxT, C]
 // (wpe may be null: no learned positions, e.g. with RoPE). With wpe null it

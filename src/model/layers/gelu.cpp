@@ -53,13 +53,15 @@ void gelu_forward(T* out, const T* inp, int64_t N, Gelu form) {
 }
 
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form, Grad dinp_mode) {
+  const bool overwrite = dinp_mode == Grad::overwrite;
   if (form == Gelu::exact) {
     for (int64_t i = 0; i < N; ++i) {
       const T x = inp[i];
       const T cdf = T(0.5) * (T(1) + std::erf(x * static_cast<T>(kSqrtHalf)));
       const T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
-      dinp[i] += dout[i] * (cdf + x * pdf);
+      const T g = dout[i] * (cdf + x * pdf);
+      dinp[i] = overwrite ? g : dinp[i] + g;
     }
     return;
   }
@@ -68,14 +70,15 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form) {
     const T u = static_cast<T>(kGeluScale) * (x + static_cast<T>(kGeluCubic) * x * x * x);
     const T t = std::tanh(u);
     const T du = static_cast<T>(kGeluScale) * (T(1) + T(3) * static_cast<T>(kGeluCubic) * x * x);
-    dinp[i] += dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+    const T g = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+    dinp[i] = overwrite ? g : dinp[i] + g;
   }
 }
 
 template void gelu_forward(float*, const float*, int64_t, Gelu);
 template void gelu_forward(double*, const double*, int64_t, Gelu);
-template void gelu_backward(float*, const float*, const float*, int64_t, Gelu);
-template void gelu_backward(double*, const double*, const double*, int64_t, Gelu);
+template void gelu_backward(float*, const float*, const float*, int64_t, Gelu, Grad);
+template void gelu_backward(double*, const double*, const double*, int64_t, Gelu, Grad);
 
 }  // namespace ref
 
@@ -118,15 +121,23 @@ void gelu_span(float* out, const float* inp, int64_t n) {
   }
 }
 
+// gelu'(x), tanh form.
+inline float gelu_slope(float x) {
+  const float e = exp_poly(-2.0f * kScale * (x + kCubic * x * x * x));
+  const float s = 1.0f / (1.0f + e);
+  const float du = kScale * (1.0f + 3.0f * kCubic * x * x);
+  return s + 2.0f * x * (s * (e * s)) * du;
+}
+
+// The backward spans write dinp or add to it: one loop each, so neither
+// carries a per-element branch.
 __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float e = exp_poly(-2.0f * kScale * (x + kCubic * x * x * x));
-    const float s = 1.0f / (1.0f + e);
-    const float du = kScale * (1.0f + 3.0f * kCubic * x * x);
-    dinp[i] += dout[i] * (s + 2.0f * x * (s * (e * s)) * du);
-  }
+void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n,
+                        bool overwrite) {
+  if (overwrite)
+    for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * gelu_slope(inp[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * gelu_slope(inp[i]);
 }
 
 constexpr float kSqrtHalf = static_cast<float>(ref::kSqrtHalf);
@@ -155,14 +166,20 @@ void gelu_exact_span(float* out, const float* inp, int64_t n) {
   }
 }
 
+// gelu'(x) = Φ(x) + x φ(x), exact form.
+inline float gelu_exact_slope(float x) {
+  float e;
+  const float cdf = normal_cdf(x, e);
+  return cdf + x * kInvSqrt2Pi * e;
+}
+
 __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-void gelu_exact_backward_span(float* dinp, const float* inp, const float* dout, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float e;
-    const float x = inp[i];
-    const float cdf = normal_cdf(x, e);
-    dinp[i] += dout[i] * (cdf + x * kInvSqrt2Pi * e);
-  }
+void gelu_exact_backward_span(float* dinp, const float* inp, const float* dout, int64_t n,
+                              bool overwrite) {
+  if (overwrite)
+    for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * gelu_exact_slope(inp[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * gelu_exact_slope(inp[i]);
 }
 
 // Threads take fixed chunks; every element is computed alone, so the split
@@ -178,13 +195,15 @@ void fast_forward(float* out, const float* inp, int64_t N, Gelu form) {
     span(out + k * kChunk, inp + k * kChunk, std::min(kChunk, N - k * kChunk));
 }
 
-// dinp [N] += gelu'(inp) · dout
-void fast_backward(float* dinp, const float* inp, const float* dout, int64_t N, Gelu form) {
+// dinp [N] += gelu'(inp) · dout (= when overwrite)
+void fast_backward(float* dinp, const float* inp, const float* dout, int64_t N, Gelu form,
+                   bool overwrite) {
   const auto span = form == Gelu::exact ? gelu_exact_backward_span : gelu_backward_span;
   const int64_t chunks = (N + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
   for (int64_t k = 0; k < chunks; ++k)
-    span(dinp + k * kChunk, inp + k * kChunk, dout + k * kChunk, std::min(kChunk, N - k * kChunk));
+    span(dinp + k * kChunk, inp + k * kChunk, dout + k * kChunk, std::min(kChunk, N - k * kChunk),
+         overwrite);
 }
 
 }  // namespace
@@ -200,16 +219,16 @@ void gelu_forward(T* out, const T* inp, int64_t N, Gelu form) {
 }
 
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form, Grad dinp_mode) {
   if constexpr (std::is_same_v<T, float>)
-    fast_backward(dinp, inp, dout, N, form);
+    fast_backward(dinp, inp, dout, N, form, dinp_mode == Grad::overwrite);
   else
-    ref::gelu_backward(dinp, inp, dout, N, form);
+    ref::gelu_backward(dinp, inp, dout, N, form, dinp_mode);
 }
 
 template void gelu_forward(float*, const float*, int64_t, Gelu);
 template void gelu_forward(double*, const double*, int64_t, Gelu);
-template void gelu_backward(float*, const float*, const float*, int64_t, Gelu);
-template void gelu_backward(double*, const double*, const double*, int64_t, Gelu);
+template void gelu_backward(float*, const float*, const float*, int64_t, Gelu, Grad);
+template void gelu_backward(double*, const double*, const double*, int64_t, Gelu, Grad);
 
 }  // namespace qkv::nn

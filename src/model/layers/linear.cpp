@@ -41,15 +41,17 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
   }
 }
 
-// dinp [BT, C] += dout · W;  dweight [OC, C] += doutᵀ · inp;  dbias [OC] += Σ_rows dout
+// dinp [BT, C] += dout · W (= under Grad::overwrite);  dweight [OC, C] += doutᵀ · inp;
+// dbias [OC] += Σ_rows dout
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC) {
+                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode) {
+  const bool overwrite = dinp_mode == Grad::overwrite;
   for (int64_t r = 0; r < BT; ++r)
     for (int64_t c = 0; c < C; ++c) {
       T acc = 0;
       for (int64_t o = 0; o < OC; ++o) acc += dout[r * OC + o] * weight[o * C + c];
-      dinp[r * C + c] += acc;
+      dinp[r * C + c] = overwrite ? acc : dinp[r * C + c] + acc;
     }
   for (int64_t o = 0; o < OC; ++o)
     for (int64_t c = 0; c < C; ++c) {
@@ -70,9 +72,9 @@ template void linear_forward(float*, const float*, const float*, const float*, i
 template void linear_forward(double*, const double*, const double*, const double*, int64_t,
                              int64_t, int64_t, WeightLayout);
 template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t);
+                              int64_t, int64_t, int64_t, Grad);
 template void linear_backward(double*, double*, double*, const double*, const double*,
-                              const double*, int64_t, int64_t, int64_t);
+                              const double*, int64_t, int64_t, int64_t, Grad);
 
 }  // namespace ref
 
@@ -97,13 +99,16 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
         OC);
 }
 
-// dinp [BT, C] += dout [BT, OC] · weight [OC, C]
+// dinp [BT, C] += dout [BT, OC] · weight [OC, C] (= under Grad::overwrite:
+//   beta = 0, which never reads dinp)
 // dweight [OC, C] += dout [BT, OC]ᵀ · inp [BT, C]
 // dbias [OC] += Σ_rows dout
 void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                   const float* weight, int64_t BT, int64_t C, int64_t OC, Matmul matmul) {
+                   const float* weight, int64_t BT, int64_t C, int64_t OC, Matmul matmul,
+                   Grad dinp_mode) {
   const auto gemm = gemm_for(matmul);
-  gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  const float dinp_beta = dinp_mode == Grad::overwrite ? 0.0f : 1.0f;
+  gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, dinp_beta, dinp, C);
   gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
   // Column sums: one thread per block of columns, rows in order.
@@ -147,12 +152,12 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Matmul matmul) {
+                     int64_t BT, int64_t C, int64_t OC, Matmul matmul, Grad dinp_mode) {
   if constexpr (std::is_same_v<T, float>) {
-    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, matmul);
+    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, matmul, dinp_mode);
   } else {
     refuse_bf16_in_double(matmul);
-    ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+    ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
   }
 }
 
@@ -161,8 +166,8 @@ template void linear_forward(float*, const float*, const float*, const float*, i
 template void linear_forward(double*, const double*, const double*, const double*, int64_t,
                              int64_t, int64_t, WeightLayout, Matmul);
 template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t, Matmul);
+                              int64_t, int64_t, int64_t, Matmul, Grad);
 template void linear_backward(double*, double*, double*, const double*, const double*,
-                              const double*, int64_t, int64_t, int64_t, Matmul);
+                              const double*, int64_t, int64_t, int64_t, Matmul, Grad);
 
 }  // namespace qkv::nn

@@ -27,10 +27,11 @@ inline constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/√(2π)
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
                     int64_t OC, WeightLayout layout = WeightLayout::out_in);
-// dinp += dout · weight; dweight += doutᵀ · inp; dbias += Σ_rows dout (weight [OC, C]).
+// dinp += dout · weight (= under Grad::overwrite); dweight += doutᵀ · inp;
+// dbias += Σ_rows dout (weight [OC, C]).
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC);
+                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode = Grad::accumulate);
 
 // Per row: mean, biased variance, rstd = 1/√(var + eps), out = (x - mean) · rstd · w + b.
 template <class T>
@@ -48,7 +49,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form);
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,
+                   Grad dinp_mode = Grad::accumulate);
 
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
