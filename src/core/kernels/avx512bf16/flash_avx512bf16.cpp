@@ -31,13 +31,20 @@ inline void qk_block(float* St, const uint16_t* K, int64_t ldk, const uint32_t* 
                      float scale) {
   const int64_t pairs = bf16_pairs(D);
   const int64_t whole = D / 2;  // pairs read as one word from every row
+  // Every loop over a or b unrolled by pragma: left to the late unroller,
+  // GCC kept acc on the stack outside the t loop (zeroed there, reloaded
+  // before it, stored after it and reloaded to scale).
   __m512 acc[JB][IV];
+#pragma GCC unroll 8
   for (int a = 0; a < JB; ++a)
+#pragma GCC unroll 4
     for (int b = 0; b < IV; ++b) acc[a][b] = _mm512_setzero_ps();
   for (int64_t t = 0; t < pairs; ++t) {
     __m512bh q[IV];
+#pragma GCC unroll 4
     for (int b = 0; b < IV; ++b)
       q[b] = (__m512bh)_mm512_loadu_si512(Qt2 + t * kBR + b * 16);
+#pragma GCC unroll 8
     for (int a = 0; a < JB; ++a) {
       int w;
       if (t < whole)
@@ -45,11 +52,14 @@ inline void qk_block(float* St, const uint16_t* K, int64_t ldk, const uint32_t* 
       else
         w = pair_at(K + a * ldk, t, D);
       const __m512bh k = (__m512bh)_mm512_set1_epi32(w);
+#pragma GCC unroll 4
       for (int b = 0; b < IV; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], k, q[b]);
     }
   }
   const __m512 s = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
   for (int a = 0; a < JB; ++a)
+#pragma GCC unroll 4
     for (int b = 0; b < IV; ++b) _mm512_storeu_ps(St + a * kBR + b * 16, _mm512_mul_ps(acc[a][b], s));
 }
 

@@ -41,15 +41,18 @@ inline __mmask32 first_lanes32(int64_t n) {
 }
 
 // Rows [0, R) x value columns [e, e + 64): per row, accumulators (lo, hi)
-// of the two 32-column halves. PARTIAL: columns past Dv masked off.
+// of the two 32-column halves. PARTIAL: columns past Dv masked off. The
+// loops over rows and halves unroll by pragma (see pv2_block).
 template <int R, bool PARTIAL>
 void pv_pairs_block(float* O, const uint32_t* P2, int64_t nj, const uint16_t* V, int64_t ldv,
                     int64_t Dv, int64_t e, const float* alpha, bool prefetch) {
   const __m512i to_n0 = _mm512_load_si512(kToNatural0), to_n1 = _mm512_load_si512(kToNatural1);
   const __m512i to_lo = _mm512_load_si512(kToLo), to_hi = _mm512_load_si512(kToHi);
   __m512 acc[R][4];  // [row][2 * half + (0 lo, 1 hi)]
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const __m512 s = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const float* o = O + r * Dv + e + 32 * h;
       const int64_t left = Dv - e - 32 * h;
@@ -71,21 +74,26 @@ void pv_pairs_block(float* O, const uint32_t* P2, int64_t nj, const uint16_t* V,
         __builtin_prefetch(b + 32 * ldv - e + x, 0, 2);
       }
     __m512bh lo[2], hi[2];
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i va = PARTIAL ? _mm512_maskz_loadu_epi16(h ? m1 : m0, a + 32 * h) : _mm512_loadu_si512(a + 32 * h);
       const __m512i vb = PARTIAL ? _mm512_maskz_loadu_epi16(h ? m1 : m0, b + 32 * h) : _mm512_loadu_si512(b + 32 * h);
       lo[h] = (__m512bh)_mm512_unpacklo_epi16(va, vb);
       hi[h] = (__m512bh)_mm512_unpackhi_epi16(va, vb);
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512bh pw = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[t * kBR + r]));
+#pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
         acc[r][2 * h] = _mm512_dpbf16_ps(acc[r][2 * h], pw, lo[h]);
         acc[r][2 * h + 1] = _mm512_dpbf16_ps(acc[r][2 * h + 1], pw, hi[h]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       float* o = O + r * Dv + e + 32 * h;
       const int64_t left = Dv - e - 32 * h;
@@ -112,27 +120,37 @@ void pv_pairs_rows(float* O, const uint32_t* P2, int64_t nj, const uint16_t* V, 
 // O rows [0, IB) x value columns [e, e + EV*16) of the prefill form: for each
 // pair of keys, EV vectors of V2 loaded once and one P2 word broadcast per
 // row. PARTIAL: columns past Dv masked off (the last block of a row).
+// Every loop over a or b unrolls by pragma: left to GCC's late unroller,
+// the accumulators lived on the stack outside the t loop (stored and
+// reloaded around it, ~100 stack moves per call at 6 x 4).
 template <int IB, int EV, bool PARTIAL>
 void pv2_block(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const uint32_t* V2,
                int64_t e, const float* alpha) {
   __m512 acc[IB][EV];
+#pragma GCC unroll 8
   for (int a = 0; a < IB; ++a) {
     const __m512 s = _mm512_set1_ps(alpha[a]);
+#pragma GCC unroll 4
     for (int b = 0; b < EV; ++b)
       acc[a][b] = _mm512_mul_ps(s, PARTIAL ? _mm512_maskz_loadu_ps(first_lanes(Dv - e - b * 16), O + a * Dv + e + b * 16)
                                            : _mm512_loadu_ps(O + a * Dv + e + b * 16));
   }
   for (int64_t t = 0; t < npairs; ++t) {
     __m512bh v[EV];
+#pragma GCC unroll 4
     for (int b = 0; b < EV; ++b)
       v[b] = (__m512bh)(PARTIAL ? _mm512_maskz_loadu_epi32(first_lanes(Dv - e - b * 16), V2 + t * Dv + e + b * 16)
                                 : _mm512_loadu_si512(V2 + t * Dv + e + b * 16));
+#pragma GCC unroll 8
     for (int a = 0; a < IB; ++a) {
       const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[t * kBR + a]));
+#pragma GCC unroll 4
       for (int b = 0; b < EV; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], p, v[b]);
     }
   }
+#pragma GCC unroll 8
   for (int a = 0; a < IB; ++a)
+#pragma GCC unroll 4
     for (int b = 0; b < EV; ++b) {
       if (PARTIAL)
         _mm512_mask_storeu_ps(O + a * Dv + e + b * 16, first_lanes(Dv - e - b * 16), acc[a][b]);
