@@ -18,9 +18,9 @@
 // nothing is widened into scratch: Q is packed in bf16 (pairs for prefill,
 // rows for decode) and vdpbf16ps reads K in place; P·V rounds the weights to
 // bf16 (as PyTorch's and FlashAttention's bf16 kernels do) and runs vdpbf16ps
-// on pairs of keys: prefill packs V's pairs once per tile (shared by the
-// group's panels), decode's few rows interleave two V rows in registers
-// (each V byte is read once from memory there).
+// on pairs of keys: prefill packs V's pairs once per head up front (per
+// tile when a head has a single query block), decode's few rows interleave
+// two V rows in registers (each V byte is read once from memory there).
 #include "core/kernels/flash_forward.h"
 
 #include <algorithm>
@@ -51,6 +51,9 @@ struct Ctx {
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
   bool dp_bf16;            // bf16 on Isa::avx512bf16: Q·Kᵀ and P·V by vdpbf16ps
+  // Prefill with vdpbf16ps and several query blocks per head: V's pairs for
+  // every head, packed once up front (pack_all_v_pairs), else null.
+  const uint32_t* v_pairs = nullptr;
   // bf16 K and V tiles are widened to float32 into scratch unless vdpbf16ps
   // reads them: K in place, V in place (decode rows) or packed in pairs.
   bool widens() const { return bf16 && !dp_bf16; }
@@ -305,14 +308,18 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(v16 + j * p.v.row_stride + x, 0, 2);
     }
-    bool v_paired = false;  // V2 holds this tile's pairs
+    // This tile's V pairs: from the packed heads when its first key starts
+    // a pair there, else packed into V2 once, by the first panel needing it.
+    const uint32_t* v2 = c.v_pairs && j0 % 2 == 0 ? c.v_pairs + (bg * bf16_pairs(p.S) + j0 / 2) * p.Dv : nullptr;
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
       if (uses_dp_bf16(c, pn)) {
         softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-        if (!v_paired) pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
-        v_paired = true;
-        pv_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), ws.V2, p.Dv, ws.alpha);
+        if (!v2) {
+          pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
+          v2 = ws.V2;
+        }
+        pv_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), v2, p.Dv, ws.alpha);
         continue;
       }
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
@@ -357,7 +364,27 @@ void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
   }
 }
 
-void prefill(const Ctx& c, float* out, float* lse, int threads) {
+// V's pairs for every (batch, key/value head), [B * Hkv][bf16_pairs(S)][Dv]
+// words in the caller's scratch: key pairs (0, 1), (2, 3), ... of each head,
+// the last one's high half 0 when S is odd. Packing per tile repacked each V
+// tile once per query block that read it (4% of the bf16 kernel at N = S =
+// 2048, D = 64); now once.
+const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
+  const int64_t pairs = bf16_pairs(p.S), tiles = (p.S + kBC - 1) / kBC;
+  uint32_t* v2 = reinterpret_cast<uint32_t*>(caller_scratch(static_cast<size_t>(p.B * p.Hkv * pairs * p.Dv)));
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
+    const int64_t bg = it / tiles, j0 = it % tiles * kBC;
+    pack_v_bf16_avx512(v2 + (bg * pairs + j0 / 2) * p.Dv, p.v.row<uint16_t>(bg, j0),
+                       p.v.row_stride, std::min<int64_t>(kBC, p.S - j0), p.Dv);
+  }
+  return v2;
+}
+
+void prefill(const Ctx& ctx, float* out, float* lse, int threads) {
+  Ctx c = ctx;
+  // With one query block per head each V tile is packed once anyway.
+  if (c.dp_bf16 && c.p.N > kBR) c.v_pairs = pack_all_v_pairs(c.p, threads);
   TeamWorkspaces team(c.p, threads);
   for_each_query_block(c.p, threads, [&](const Block& blk) {
     Workspace& ws = team.mine();

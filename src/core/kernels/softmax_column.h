@@ -45,8 +45,19 @@ inline void softmax_column(const float* St, int64_t nj, int c, float* m, float* 
                            Emit emit) {
   using reg = typename V::reg;
   const reg m_old = V::load(m + c);
-  reg mx = m_old;
-  for (int64_t j = 0; j < nj; ++j) mx = V::max(mx, V::load(St + j * kBR + c));
+  // The max in four independent chains: one chain of nj dependent max ops
+  // (latency-bound, ~2 cycles each) held up every column. max is exact, so
+  // the order changes nothing for finite scores.
+  reg mx0 = m_old, mx1 = m_old, mx2 = m_old, mx3 = m_old;
+  int64_t j = 0;
+  for (; j + 4 <= nj; j += 4) {
+    mx0 = V::max(mx0, V::load(St + j * kBR + c));
+    mx1 = V::max(mx1, V::load(St + (j + 1) * kBR + c));
+    mx2 = V::max(mx2, V::load(St + (j + 2) * kBR + c));
+    mx3 = V::max(mx3, V::load(St + (j + 3) * kBR + c));
+  }
+  for (; j < nj; ++j) mx0 = V::max(mx0, V::load(St + j * kBR + c));
+  const reg mx = V::max(V::max(mx0, mx1), V::max(mx2, mx3));
   // A column with no finite score yet subtracts 0, so exp(-inf) = 0 and
   // never exp(-inf - -inf) = NaN.
   const reg base = V::zero_if_neg_inf(mx);
