@@ -47,20 +47,34 @@ void rounded_op(bool trans, int64_t R, int64_t Cn, const float* X, int64_t ld, f
     for (int64_t c = 0; c < Cn; ++c) dst[r * Cn + c] = round_bf16(trans ? X[c * ld + r] : X[r * ld + c]);
 }
 
+// C[i][j] += bias[j] for every row.
+void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
+}
+
 void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-             int64_t ldc) {
+             int64_t ldc, const float* bias) {
   Packs& p = packs();
   float* a = grown(p.wa, M * K);
   float* b = grown(p.wb, K * N);
   rounded_op(trans_a, M, K, A, lda, a);
   rounded_op(trans_b, K, N, B, ldb, b);
+  if (bias && beta == 0.0f) {  // the bias as C and beta = 1: one rounding, as the tile's add
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+    sgemm(false, false, M, N, K, alpha, a, K, b, N, 1.0f, C, ldc);
+    return;
+  }
   sgemm(false, false, M, N, K, alpha, a, K, b, N, beta, C, ldc);
+  if (bias) add_bias(M, N, bias, C, ldc);
 }
 
 void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                   int64_t ldc) {
+                   int64_t ldc, const float* bias) {
   const int64_t np = pairs(K), Np = (N + kNR - 1) / kNR * kNR;
   Packs& pk = packs();
   // op(A)'s pairs: a(r, p) at a[r * a_rs + p * a_ks].
@@ -101,7 +115,7 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
       const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
       bf16gemm::tile(a + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
-                     C + i0 * ldc + j0, ldc);
+                     bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
     }
   }
 }
@@ -110,13 +124,16 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
+               int64_t ldc, const float* bias) {
   check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
+  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) {
+    if (bias) add_bias(M, N, bias, C, ldc);
+    return;
+  }
   if (active_isa() == Isa::avx512bf16)
-    on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   else
-    widened(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    widened(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -21,7 +21,8 @@ __mmask16 first_lanes(int64_t n) {
 // the accumulators in memory when one does).
 template <int R>
 void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t b_ks,
-               int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc) {
+               int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
+               int64_t ldc) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -36,12 +37,17 @@ void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __m512 bv[4];
+  for (int v = 0; v < 4; ++v)
+    bv[v] = bias && 16 * v < cols ? _mm512_maskz_loadu_ps(first_lanes(cols - 16 * v), bias + 16 * v)
+                                  : _mm512_setzero_ps();
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < 4 && 16 * v < cols; ++v) {
       float* cp = c + r * ldc + 16 * v;
       const __mmask16 m = first_lanes(cols - 16 * v);
       __m512 y = _mm512_mul_ps(va, acc[r][v]);
       if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cp), y);
+      if (bias) y = _mm512_add_ps(y, bv[v]);
       _mm512_mask_storeu_ps(cp, m, y);
     }
 }
@@ -111,14 +117,15 @@ void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0
 }
 
 void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
-          int64_t b_ks, int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc) {
+          int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
+          int64_t ldc) {
   switch (rows) {
-    case 1: return tile_rows<1>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
-    case 2: return tile_rows<2>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
-    case 3: return tile_rows<3>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
-    case 4: return tile_rows<4>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
-    case 5: return tile_rows<5>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
-    default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, c, ldc);
+    case 1: return tile_rows<1>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    case 2: return tile_rows<2>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    case 3: return tile_rows<3>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    case 4: return tile_rows<4>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    case 5: return tile_rows<5>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
   }
 }
 

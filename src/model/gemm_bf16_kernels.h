@@ -39,11 +39,13 @@ void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0
                   uint32_t* dst, int64_t dst_ld);
 
 // One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
-// for r < rows <= kMR, j < cols <= kNR (beta = 0 never reads C).
+// (+ bias[j], rounded separately, when bias is not null) for r < rows <=
+// kMR, j < cols <= kNR (beta = 0 never reads C).
 //   a(r, p) = a[r * a_rs + p * a_ks]   (pairs of op(A); rows of the tile)
 //   b(p, j) = b[p * b_ks + j]          (pairs of op(B); kNR columns readable)
 // The K sum of each element runs in order p = 0 .. np - 1 in float32.
 void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
-          int64_t b_ks, int64_t np, int cols, float alpha, float beta, float* c, int64_t ldc);
+          int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
+          int64_t ldc);
 
 }  // namespace qkv::kernels::bf16gemm
