@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <tuple>
 
@@ -348,6 +349,41 @@ TEST_P(Bf16Kernel, DecodeReadsCacheInPlace) {
   } else {
     EXPECT_LE(rms_err(got.out, truth.out), 2 * rms_err(plain.out, truth.out) + 0x1p-25 * rms(truth.out));
     EXPECT_EQ(std::memcmp(got.out.raw(), plain.out.raw(), got.out.nbytes()), 0);
+  }
+}
+
+// Keys past key_lengths are never visible, whatever they hold: with the
+// check off, NaN and Inf in V's padding rows must not reach an output. An
+// odd length makes the last visible key the low half of a pair whose high
+// half is padding (a weight of 0 times NaN is NaN). Several query blocks
+// (N > 64) and a window whose edge is odd cover both ways prefill pairs V.
+TEST_P(Bf16Kernel, PaddingRowsNeverReachTheOutput) {
+  std::mt19937_64 gen(13);
+  const int64_t N = 130, S = 200, D = 32;
+  const Tensor q = normal({2, 2, N, D}, gen, DType::bf16), k = normal({2, 2, S, D}, gen, DType::bf16);
+  Tensor v = normal({2, 2, S, D}, gen, DType::bf16);
+  const std::vector<int64_t> lengths = {131, 77};
+  bfloat16* vb = v.data<bfloat16>();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t j = lengths[b]; j < S; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          vb[((b * 2 + h) * S + j) * D + d] = bf16_from_float(j % 2 ? NAN : INFINITY);
+  struct Case {
+    Causal causal;
+    std::optional<SlidingWindow> window;
+  };
+  for (const Case& c : {Case{Causal::none, std::nullopt}, Case{Causal::top_left, SlidingWindow{40, 0}},
+                        Case{Causal::none, SlidingWindow{31, 6}}}) {
+    AttentionOptions o;
+    o.kernel = Kernel::fast;
+    o.check_finite = false;
+    o.key_lengths = lengths;
+    o.causal = c.causal;
+    o.window = c.window;
+    const AttentionResult got = attention(q, k, v, o);
+    for (int64_t x = 0; x < got.out.numel(); ++x)
+      ASSERT_TRUE(std::isfinite(got.out.get(x))) << "out " << x << (c.window ? " with a window" : "");
   }
 }
 

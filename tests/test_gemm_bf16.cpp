@@ -42,6 +42,7 @@ VecF random_vec(std::mt19937& rng, int64_t n) {
   return v;
 }
 
+// gemm_bf16 with gemm_check.h's GemmFn signature (the defaulted bias makes its own differ).
 void gemm_no_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

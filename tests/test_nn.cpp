@@ -291,6 +291,31 @@ TEST(NnFloat32, Linear) {
     }
 }
 
+// Matmul::bf16's forward: the bias goes into gemm_bf16's micro-tiles (no
+// copy into out first); bitwise the bias written into out and gemm_bf16
+// with beta = 1, for both weight layouts, with out starting NaN.
+TEST(NnFloat32, LinearBf16ForwardBias) {
+  std::mt19937 rng(14);
+  for (const Shape2& s : kShapes)
+    for (nn::WeightLayout layout : {nn::WeightLayout::out_in, nn::WeightLayout::in_out})
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE("BT " + std::to_string(s.BT) + " C " + std::to_string(s.C) + " OC " +
+                     std::to_string(s.OC) + (layout == nn::WeightLayout::out_in ? " out_in" : " in_out") +
+                     (with_bias ? " bias" : " no bias"));
+        const VecF inp = random_vec(rng, s.BT * s.C), w = random_vec(rng, s.OC * s.C);
+        const VecF b = random_vec(rng, s.OC);
+        VecF got(s.BT * s.OC, std::numeric_limits<float>::quiet_NaN()), want(s.BT * s.OC, 0.0f);
+        nn::linear_forward(got.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, s.BT, s.C,
+                           s.OC, layout, nn::Matmul::bf16);
+        if (with_bias)
+          for (int64_t r = 0; r < s.BT; ++r) std::copy(b.begin(), b.end(), want.begin() + r * s.OC);
+        const bool out_in = layout == nn::WeightLayout::out_in;
+        kernels::gemm_bf16(false, out_in, s.BT, s.OC, s.C, 1.0f, inp.data(), s.C, w.data(),
+                           out_in ? s.C : s.OC, 1.0f, want.data(), s.OC);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+}
+
 TEST(NnFloat32, LayerNorm) {
   std::mt19937 rng(12);
   for (const Shape2& s : kShapes) {

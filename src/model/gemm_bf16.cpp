@@ -10,6 +10,7 @@
 #include "model/gemm.h"
 #include "model/gemm_bf16_kernels.h"
 #include "model/gemm_common.h"
+#include "model/layers/nn_common.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
 
@@ -49,7 +50,7 @@ void rounded_op(bool trans, int64_t R, int64_t Cn, const float* X, int64_t ld, f
 
 // C[i][j] += bias[j] for every row.
 void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
@@ -62,8 +63,8 @@ void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
   float* b = grown(p.wb, K * N);
   rounded_op(trans_a, M, K, A, lda, a);
   rounded_op(trans_b, K, N, B, ldb, b);
-  if (bias && beta == 0.0f) {  // the bias as C and beta = 1: one rounding, as the tile's add
-#pragma omp parallel for schedule(static)
+  if (bias && beta == 0.0f) {  // the bias as C and beta = 1, as Linear did before the bias
+#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
     for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
     sgemm(false, false, M, N, K, alpha, a, K, b, N, 1.0f, C, ldc);
     return;

@@ -68,7 +68,7 @@ void BasicGPT<T>::set_compute_dtype(DType dtype) {
 namespace {
 
 // v = 0 on the layers' threads, rows split as the row-parallel layers split
-// them (one core's memset of the weight gradients left the other idle).
+// them (one core's memset of the gradient buffers left the other idle).
 template <class T>
 void zero(std::vector<T>& v) {
   constexpr int64_t kChunk = 4096;
@@ -317,9 +317,9 @@ void BasicGPT<T>::backward() {
   nn::crossentropy_backward(dlogits_.data(), a.probs.data(), a.targets.data(),
                             T(1) / static_cast<T>(BT), BT, V);
   // dres_ carries dLoss/d(residual stream) down through the blocks: it sums
-  // two consumers per block, so it accumulates. Every other activation
-  // gradient has one producer, which overwrites it (no zeroing: the backward
-  // used to clear ~20 MB per step).
+  // two consumers per block, so it accumulates from zero. dln_, datty_,
+  // dfch_ and dfch_gelu_ each have one producer before each read, which
+  // overwrites them (no zeroing: the backward used to clear ~20 MB per step).
   constexpr nn::Grad kSet = nn::Grad::overwrite;
   zero(dres_);
   nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),

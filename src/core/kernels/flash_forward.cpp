@@ -19,8 +19,9 @@
 // rows for decode) and vdpbf16ps reads K in place; P·V rounds the weights to
 // bf16 (as PyTorch's and FlashAttention's bf16 kernels do) and runs vdpbf16ps
 // on pairs of keys: prefill packs V's pairs once per head up front (per
-// tile when a head has a single query block), decode's few rows interleave
-// two V rows in registers (each V byte is read once from memory there).
+// tile when a head has a single query block, or when a tile's visible keys
+// do not start or end on those pairs), decode's few rows interleave two V
+// rows in registers (each V byte is read once from memory there).
 #include "core/kernels/flash_forward.h"
 
 #include <algorithm>
@@ -308,9 +309,13 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(v16 + j * p.v.row_stride + x, 0, 2);
     }
-    // This tile's V pairs: from the packed heads when its first key starts
-    // a pair there, else packed into V2 once, by the first panel needing it.
-    const uint32_t* v2 = c.v_pairs && j0 % 2 == 0 ? c.v_pairs + (bg * bf16_pairs(p.S) + j0 / 2) * p.Dv : nullptr;
+    // This tile's V pairs: from the packed heads when they are its pairs
+    // exactly (its first key starts a pair there, and an odd last key is S's
+    // last, with a zero high half: a key past the visible end may hold
+    // anything, and a weight of 0 times NaN is NaN), else packed into V2
+    // once, by the first panel needing it.
+    const bool packed = c.v_pairs && j0 % 2 == 0 && (nj % 2 == 0 || j0 + nj == p.S);
+    const uint32_t* v2 = packed ? c.v_pairs + (bg * bf16_pairs(p.S) + j0 / 2) * p.Dv : nullptr;
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
       if (uses_dp_bf16(c, pn)) {
@@ -365,13 +370,15 @@ void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
 }
 
 // V's pairs for every (batch, key/value head), [B * Hkv][bf16_pairs(S)][Dv]
-// words in the caller's scratch: key pairs (0, 1), (2, 3), ... of each head,
-// the last one's high half 0 when S is odd. Packing per tile repacked each V
-// tile once per query block that read it (4% of the bf16 kernel at N = S =
-// 2048, D = 64); now once.
+// words in the caller's scratch (as many bytes as V itself): key pairs
+// (0, 1), (2, 3), ... of each head, the last one's high half 0 when S is
+// odd. Packing per tile repacked each V tile once per query block that read
+// it (2.5% of the samples of the bf16 kernel at N = S = 2048, D = 64); now
+// once, rows no query sees included.
 const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
   const int64_t pairs = bf16_pairs(p.S), tiles = (p.S + kBC - 1) / kBC;
-  uint32_t* v2 = reinterpret_cast<uint32_t*>(caller_scratch(static_cast<size_t>(p.B * p.Hkv * pairs * p.Dv)));
+  const size_t words = static_cast<size_t>(p.B * p.Hkv * pairs * p.Dv);
+  uint32_t* v2 = reinterpret_cast<uint32_t*>(caller_scratch(words));
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
     const int64_t bg = it / tiles, j0 = it % tiles * kBC;

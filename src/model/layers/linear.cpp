@@ -82,6 +82,7 @@ template void linear_backward(double*, double*, double*, const double*, const do
 
 namespace {
 
+// gemm_bf16 with sgemm's signature (its defaulted bias makes its own differ).
 void gemm_bf16_no_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                        float* Cm, int64_t ldc) {
