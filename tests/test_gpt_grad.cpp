@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -205,6 +207,31 @@ TEST_P(GptGrad, Float32GradientsMatchFloat64) {
     if (scale > 0.0) worst = std::max(worst, err / scale);
   }
   RecordProperty("worst_relative", std::to_string(worst));
+}
+
+// backward() writes fresh gradients whatever grads() held: some are
+// overwritten by their only producer, the rest zeroed first. Gradients left
+// NaN (or from another batch) must not leak into the next step's, in
+// float32, bf16 compute and float64.
+TEST_P(GptGrad, BackwardIgnoresWhatGradsHeld) {
+  const auto [rope, kv_heads, bias] = GetParam();
+  const GPTConfig cfg = tiny(rope, kv_heads, bias);
+  const Batch b = random_batch(cfg.vocab, 8);
+  auto check = [&](auto& m) {
+    randomize(m, 7);
+    m.forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+    m.backward();
+    const auto fresh = m.grads();
+    std::fill(m.grads().begin(), m.grads().end(), std::numeric_limits<double>::quiet_NaN());
+    m.backward();
+    EXPECT_EQ(std::memcmp(m.grads().data(), fresh.data(), fresh.size() * sizeof(fresh[0])), 0);
+  };
+  GPT m32(cfg);
+  check(m32);
+  m32.set_compute_dtype(DType::bf16);
+  check(m32);
+  GPT64 m64(cfg);
+  check(m64);
 }
 
 // Mixed precision (compute dtype bf16) against the float64 model on the same

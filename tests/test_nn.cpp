@@ -288,6 +288,29 @@ TEST(NnFloat32, Linear) {
       expect_close("dinp (overwrite)", dinp_set.f, dinp_set.d, dinp_set.plain);
       expect_close("dweight (overwrite)", dw_set.f, dw_set.d, dw_set.plain);
       expect_close("dbias (overwrite)", db_set.f, db_set.d, db_set.plain);
+      // Parameter gradients overwritten too: dweight and dbias start NaN and
+      // come out bit for bit as accumulated onto zeros.
+      for (nn::Matmul mm : {nn::Matmul::f32, nn::Matmul::bf16}) {
+        SCOPED_TRACE(mm == nn::Matmul::bf16 ? "params overwritten, bf16" : "params overwritten, f32");
+        Buf gi = Buf::nan(s.BT * s.C), gw = Buf::nan(s.OC * s.C), gb = Buf::nan(s.OC);
+        VecF zi(s.BT * s.C, 0.0f), zw(s.OC * s.C, 0.0f), zb(s.OC, 0.0f);
+        nn::linear_backward(gi.f.data(), gw.f.data(), with_bias ? gb.f.data() : nullptr, dout.data(),
+                            inp.data(), w.data(), s.BT, s.C, s.OC, mm, set, set);
+        nn::linear_backward(zi.data(), zw.data(), with_bias ? zb.data() : nullptr, dout.data(),
+                            inp.data(), w.data(), s.BT, s.C, s.OC, mm);
+        EXPECT_EQ(gi.f, zi);
+        EXPECT_EQ(gw.f, zw);
+        if (with_bias) EXPECT_EQ(gb.f, zb);
+      }
+      Buf gw = Buf::nan(s.OC * s.C), gb = Buf::nan(s.OC), gi = Buf::nan(s.BT * s.C);
+      nn::ref::linear_backward(gi.d.data(), gw.d.data(), with_bias ? gb.d.data() : nullptr,
+                               dout_d.data(), inp_d.data(), w_d.data(), s.BT, s.C, s.OC, set, set);
+      nn::ref::linear_backward(gi.plain.data(), gw.plain.data(), with_bias ? gb.plain.data() : nullptr,
+                               dout.data(), inp.data(), w.data(), s.BT, s.C, s.OC, set, set);
+      nn::linear_backward(gi.f.data(), gw.f.data(), with_bias ? gb.f.data() : nullptr, dout.data(),
+                          inp.data(), w.data(), s.BT, s.C, s.OC, nn::Matmul::f32, set, set);
+      expect_close("dweight (params overwritten)", gw.f, gw.d, gw.plain);
+      if (with_bias) expect_close("dbias (params overwritten)", gb.f, gb.d, gb.plain);
     }
 }
 

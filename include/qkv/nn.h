@@ -12,10 +12,11 @@
 //           whole-model gradient test differentiates.
 // Backward functions ACCUMULATE (+=) into parameter gradients and input
 // gradients, so a residual stream's gradient can be summed by several
-// consumers; callers zero the gradient buffers once per step. Linear and GELU
-// can instead overwrite their input gradient (Grad::overwrite), for a buffer
-// with one producer, which then needs no zeroing. The pure data movements
-// (RoPE, head split and merge) always write, as their forward does.
+// consumers; callers zero the gradient buffers once per step. Linear (input
+// and parameter gradients) and GELU can instead overwrite (Grad::overwrite),
+// for a buffer whose first producer they are, which then needs no zeroing.
+// The pure data movements (RoPE, head split and merge) always write, as
+// their forward does.
 //
 // Sizes: BT rows (batch x time), C channels, OC output channels, V vocab;
 // B, T, H, D as in the glossary of qkv/tensor.h (H a head count, Hq or Hkv).
@@ -39,12 +40,12 @@ enum class WeightLayout { out_in, in_out };
 //         and gradients stay float32 in memory; the bias is added in float32.
 enum class Matmul { f32, bf16 };
 
-// What a backward does with its input gradient dinp:
-//   accumulate  dinp += the gradient (a residual stream's gradient sums
-//               several consumers)
-//   overwrite   dinp = the gradient, never reading dinp (NaN there does not
-//               propagate): a buffer with one producer needs no zeroing
-// Parameter gradients (dweight, dbias) always accumulate.
+// What a backward does with a gradient it produces:
+//   accumulate  += the gradient (a residual stream's gradient sums several
+//               consumers; a parameter's sums every use of it)
+//   overwrite   = the gradient, never reading the buffer (NaN there does not
+//               propagate): a buffer whose first (or only) producer this is
+//               needs no zeroing
 enum class Grad { accumulate, overwrite };
 
 // out [BT, OC] = inp [BT, C] · W + bias, W per `layout`, bias [OC] or null.
@@ -54,14 +55,14 @@ template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
                     int64_t OC, WeightLayout layout = WeightLayout::out_in,
                     Matmul matmul = Matmul::f32);
-// dinp [BT, C] += dout · weight (= under Grad::overwrite);  dweight [OC, C] += doutᵀ · inp;
-// dbias [OC] += Σ dout. Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
+// dinp [BT, C] += dout · weight (= under dinp_mode overwrite);  dweight [OC, C] += doutᵀ · inp
+// and dbias [OC] += Σ dout (= under param_mode overwrite). Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
 // Matmul::bf16 both GEMMs round their operands (dout, weight, inp); the
 // bias gradient sums dout in float32.
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32,
-                     Grad dinp_mode = Grad::accumulate);
+                     Grad dinp_mode = Grad::accumulate, Grad param_mode = Grad::accumulate);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.

@@ -41,29 +41,29 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
   }
 }
 
-// dinp [BT, C] += dout · W (= under Grad::overwrite);  dweight [OC, C] += doutᵀ · inp;
-// dbias [OC] += Σ_rows dout
+// dinp [BT, C] += dout · W (= under dinp_mode overwrite);  dweight [OC, C] += doutᵀ · inp and
+// dbias [OC] += Σ_rows dout (= under param_mode overwrite)
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode) {
-  const bool overwrite = dinp_mode == Grad::overwrite;
+                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode, Grad param_mode) {
+  const bool set_dinp = dinp_mode == Grad::overwrite, set_params = param_mode == Grad::overwrite;
   for (int64_t r = 0; r < BT; ++r)
     for (int64_t c = 0; c < C; ++c) {
       T acc = 0;
       for (int64_t o = 0; o < OC; ++o) acc += dout[r * OC + o] * weight[o * C + c];
-      dinp[r * C + c] = overwrite ? acc : dinp[r * C + c] + acc;
+      dinp[r * C + c] = set_dinp ? acc : dinp[r * C + c] + acc;
     }
   for (int64_t o = 0; o < OC; ++o)
     for (int64_t c = 0; c < C; ++c) {
       T acc = 0;
       for (int64_t r = 0; r < BT; ++r) acc += dout[r * OC + o] * inp[r * C + c];
-      dweight[o * C + c] += acc;
+      dweight[o * C + c] = set_params ? acc : dweight[o * C + c] + acc;
     }
   if (dbias)
     for (int64_t o = 0; o < OC; ++o) {
       T acc = 0;
       for (int64_t r = 0; r < BT; ++r) acc += dout[r * OC + o];
-      dbias[o] += acc;
+      dbias[o] = set_params ? acc : dbias[o] + acc;
     }
 }
 
@@ -72,9 +72,9 @@ template void linear_forward(float*, const float*, const float*, const float*, i
 template void linear_forward(double*, const double*, const double*, const double*, int64_t,
                              int64_t, int64_t, WeightLayout);
 template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t, Grad);
+                              int64_t, int64_t, int64_t, Grad, Grad);
 template void linear_backward(double*, double*, double*, const double*, const double*,
-                              const double*, int64_t, int64_t, int64_t, Grad);
+                              const double*, int64_t, int64_t, int64_t, Grad, Grad);
 
 }  // namespace ref
 
@@ -110,17 +110,18 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
   kernels::sgemm(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, bias ? 1.0f : 0.0f, out, OC);
 }
 
-// dinp [BT, C] += dout [BT, OC] · weight [OC, C] (= under Grad::overwrite:
-//   beta = 0, which never reads dinp)
+// dinp [BT, C] += dout [BT, OC] · weight [OC, C]
 // dweight [OC, C] += dout [BT, OC]ᵀ · inp [BT, C]
 // dbias [OC] += Σ_rows dout
+// (= under Grad::overwrite: beta = 0 in the GEMMs, which never reads C)
 void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                    const float* weight, int64_t BT, int64_t C, int64_t OC, Matmul matmul,
-                   Grad dinp_mode) {
+                   Grad dinp_mode, Grad param_mode) {
   const auto gemm = gemm_for(matmul);
-  const float dinp_beta = dinp_mode == Grad::overwrite ? 0.0f : 1.0f;
-  gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, dinp_beta, dinp, C);
-  gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  const bool set_params = param_mode == Grad::overwrite;
+  gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, dinp_mode == Grad::overwrite ? 0.0f : 1.0f,
+       dinp, C);
+  gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f, dweight, C);
   if (!dbias) return;
   // Column sums: one thread per block of columns, rows in order.
   constexpr int64_t CB = detail::kColBlock;
@@ -133,7 +134,7 @@ void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout,
       const float* d = dout + r * OC + lo;
       for (int64_t j = 0; j < n; ++j) acc[j] += d[j];
     }
-    for (int64_t j = 0; j < n; ++j) dbias[lo + j] += acc[j];
+    for (int64_t j = 0; j < n; ++j) dbias[lo + j] = set_params ? acc[j] : dbias[lo + j] + acc[j];
   }
 }
 
@@ -163,12 +164,13 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Matmul matmul, Grad dinp_mode) {
+                     int64_t BT, int64_t C, int64_t OC, Matmul matmul, Grad dinp_mode,
+                     Grad param_mode) {
   if constexpr (std::is_same_v<T, float>) {
-    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, matmul, dinp_mode);
+    fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, matmul, dinp_mode, param_mode);
   } else {
     refuse_bf16_in_double(matmul);
-    ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
+    ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode, param_mode);
   }
 }
 
@@ -177,8 +179,8 @@ template void linear_forward(float*, const float*, const float*, const float*, i
 template void linear_forward(double*, const double*, const double*, const double*, int64_t,
                              int64_t, int64_t, WeightLayout, Matmul);
 template void linear_backward(float*, float*, float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t, Matmul, Grad);
+                              int64_t, int64_t, int64_t, Matmul, Grad, Grad);
 template void linear_backward(double*, double*, double*, const double*, const double*,
-                              const double*, int64_t, int64_t, int64_t, Matmul, Grad);
+                              const double*, int64_t, int64_t, int64_t, Matmul, Grad, Grad);
 
 }  // namespace qkv::nn

@@ -27,11 +27,12 @@ inline constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/√(2π)
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
                     int64_t OC, WeightLayout layout = WeightLayout::out_in);
-// dinp += dout · weight (= under Grad::overwrite); dweight += doutᵀ · inp;
-// dbias += Σ_rows dout (weight [OC, C]).
+// dinp += dout · weight (= under dinp_mode overwrite); dweight += doutᵀ · inp and
+// dbias += Σ_rows dout (= under param_mode overwrite) (weight [OC, C]).
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode = Grad::accumulate);
+                     int64_t BT, int64_t C, int64_t OC, Grad dinp_mode = Grad::accumulate,
+                     Grad param_mode = Grad::accumulate);
 
 // Per row: mean, biased variance, rstd = 1/√(var + eps), out = (x - mean) · rstd · w + b.
 template <class T>
