@@ -167,11 +167,9 @@ class BasicGPT {
   // What one block's forward keeps for its backward.
   struct LayerActs {
     Vec ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
-    Vec qkv;                      // [BT, (H + 2 Hkv) hs]; without RoPE attention reads
-                                  // q, k, v from it in place (bf16 compute: rounded)
-    Tensor qkv16;                 // qkv in bf16 (bf16 compute without RoPE)
-    Tensor q, k, v;               // with RoPE: [B, H|Hkv, T, hs], rotated (bf16 compute: rounded)
-    Tensor q16, k16, v16;         // the same in bf16 (bf16 compute with RoPE)
+    Vec qkv;                      // [BT, (H + 2 Hkv) hs]
+    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
+    Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
     AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
     Vec atty, res2;               // [BT, C]: heads merged; x + attention
     Vec ln2, ln2_mean, ln2_rstd;
@@ -191,12 +189,6 @@ class BasicGPT {
   void ensure_acts(int64_t B, int64_t Tn);
   void attention_forward(LayerActs& a);
   void attention_backward(LayerActs& a);
-  // q, k and v of a block as attention reads them (float32 or float64): the
-  // rotated copies with RoPE, else views of c_attn's output rows.
-  struct QKV {
-    TensorView q, k, v;
-  };
-  QKV heads(const LayerActs& a) const;
   // Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
   T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }

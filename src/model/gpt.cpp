@@ -91,27 +91,19 @@ void round_span(float* __restrict src, bfloat16* __restrict dst, int64_t n) {
   }
 }
 
-// Rounds x [shape] (float32) to bf16 into x16, (re)made to that shape, and
-// x itself to the same values: the backward then runs the float32 kernel on
-// exactly the operands the bf16 forward read, with no copies (what
+// Rounds x (float32) to bf16 into x16, (re)made to x's shape, and x itself
+// to the same values: the backward then runs the float32 kernel on exactly
+// the operands the bf16 forward read, with no copies (what
 // attention_backward does for bf16 inputs, less its allocations).
-void round_to_bf16(Tensor& x16, float* x, const Shape& shape) {
-  if (x16.dtype() != DType::bf16 || x16.shape() != shape) x16 = Tensor(DType::bf16, shape);
+void round_to_bf16(Tensor& x16, Tensor& x) {
+  if (x16.dtype() != DType::bf16 || x16.shape() != x.shape()) x16 = Tensor(DType::bf16, x.shape());
   constexpr int64_t kChunk = 4096;
+  float* s = x.data<float>();
   bfloat16* d = x16.data<bfloat16>();
-  const int64_t n = x16.numel(), chunks = (n + kChunk - 1) / kChunk;
+  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= nn::detail::kParallelMin)
   for (int64_t c = 0; c < chunks; ++c)
-    round_span(x + c * kChunk, d + c * kChunk, std::min(kChunk, n - c * kChunk));
-}
-void round_to_bf16(Tensor& x16, Tensor& x) { round_to_bf16(x16, x.data<float>(), x.shape()); }
-
-// Heads [B, Hn, T, hs] of rows [B, T, row] (the part starting at column
-// col0) as a strided view: attention reads them in place.
-TensorView heads_of(const void* rows, DType dt, int64_t B, int64_t Tn, int64_t Hn, int64_t hs,
-                    int64_t row, int64_t col0) {
-  const char* base = static_cast<const char*>(rows) + col0 * static_cast<int64_t>(dtype_size(dt));
-  return TensorView(base, dt, {B, Hn, Tn, hs}, {Tn * row, hs, row, 1});
+    round_span(s + c * kChunk, d + c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
 }  // namespace
@@ -200,11 +192,9 @@ void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
   for (LayerActs& l : a.layers) {
     l.ln1.assign(BT * C, T(0)), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
     l.qkv.assign(BT * qkv_out, T(0));
-    if (cfg_.rope) {  // without RoPE attention reads q, k, v from l.qkv
-      l.q = Tensor(dt, {B, H, Tn, hs});
-      l.k = Tensor(dt, {B, Hkv, Tn, hs});
-      l.v = Tensor(dt, {B, Hkv, Tn, hs});
-    }
+    l.q = Tensor(dt, {B, H, Tn, hs});
+    l.k = Tensor(dt, {B, Hkv, Tn, hs});
+    l.v = Tensor(dt, {B, Hkv, Tn, hs});
     l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
     l.ln2.assign(BT * C, T(0)), l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
     l.fch.assign(BT * 4 * C, T(0)), l.fch_gelu.assign(BT * 4 * C, T(0));
@@ -219,54 +209,30 @@ void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
   dout_ = Tensor(dt, {B, H, Tn, hs});
 }
 
-template <class T>
-typename BasicGPT<T>::QKV BasicGPT<T>::heads(const LayerActs& a) const {
-  if (cfg_.rope) return {a.q, a.k, a.v};
-  const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
-  const DType dt = dtype_of<T>();
-  return {heads_of(a.qkv.data(), dt, B, Tn, H, hs, row, 0),
-          heads_of(a.qkv.data(), dt, B, Tn, Hkv, hs, row, H * hs),
-          heads_of(a.qkv.data(), dt, B, Tn, Hkv, hs, row, (H + Hkv) * hs)};
-}
-
-// c_attn's row [q heads | k heads | v heads] -> attention -> out [B, H, T, hs]
-// -> atty [BT, C]. q, k and v are read in place from the row (strided
-// views), or, with RoPE, from rotated copies q [B, H, T, hs], k, v [B, Hkv,
-// T, hs]. Under bf16 compute they are rounded in place and read as bf16.
+// c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
+// then RoPE on q and k at positions 0 .. T - 1.
 template <class T>
 void BasicGPT<T>::attention_forward(LayerActs& a) {
   const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
+  T* q = a.q.template data<T>();
+  T* k = a.k.template data<T>();
+  nn::split_heads(q, a.qkv.data(), B, Tn, H, hs, row, 0);
+  nn::split_heads(k, a.qkv.data(), B, Tn, Hkv, hs, row, H * hs);
+  nn::split_heads(a.v.template data<T>(), a.qkv.data(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
   if (cfg_.rope) {
-    T* q = a.q.template data<T>();
-    T* k = a.k.template data<T>();
-    nn::split_heads(q, a.qkv.data(), B, Tn, H, hs, row, 0);
-    nn::split_heads(k, a.qkv.data(), B, Tn, Hkv, hs, row, H * hs);
-    nn::split_heads(a.v.template data<T>(), a.qkv.data(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
     nn::rope_forward(q, q, rope_, B * H, Tn, hs);
     nn::rope_forward(k, k, rope_, B * Hkv, Tn, hs);
   }
   if (compute_ == DType::bf16) {
-    if constexpr (std::is_same_v<T, float>) {  // (set_compute_dtype allows bf16 on float only)
-      AttentionOptions o = attn_opts_;
-      o.out_dtype = DType::f32;
-      if (cfg_.rope) {
-        round_to_bf16(a.q16, a.q);
-        round_to_bf16(a.k16, a.k);
-        round_to_bf16(a.v16, a.v);
-        attention_into(a.att, a.q16, a.k16, a.v16, o);
-      } else {  // one pass over the rows rounds all three
-        round_to_bf16(a.qkv16, a.qkv.data(), {B * Tn, row});
-        const void* r16 = a.qkv16.raw();
-        attention_into(a.att, heads_of(r16, DType::bf16, B, Tn, H, hs, row, 0),
-                       heads_of(r16, DType::bf16, B, Tn, Hkv, hs, row, H * hs),
-                       heads_of(r16, DType::bf16, B, Tn, Hkv, hs, row, (H + Hkv) * hs), o);
-      }
-    }
+    round_to_bf16(a.q16, a.q);
+    round_to_bf16(a.k16, a.k);
+    round_to_bf16(a.v16, a.v);
+    AttentionOptions o = attn_opts_;
+    o.out_dtype = DType::f32;
+    attention_into(a.att, a.q16, a.k16, a.v16, o);
   } else {
-    const QKV x = heads(a);
-    attention_into(a.att, x.q, x.k, x.v, attn_opts_);
+    attention_into(a.att, a.q, a.k, a.v, attn_opts_);
   }
   nn::merge_heads(a.atty.data(), a.att.out.template data<T>(), B, Tn, H, hs, H * hs, 0);
 }
@@ -279,8 +245,7 @@ void BasicGPT<T>::attention_backward(LayerActs& a) {
   const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
   nn::split_heads(dout_.template data<T>(), datty_.data(), B, Tn, H, hs, H * hs, 0);
   // Under bf16 compute q, k, v hold the rounded values (round_to_bf16).
-  const QKV x = heads(a);
-  attention_backward_into(dattn_, x.q, x.k, x.v, a.att.out, a.att.lse, dout_, attn_opts_);
+  attention_backward_into(dattn_, a.q, a.k, a.v, a.att.out, a.att.lse, dout_, attn_opts_);
   T* dq = dattn_.dq.template data<T>();
   T* dk = dattn_.dk.template data<T>();
   if (cfg_.rope) {
