@@ -311,6 +311,14 @@ TEST(NnFloat32, Linear) {
                           inp.data(), w.data(), s.BT, s.C, s.OC, nn::Matmul::f32, set, set);
       expect_close("dweight (params overwritten)", gw.f, gw.d, gw.plain);
       if (with_bias) expect_close("dbias (params overwritten)", gb.f, gb.d, gb.plain);
+      // expect_close checks only that the float32 result is finite: the
+      // plain loops' overwrite, against their accumulation onto zeros.
+      VecF zw(s.OC * s.C, 0.0f), zb(s.OC, 0.0f), zi(s.BT * s.C, 0.0f);
+      nn::ref::linear_backward(zi.data(), zw.data(), with_bias ? zb.data() : nullptr, dout.data(),
+                               inp.data(), w.data(), s.BT, s.C, s.OC);
+      EXPECT_EQ(gw.plain, zw);
+      EXPECT_EQ(gi.plain, zi);
+      if (with_bias) EXPECT_EQ(gb.plain, zb);
     }
 }
 

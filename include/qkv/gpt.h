@@ -115,7 +115,8 @@ class BasicGPT {
   // returns the mean cross-entropy loss (summed in double) and keeps what
   // backward needs; without, returns 0. logits() is [B*T, V] afterwards.
   T forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn);
-  // Gradients of the last forward's mean loss into grads() (zeroed first).
+  // Gradients of the last forward's mean loss into grads(), replacing (never
+  // adding to) what it held.
   void backward();
   const T* logits() const { return logits_.data(); }
 

@@ -52,13 +52,13 @@ struct AdamWStep {
   float b1, b2, lr, keep, clip, eps, ibc1, ibc2;
 };
 
-// The update of n weights, compiled for AVX-512, AVX2 and baseline x86-64 and
+// The update of n weights, compiled for AVX-512, x86-64-v3 and baseline x86-64 and
 // picked when the program loads (GCC function multi-versioning, as gelu.cpp
 // does): with the arrays behind restrict, the decay a factor and no errno for
 // sqrt (-fno-math-errno, CMakeLists.txt), each version vectorises (the loop
 // in step() ran scalar sqrtss and divss: 4.5% of a bf16 training step). FMA
 // contraction in the wider versions changes the last bits only.
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 void adamw_span(float* __restrict w, float* __restrict m, float* __restrict v,
                 const float* __restrict g, const uint8_t* __restrict decay, int64_t n,
                 const AdamWStep k) {

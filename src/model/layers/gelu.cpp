@@ -109,11 +109,13 @@ inline float exp_poly(float x) {
 constexpr float kScale = static_cast<float>(ref::kGeluScale);
 constexpr float kCubic = static_cast<float>(ref::kGeluCubic);
 
-// The element loops, compiled for AVX-512, AVX2 and baseline x86-64 and
-// picked when the program loads (GCC function multi-versioning); the clamps
-// in exp_poly keep the baseline version scalar, which only CPUs older than
-// AVX2 run. FMA contraction in the wider versions changes the last bits only.
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+// The element loops, compiled for AVX-512, x86-64-v3 (AVX2 with FMA) and
+// baseline x86-64 and picked when the program loads (GCC function
+// multi-versioning; one clone per string, so "avx2,fma" would make two, the
+// AVX2 one without FMA); the clamps in exp_poly keep the baseline version
+// scalar, which only CPUs older than AVX2 run. FMA contraction in the wider
+// versions changes the last bits only.
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 void gelu_span(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -133,7 +135,7 @@ inline float gelu_slope(float x) {
 // each, so neither carries a per-element branch. Inlined into the
 // multi-versioned spans below, which it vectorises with their ISA.
 template <float (*Slope)(float)>
-inline void backward_loops(float* dinp, const float* inp, const float* dout, int64_t n,
+__attribute__((always_inline)) inline void backward_loops(float* dinp, const float* inp, const float* dout, int64_t n,
                            bool overwrite) {
   if (overwrite)
     for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * Slope(inp[i]);
@@ -141,7 +143,7 @@ inline void backward_loops(float* dinp, const float* inp, const float* dout, int
     for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * Slope(inp[i]);
 }
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 void gelu_backward_span(float* dinp, const float* inp, const float* dout, int64_t n,
                         bool overwrite) {
   backward_loops<gelu_slope>(dinp, inp, dout, n, overwrite);
@@ -164,7 +166,7 @@ inline float normal_cdf(float x, float& e) {
   return x < 0.0f ? half_erfc : 1.0f - half_erfc;
 }
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 void gelu_exact_span(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float e;
@@ -180,7 +182,7 @@ inline float gelu_exact_slope(float x) {
   return cdf + x * kInvSqrt2Pi * e;
 }
 
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 void gelu_exact_backward_span(float* dinp, const float* inp, const float* dout, int64_t n,
                               bool overwrite) {
   backward_loops<gelu_exact_slope>(dinp, inp, dout, n, overwrite);
