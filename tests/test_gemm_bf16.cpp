@@ -29,6 +29,7 @@
 
 using namespace qkv;
 using kernels::gemm_bf16;
+using kernels::gemm_bf16_bias;
 using kernels::gemm_bf16_ref;
 
 namespace {
@@ -42,16 +43,10 @@ VecF random_vec(std::mt19937& rng, int64_t n) {
   return v;
 }
 
-// gemm_bf16 with gemm_check.h's GemmFn signature (the defaulted bias makes its own differ).
-void gemm_no_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 // The rule (module comment) and the cases' set-up: gemm_check.h.
 void check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int64_t pad,
            std::mt19937& rng) {
-  test::check_gemm(gemm_no_bias, gemm_bf16_ref, ta, tb, M, N, K, alpha, beta, pad, rng);
+  test::check_gemm(gemm_bf16, gemm_bf16_ref, ta, tb, M, N, K, alpha, beta, pad, rng);
 }
 
 class GemmBf16 : public test::OnIsa {};
@@ -133,11 +128,11 @@ TEST_P(GemmBf16, BiasIsBitwiseTheBiasInCWithBetaOne) {
       const int64_t ldb = tb ? K : N;
       VecF got(M * N, std::numeric_limits<float>::quiet_NaN()), want(M * N);
       for (int64_t i = 0; i < M; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * N);
-      gemm_bf16(false, tb, M, N, K, 0.5f, A.data(), K, B.data(), ldb, 0.0f, got.data(), N, bias.data());
+      gemm_bf16_bias(false, tb, M, N, K, 0.5f, A.data(), K, B.data(), ldb, 0.0f, bias.data(), got.data(), N);
       gemm_bf16(false, tb, M, N, K, 0.5f, A.data(), K, B.data(), ldb, 1.0f, want.data(), N);
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
       VecF got_b = C0, want_b = C0;
-      gemm_bf16(false, tb, M, N, K, 1.0f, A.data(), K, B.data(), ldb, 0.5f, got_b.data(), N, bias.data());
+      gemm_bf16_bias(false, tb, M, N, K, 1.0f, A.data(), K, B.data(), ldb, 0.5f, bias.data(), got_b.data(), N);
       gemm_bf16(false, tb, M, N, K, 1.0f, A.data(), K, B.data(), ldb, 0.5f, want_b.data(), N);
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) want_b[i * N + j] += bias[j];
@@ -146,7 +141,7 @@ TEST_P(GemmBf16, BiasIsBitwiseTheBiasInCWithBetaOne) {
   // No products (K = 0): C = beta · C + bias.
   const float a[1] = {1.0f}, bias[2] = {0.25f, -1.0f};
   float c[2] = {2.0f, 4.0f};
-  gemm_bf16(false, false, 1, 2, 0, 1.0f, a, 1, a, 2, 0.5f, c, 2, bias);
+  gemm_bf16_bias(false, false, 1, 2, 0, 1.0f, a, 1, a, 2, 0.5f, bias, c, 2);
   EXPECT_EQ(c[0], 1.25f);
   EXPECT_EQ(c[1], 1.0f);
 }

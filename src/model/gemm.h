@@ -46,14 +46,18 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 //     same products, exact in float32, summed in another order).
 // Results are bitwise identical for any thread count: each C element is one
 // thread's K sum in order.
-// With a bias [N] (not null), every row of C also adds it: C = alpha · op(A)
-// · op(B) + beta · C + bias. With beta = 0 (a Linear layer's forward) that
-// is bitwise what writing the bias into C and calling with beta = 1 gives,
-// on every path, with one pass over C fewer on AVX512-BF16, where the
-// micro-tile adds the bias to its rounded result as it stores it.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc, const float* bias = nullptr);
+               int64_t ldc);
+
+// gemm_bf16, then every row of C adds bias [N]: C = alpha · op(A) · op(B) +
+// beta · C + bias. With beta = 0 (a Linear layer's forward) that is bitwise
+// what writing the bias into C and calling gemm_bf16 with beta = 1 gives, on
+// every path, with one pass over C fewer on AVX512-BF16, where the
+// micro-tile adds the bias to its rounded result as it stores it.
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc);
 
 // The same contract in plain loops: sgemm_ref on the operands rounded to bf16.
 void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

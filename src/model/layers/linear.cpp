@@ -82,15 +82,8 @@ template void linear_backward(double*, double*, double*, const double*, const do
 
 namespace {
 
-// gemm_bf16 with sgemm's signature (its defaulted bias makes its own differ).
-void gemm_bf16_no_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                       float* Cm, int64_t ldc) {
-  kernels::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
-}
-
 // The GEMM of a Matmul choice: sgemm or gemm_bf16 (same arguments).
-auto gemm_for(Matmul m) { return m == Matmul::bf16 ? gemm_bf16_no_bias : kernels::sgemm; }
+auto gemm_for(Matmul m) { return m == Matmul::bf16 ? kernels::gemm_bf16 : kernels::sgemm; }
 
 // out [BT, OC] = inp [BT, C] · W + bias [OC]
 void fast_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -98,7 +91,7 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
   const bool out_in = layout == WeightLayout::out_in;
   const int64_t ldw = out_in ? C : OC;
   if (matmul == Matmul::bf16) {  // the bias added in the micro-tiles' store
-    kernels::gemm_bf16(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, out, OC, bias);
+    kernels::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
     return;
   }
   // sgemm has no bias: it is written first and the GEMM adds onto it (beta =
