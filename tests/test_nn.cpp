@@ -300,7 +300,9 @@ TEST(NnFloat32, Linear) {
                             inp.data(), w.data(), s.BT, s.C, s.OC, mm);
         EXPECT_EQ(gi.f, zi);
         EXPECT_EQ(gw.f, zw);
-        if (with_bias) EXPECT_EQ(gb.f, zb);
+        if (with_bias) {
+          EXPECT_EQ(gb.f, zb);
+        }
       }
       Buf gw = Buf::nan(s.OC * s.C), gb = Buf::nan(s.OC), gi = Buf::nan(s.BT * s.C);
       nn::ref::linear_backward(gi.d.data(), gw.d.data(), with_bias ? gb.d.data() : nullptr,
@@ -318,7 +320,9 @@ TEST(NnFloat32, Linear) {
                                inp.data(), w.data(), s.BT, s.C, s.OC);
       EXPECT_EQ(gw.plain, zw);
       EXPECT_EQ(gi.plain, zi);
-      if (with_bias) EXPECT_EQ(gb.plain, zb);
+      if (with_bias) {
+        EXPECT_EQ(gb.plain, zb);
+      }
     }
 }
 

@@ -71,12 +71,9 @@ namespace {
 // them (one core's memset of the gradient buffers left the other idle).
 template <class T>
 void zero(std::vector<T>& v) {
-  constexpr int64_t kChunk = 4096;
-  const int64_t n = static_cast<int64_t>(v.size()), chunks = (n + kChunk - 1) / kChunk;
   T* p = v.data();
-#pragma omp parallel for schedule(static) if (n >= nn::detail::kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c)
-    std::fill(p + c * kChunk, p + std::min(n, (c + 1) * kChunk), T(0));
+  nn::detail::for_chunks(static_cast<int64_t>(v.size()),
+                         [p](int64_t i, int64_t n) { std::fill(p + i, p + i + n, T(0)); });
 }
 
 // dst[i] = bf16(src[i]) and src[i] = float(dst[i]): compiled for AVX-512,
@@ -97,13 +94,9 @@ void round_span(float* __restrict src, bfloat16* __restrict dst, int64_t n) {
 // attention_backward does for bf16 inputs, less its allocations).
 void round_to_bf16(Tensor& x16, Tensor& x) {
   if (x16.dtype() != DType::bf16 || x16.shape() != x.shape()) x16 = Tensor(DType::bf16, x.shape());
-  constexpr int64_t kChunk = 4096;
   float* s = x.data<float>();
   bfloat16* d = x16.data<bfloat16>();
-  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= nn::detail::kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c)
-    round_span(s + c * kChunk, d + c * kChunk, std::min(kChunk, n - c * kChunk));
+  nn::detail::for_chunks(x.numel(), [s, d](int64_t i, int64_t n) { round_span(s + i, d + i, n); });
 }
 
 }  // namespace
@@ -324,7 +317,8 @@ void BasicGPT<T>::backward() {
   // Each Linear's weight and bias gradients are overwritten by their only
   // producer (wte's by the tied head first; the embedding adds to it last):
   // only the other parameters' gradients start from zero.
-  for (const auto& [off, n] : accumulated_grads_) std::fill(g_.begin() + off, g_.begin() + off + n, T(0));
+  for (const auto& [off, n] : accumulated_grads_)
+    std::fill(g_.begin() + off, g_.begin() + off + n, T(0));
   zero(dlogits_);
   nn::crossentropy_backward(dlogits_.data(), a.probs.data(), a.targets.data(),
                             T(1) / static_cast<T>(BT), BT, V);

@@ -135,8 +135,9 @@ inline float gelu_slope(float x) {
 // each, so neither carries a per-element branch. Inlined into the
 // multi-versioned spans below, which it vectorises with their ISA.
 template <float (*Slope)(float)>
-__attribute__((always_inline)) inline void backward_loops(float* dinp, const float* inp, const float* dout, int64_t n,
-                           bool overwrite) {
+__attribute__((always_inline)) inline void backward_loops(float* dinp, const float* inp,
+                                                         const float* dout, int64_t n,
+                                                         bool overwrite) {
   if (overwrite)
     for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * Slope(inp[i]);
   else
@@ -188,28 +189,17 @@ void gelu_exact_backward_span(float* dinp, const float* inp, const float* dout, 
   backward_loops<gelu_exact_slope>(dinp, inp, dout, n, overwrite);
 }
 
-// Threads take fixed chunks; every element is computed alone, so the split
-// changes nothing in the result.
-constexpr int64_t kChunk = 4096;
-
 // out [N] = gelu(inp [N])
 void fast_forward(float* out, const float* inp, int64_t N, Gelu form) {
   const auto span = form == Gelu::exact ? gelu_exact_span : gelu_span;
-  const int64_t chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
-  for (int64_t k = 0; k < chunks; ++k)
-    span(out + k * kChunk, inp + k * kChunk, std::min(kChunk, N - k * kChunk));
+  detail::for_chunks(N, [&](int64_t i, int64_t n) { span(out + i, inp + i, n); });
 }
 
 // dinp [N] += gelu'(inp) · dout (= when overwrite)
 void fast_backward(float* dinp, const float* inp, const float* dout, int64_t N, Gelu form,
                    bool overwrite) {
   const auto span = form == Gelu::exact ? gelu_exact_backward_span : gelu_backward_span;
-  const int64_t chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMin)
-  for (int64_t k = 0; k < chunks; ++k)
-    span(dinp + k * kChunk, inp + k * kChunk, dout + k * kChunk, std::min(kChunk, N - k * kChunk),
-         overwrite);
+  detail::for_chunks(N, [&](int64_t i, int64_t n) { span(dinp + i, inp + i, dout + i, n, overwrite); });
 }
 
 }  // namespace

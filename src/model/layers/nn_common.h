@@ -8,6 +8,7 @@
 // identical for any thread count.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace qkv::nn::detail {
@@ -19,6 +20,17 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 14;
 
 // Sums over rows run per block of this many columns (one vector of AVX-512).
 inline constexpr int64_t kColBlock = 16;
+
+// Element-wise passes over n elements run f(begin, count) on fixed chunks
+// of kChunk, the chunks split between the threads; each element is computed
+// alone, so the split changes nothing in the result.
+inline constexpr int64_t kChunk = 4096;
+template <class F>
+void for_chunks(int64_t n, F f) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
 
 // Σ_{c < n} f(c) in Acc (float by default), in 8 interleaved partial sums
 // combined in a fixed order: the compiler turns the lanes into one SIMD
