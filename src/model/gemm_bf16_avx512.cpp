@@ -24,25 +24,34 @@ void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
                int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
                int64_t ldc) {
   __m512 acc[R][4];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t p = 0; p < np; ++p) {
     const uint32_t* bp = b + p * b_ks;
     __m512bh bv[4];
+#pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
     const uint32_t* ap = a + p * a_ks;
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * a_rs]));
+#pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __m512 bv[4];
+#pragma GCC unroll 4
   for (int v = 0; v < 4; ++v)
     bv[v] = bias && 16 * v < cols ? _mm512_maskz_loadu_ps(first_lanes(cols - 16 * v), bias + 16 * v)
                                   : _mm512_setzero_ps();
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4 && 16 * v < cols; ++v) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      if (16 * v >= cols) break;
       float* cp = c + r * ldc + 16 * v;
       const __mmask16 m = first_lanes(cols - 16 * v);
       __m512 y = _mm512_mul_ps(va, acc[r][v]);
