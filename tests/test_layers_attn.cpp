@@ -154,6 +154,35 @@ TEST(Heads, SplitTheFusedRowAndMergeItBack) {
   EXPECT_EQ(back, qkv);
 }
 
+// split_qkv and merge_qkv are the three split_heads / merge_heads calls
+// above in one pass: the same elements, in float and double, large enough
+// (B T row >= kParallelMin) to run threaded, and with Hkv = Hq and Hkv = 1.
+template <class T>
+void expect_qkv_like_three_calls(int64_t B, int64_t Tn, int64_t Hq, int64_t Hkv, int64_t D) {
+  const int64_t row = (Hq + 2 * Hkv) * D;
+  std::vector<T> qkv(B * Tn * row);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<T>(i) + T(0.25);
+  std::vector<T> q(B * Hq * Tn * D), k(B * Hkv * Tn * D), v(k.size());
+  std::vector<T> q3(q.size(), T(-1)), k3(k.size(), T(-1)), v3(v.size(), T(-1));
+  nn::split_heads(q.data(), qkv.data(), B, Tn, Hq, D, row, 0);
+  nn::split_heads(k.data(), qkv.data(), B, Tn, Hkv, D, row, Hq * D);
+  nn::split_heads(v.data(), qkv.data(), B, Tn, Hkv, D, row, (Hq + Hkv) * D);
+  nn::split_qkv(q3.data(), k3.data(), v3.data(), qkv.data(), B, Tn, Hq, Hkv, D);
+  EXPECT_EQ(q3, q);
+  EXPECT_EQ(k3, k);
+  EXPECT_EQ(v3, v);
+  std::vector<T> back(qkv.size(), T(-1));
+  nn::merge_qkv(back.data(), q.data(), k.data(), v.data(), B, Tn, Hq, Hkv, D);
+  EXPECT_EQ(back, qkv);
+}
+
+TEST(Heads, SplitQkvIsTheThreeSplitsInOnePass) {
+  expect_qkv_like_three_calls<float>(2, 3, 4, 2, 5);
+  expect_qkv_like_three_calls<double>(2, 3, 4, 1, 5);
+  expect_qkv_like_three_calls<float>(12, 64, 4, 4, 32);  // the training recipe's, threaded
+  expect_qkv_like_three_calls<double>(3, 70, 6, 2, 16);
+}
+
 // ---- 3. Linear weight layouts -------------------------------------------------
 
 TEST(LinearLayout, InOutEqualsOutInTransposed) {

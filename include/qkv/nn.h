@@ -117,8 +117,7 @@ void residual_forward(T* out, const T* a, const T* b, int64_t N);
 // Heads out of a row of features: src [B, T, row] holds, from column col0,
 // H heads of D features each ([B, T, H, D]); dst [B, H, T, D] gets them in
 // the layout qkv::attention takes. row = H*D and col0 = 0 for a plain
-// projection; the GPT's fused c_attn row [q heads | k heads | v heads] is
-// split by three calls with row = (Hq + 2 Hkv) D.
+// projection (split_qkv below takes the GPT's fused c_attn row).
 template <class T>
 void split_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
                  int64_t col0);
@@ -127,6 +126,16 @@ void split_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t
 template <class T>
 void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
                  int64_t col0);
+// The GPT's fused c_attn row [q heads | k heads | v heads], src [B, T,
+// (Hq + 2 Hkv) D] -> q [B, Hq, T, D], k and v [B, Hkv, T, D]: the three
+// split_heads calls in one pass (one parallel region instead of three).
+template <class T>
+void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq, int64_t Hkv,
+               int64_t D);
+// Its inverse (and backward): q, k, v -> dst [B, T, (Hq + 2 Hkv) D].
+template <class T>
+void merge_qkv(T* dst, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t Hq,
+               int64_t Hkv, int64_t D);
 
 // Rotary position embedding (RoPE, Su et al. 2021), half-split pairs (GPT-NeoX,
 // Hugging Face LLaMA; see qkv/positional.h): with theta_i = 1 / base^(2i/D),

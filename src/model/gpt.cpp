@@ -3,6 +3,7 @@
 #include "qkv/runtime.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -88,15 +89,31 @@ void round_span(float* __restrict src, bfloat16* __restrict dst, int64_t n) {
   }
 }
 
-// Rounds x (float32) to bf16 into x16, (re)made to x's shape, and x itself
-// to the same values: the backward then runs the float32 kernel on exactly
-// the operands the bf16 forward read, with no copies (what
-// attention_backward does for bf16 inputs, less its allocations).
-void round_to_bf16(Tensor& x16, Tensor& x) {
-  if (x16.dtype() != DType::bf16 || x16.shape() != x.shape()) x16 = Tensor(DType::bf16, x.shape());
-  float* s = x.data<float>();
-  bfloat16* d = x16.data<bfloat16>();
-  nn::detail::for_chunks(x.numel(), [s, d](int64_t i, int64_t n) { round_span(s + i, d + i, n); });
+// Rounds each x[t] (float32) to bf16 into x16[t], (re)made to x[t]'s shape,
+// and x[t] itself to the same values: the backward then runs the float32
+// kernel on exactly the operands the bf16 forward read, with no copies (what
+// attention_backward does for bf16 inputs, less its allocations). One
+// parallel region for q, k and v, in chunks of the three laid end to end.
+void round_to_bf16(const std::array<Tensor*, 3>& x16, const std::array<Tensor*, 3>& x) {
+  int64_t total = 0;
+  for (int t = 0; t < 3; ++t) {
+    if (x16[t]->dtype() != DType::bf16 || x16[t]->shape() != x[t]->shape())
+      *x16[t] = Tensor(DType::bf16, x[t]->shape());
+    total += x[t]->numel();
+  }
+  nn::detail::for_chunks(total, [&](int64_t i, int64_t n) {
+    for (int t = 0; t < 3 && n > 0; ++t) {
+      const int64_t len = x[t]->numel();
+      if (i >= len) {
+        i -= len;
+        continue;
+      }
+      const int64_t m = std::min(n, len - i);
+      round_span(x[t]->data<float>() + i, x16[t]->data<bfloat16>() + i, m);
+      i = 0;
+      n -= m;
+    }
+  });
 }
 
 }  // namespace
@@ -207,20 +224,16 @@ void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
 template <class T>
 void BasicGPT<T>::attention_forward(LayerActs& a) {
   const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
+  const int64_t hs = cfg_.head_dim();
   T* q = a.q.template data<T>();
   T* k = a.k.template data<T>();
-  nn::split_heads(q, a.qkv.data(), B, Tn, H, hs, row, 0);
-  nn::split_heads(k, a.qkv.data(), B, Tn, Hkv, hs, row, H * hs);
-  nn::split_heads(a.v.template data<T>(), a.qkv.data(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
+  nn::split_qkv(q, k, a.v.template data<T>(), a.qkv.data(), B, Tn, H, Hkv, hs);
   if (cfg_.rope) {
     nn::rope_forward(q, q, rope_, B * H, Tn, hs);
     nn::rope_forward(k, k, rope_, B * Hkv, Tn, hs);
   }
   if (compute_ == DType::bf16) {
-    round_to_bf16(a.q16, a.q);
-    round_to_bf16(a.k16, a.k);
-    round_to_bf16(a.v16, a.v);
+    round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
     AttentionOptions o = attn_opts_;
     o.out_dtype = DType::f32;
     attention_into(a.att, a.q16, a.k16, a.v16, o);
@@ -235,7 +248,7 @@ void BasicGPT<T>::attention_forward(LayerActs& a) {
 template <class T>
 void BasicGPT<T>::attention_backward(LayerActs& a) {
   const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int64_t hs = cfg_.head_dim(), row = (H + 2 * Hkv) * hs;
+  const int64_t hs = cfg_.head_dim();
   nn::split_heads(dout_.template data<T>(), datty_.data(), B, Tn, H, hs, H * hs, 0);
   // Under bf16 compute q, k, v hold the rounded values (round_to_bf16).
   attention_backward_into(dattn_, a.q, a.k, a.v, a.att.out, a.att.lse, dout_, attn_opts_);
@@ -245,9 +258,7 @@ void BasicGPT<T>::attention_backward(LayerActs& a) {
     nn::rope_backward(dq, dq, rope_, B * H, Tn, hs);
     nn::rope_backward(dk, dk, rope_, B * Hkv, Tn, hs);
   }
-  nn::merge_heads(dqkv_.data(), dq, B, Tn, H, hs, row, 0);
-  nn::merge_heads(dqkv_.data(), dk, B, Tn, Hkv, hs, row, H * hs);
-  nn::merge_heads(dqkv_.data(), dattn_.dv.template data<T>(), B, Tn, Hkv, hs, row, (H + Hkv) * hs);
+  nn::merge_qkv(dqkv_.data(), dq, dk, dattn_.dv.template data<T>(), B, Tn, H, Hkv, hs);
 }
 
 template <class T>
