@@ -75,66 +75,86 @@ namespace {
 
 using detail::lane_sum;
 
-void fast_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                  const float* bias, int64_t BT, int64_t C) {
+// The per-row and per-column-block loops below are compiled for x86-64-v3
+// (AVX2: lane_sum's eight partial sums fill one ymm) and for baseline
+// x86-64 (two xmm), picked when the program loads. No FMA contraction in
+// either (fp-contract=off), so both give the same bits.
+#define QKV_LN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract=off")))
+
+// y [C] = (x - m) · s · weight + bias; returns m and s.
+QKV_LN_CLONES
+void forward_row(float* y, float* mean, float* rstd, const float* x, const float* weight,
+                 const float* bias, int64_t C) {
   const float eps = static_cast<float>(ref::kLayerNormEps);
   const float inv_c = 1.0f / static_cast<float>(C);
+  // Two passes (mean, then squared deviations): no cancellation, unlike
+  // E[x²] - E[x]², when the mean is large against the spread.
+  const float m = lane_sum(C, [&](int64_t c) { return x[c]; }) * inv_c;
+  const float v = lane_sum(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); }) * inv_c;
+  const float s = 1.0f / std::sqrt(v + eps);
+  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+  *mean = m;
+  *rstd = s;
+}
+
+void fast_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                  const float* bias, int64_t BT, int64_t C) {
 #pragma omp parallel for schedule(static) if (BT * C >= detail::kParallelMin)
+  for (int64_t r = 0; r < BT; ++r)
+    forward_row(out + r * C, mean + r, rstd + r, inp + r * C, weight, bias, C);
+}
+
+// dx [C] += s · (g - mean(g) - n · mean(g · n)), g = dy · weight, n = (x - m) · s.
+QKV_LN_CLONES
+void backward_row(float* dx, const float* dy, const float* x, const float* weight, float m,
+                  float s, int64_t C) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const float g_mean = lane_sum(C, [&](int64_t c) { return dy[c] * weight[c]; }) * inv_c;
+  const float gn_mean =
+      lane_sum(C, [&](int64_t c) { return dy[c] * weight[c] * ((x[c] - m) * s); }) * inv_c;
+  for (int64_t c = 0; c < C; ++c) {
+    const float n = (x[c] - m) * s;
+    dx[c] += s * (dy[c] * weight[c] - g_mean - n * gn_mean);
+  }
+}
+
+// dweight [n] += Σ_rows dy · n, dbias [n] += Σ_rows dy (dbias may be null)
+// for n <= kColBlock channels from lo: rows in order.
+QKV_LN_CLONES
+void param_block(float* dweight, float* dbias, const float* dout, const float* inp,
+                 const float* mean, const float* rstd, int64_t BT, int64_t C, int64_t lo,
+                 int64_t n) {
+  constexpr int64_t CB = detail::kColBlock;
+  float dw[CB] = {}, db[CB] = {};
   for (int64_t r = 0; r < BT; ++r) {
-    const float* x = inp + r * C;
-    // Two passes (mean, then squared deviations): no cancellation, unlike
-    // E[x²] - E[x]², when the mean is large against the spread.
-    const float m = lane_sum(C, [&](int64_t c) { return x[c]; }) * inv_c;
-    const float v = lane_sum(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); }) * inv_c;
-    const float s = 1.0f / std::sqrt(v + eps);
-    float* y = out + r * C;
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
-    mean[r] = m;
-    rstd[r] = s;
+    const float* x = inp + r * C + lo;
+    const float* dy = dout + r * C + lo;
+    const float m = mean[r], s = rstd[r];
+    for (int64_t j = 0; j < n; ++j) {
+      dw[j] += dy[j] * ((x[j] - m) * s);
+      db[j] += dy[j];
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    dweight[lo + j] += dw[j];
+    if (dbias) dbias[lo + j] += db[j];
   }
 }
 
 void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                    const float* weight, const float* mean, const float* rstd, int64_t BT,
                    int64_t C) {
-  const float inv_c = 1.0f / static_cast<float>(C);
   const bool par = BT * C >= detail::kParallelMin;
   // Rows: each is one thread's.
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t r = 0; r < BT; ++r) {
-    const float* x = inp + r * C;
-    const float* dy = dout + r * C;
-    const float m = mean[r], s = rstd[r];
-    const float g_mean = lane_sum(C, [&](int64_t c) { return dy[c] * weight[c]; }) * inv_c;
-    const float gn_mean =
-        lane_sum(C, [&](int64_t c) { return dy[c] * weight[c] * ((x[c] - m) * s); }) * inv_c;
-    float* dx = dinp + r * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const float n = (x[c] - m) * s;
-      dx[c] += s * (dy[c] * weight[c] - g_mean - n * gn_mean);
-    }
-  }
+  for (int64_t r = 0; r < BT; ++r)
+    backward_row(dinp + r * C, dout + r * C, inp + r * C, weight, mean[r], rstd[r], C);
   // Parameters: sums over rows, one thread per block of channels, rows in order.
-  constexpr int64_t CB = detail::kColBlock;
-  const int64_t blocks = (C + CB - 1) / CB;
+  const int64_t CB = detail::kColBlock, blocks = (C + CB - 1) / CB;
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * CB, n = std::min(CB, C - lo);
-    float dw[CB] = {}, db[CB] = {};
-    for (int64_t r = 0; r < BT; ++r) {
-      const float* x = inp + r * C + lo;
-      const float* dy = dout + r * C + lo;
-      const float m = mean[r], s = rstd[r];
-      for (int64_t j = 0; j < n; ++j) {
-        dw[j] += dy[j] * ((x[j] - m) * s);
-        db[j] += dy[j];
-      }
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      dweight[lo + j] += dw[j];
-      if (dbias) dbias[lo + j] += db[j];
-    }
-  }
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    param_block(dweight, dbias, dout, inp, mean, rstd, BT, C, blk * CB,
+                std::min(CB, C - blk * CB));
 }
 
 }  // namespace
