@@ -156,8 +156,8 @@ void pack(const Ctx& c, const Panel& pn, const Workspace& ws) {
 
 // The packed panel against keys [j0, j0+nj): P and dS of the tile, then
 // dV and dK (kv) and dQ (q) accumulate.
-void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
-          bool q) {
+void full_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj,
+               bool kv, bool q) {
   const AttentionProblem& p = c.p;
   const FlashKernels& f = c.kern;
   const int64_t g = pn.kv(p), row0 = pn.row0(p);
@@ -184,6 +184,91 @@ void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_
   }
   // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D].
   if (q) f.mac(c.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, ldk, pn.npos, nj, p.D);
+}
+
+// A tile the visible range cuts through (a causal diagonal, a window's
+// edge, the end of a padded sequence) in blocks of kSub keys x kSub
+// queries: a block where no query sees any key holds P = dS = 0 exactly,
+// so its products are skipped. Each gradient element's chain then leaves
+// out only terms that are exact zeros, so the result is what full_step
+// gives. Visibility is a band: query i sees keys [first_key(i),
+// last_key(i)], both rising with i, so the queries that see a block of
+// keys, and the keys a block of queries sees, are contiguous ranges.
+constexpr int kSub = 16;
+
+struct Range {
+  int lo = 0, hi = 0;  // [lo, hi), rounded out to kSub and clipped
+  bool empty() const { return lo >= hi; }
+};
+
+void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj,
+               bool kv, bool q) {
+  const AttentionProblem& p = c.p;
+  const FlashKernels& f = c.kern;
+  const int64_t g = pn.kv(p), row0 = pn.row0(p);
+  const float* K = p.k.row<float>(g, j0);
+  const float* V = p.v.row<float>(g, j0);
+  const int64_t ldk = p.k.row_stride, ldv = p.v.row_stride;
+  const int nkb = static_cast<int>((nj + kSub - 1) / kSub), nqb = (pn.npos + kSub - 1) / kSub;
+  // Key block kb is seen by the panel's columns cols[kb]; query block qb
+  // sees the tile's keys keys[qb] (both offsets into the tile).
+  Range cols[kBC / kSub], keys[kBR / kSub];
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int64_t ja = j0 + kb * kSub, jb = std::min(j0 + nj, ja + kSub);  // keys [ja, jb)
+    int lo = 0, hi = pn.npos;
+    while (lo < hi && p.last_key(pn.b, pn.i0 + lo) < ja) ++lo;
+    while (hi > lo && p.first_key(pn.i0 + hi - 1) >= jb) --hi;
+    cols[kb] = lo < hi ? Range{lo / kSub * kSub, std::min(pn.npos, (hi + kSub - 1) / kSub * kSub)}
+                       : Range{};
+  }
+  for (int qb = 0; qb < nqb; ++qb) {
+    const int64_t ia = pn.i0 + qb * kSub, ib = std::min<int64_t>(pn.i0 + pn.npos, ia + kSub);
+    const int64_t lo = std::max(p.first_key(ia), j0) - j0;
+    const int64_t hi = std::min(p.last_key(pn.b, ib - 1) + 1, j0 + nj) - j0;
+    keys[qb] = lo < hi ? Range{static_cast<int>(lo / kSub * kSub),
+                               static_cast<int>(std::min(nj, (hi + kSub - 1) / kSub * kSub))}
+                       : Range{};
+  }
+  // P and dP of the blocks some pair sees; mask, probs and dscores run on
+  // the whole tile (the mask hides every score of a skipped block).
+  for (int kb = 0; kb < nkb; ++kb) {
+    if (cols[kb].empty()) continue;
+    const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
+    const int lo = cols[kb].lo, n = cols[kb].hi - lo;
+    f.qk(ws.P + ja * kBR + lo, K + ja * ldk, ldk, nb, ws.Qt + lo, p.D, n);
+    f.qk(ws.dS + ja * kBR + lo, V + ja * ldv, ldv, nb, ws.dOt + lo, p.Dv, n);
+  }
+  mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
+  f.probs(ws.P, nj, pn.npos, ws.lse);
+  f.dscores(ws.dS, ws.P, nj, pn.npos, ws.Dd, ws.dcap, static_cast<float>(p.scale));
+  if (kv) {
+    const float* Q = p.q.row<float>(pn.bh(p), pn.i0);
+    for (int kb = 0; kb < nkb; ++kb) {
+      if (cols[kb].empty()) continue;
+      const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
+      const int lo = cols[kb].lo, n = cols[kb].hi - lo;
+      f.mac(c.dV + (g * p.S + j0 + ja) * p.Dv, p.Dv, ws.P + ja * kBR + lo, kBR, 1,
+            c.dO + (row0 + lo) * p.Dv, p.Dv, nb, n, p.Dv);
+      f.mac(c.dK + (g * p.S + j0 + ja) * p.D, p.D, ws.dS + ja * kBR + lo, kBR, 1,
+            Q + lo * p.q.row_stride, p.q.row_stride, nb, n, p.D);
+    }
+  }
+  if (q)
+    for (int qb = 0; qb < nqb; ++qb) {
+      if (keys[qb].empty()) continue;
+      const int64_t ia = qb * kSub, rows = std::min<int64_t>(kSub, pn.npos - ia);
+      const int lo = keys[qb].lo, n = keys[qb].hi - lo;
+      f.mac(c.dQ + (row0 + ia) * p.D, p.D, ws.dS + lo * kBR + ia, 1, kBR, K + lo * ldk, ldk,
+            rows, n, p.D);
+    }
+}
+
+void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
+          bool q) {
+  if (pn.by_rows || tile_is_interior(c.p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
+    full_step(c, pn, ws, j0, nj, kv, q);
+  else
+    edge_step(c, pn, ws, j0, nj, kv, q);
 }
 
 // The panel against its visible keys within [kbeg, kend), in tiles of kBC
