@@ -74,12 +74,32 @@ void bounds_only(const AttentionProblem& p, const TileRows& t, int64_t j0, int64
     lo[r] = static_cast<int32_t>(std::clamp<int64_t>(p.first_key(i) - j0, 0, nj));
     hi[r] = static_cast<int32_t>(std::clamp<int64_t>(p.last_key(t.b, i) + 1 - j0, 0, nj));
   }
+  if (t.rows != t.npos) {  // a stacked decode panel: several heads' rows
+    for (int32_t jj = 0; jj < nj; ++jj) {
+      float* s = St + jj * kBR;
+      for (int r = 0; r < t.rows; ++r) s[r] = jj < lo[r] || jj >= hi[r] ? -INFINITY : s[r];
+      if (!dcap) continue;
+      float* d = dcap + jj * kBR;
+      for (int r = 0; r < t.rows; ++r) d[r] = jj < lo[r] || jj >= hi[r] ? 0.0f : 1.0f;
+    }
+    return;
+  }
+  // One head's rows: lo and hi rise with r (first_key and last_key rise
+  // with the position), so the rows that see key jj are one run [a, b):
+  // fill what lies outside it, with no per-score test.
+  int a = 0, b = 0;
   for (int32_t jj = 0; jj < nj; ++jj) {
+    while (a < t.rows && hi[a] <= jj) ++a;  // rows before a end before jj
+    while (b < t.rows && lo[b] <= jj) ++b;  // rows from b start after jj
+    const int e = std::max(a, b);
     float* s = St + jj * kBR;
-    for (int r = 0; r < t.rows; ++r) s[r] = jj < lo[r] || jj >= hi[r] ? -INFINITY : s[r];
+    std::fill(s, s + a, -INFINITY);
+    std::fill(s + e, s + t.rows, -INFINITY);
     if (!dcap) continue;
     float* d = dcap + jj * kBR;
-    for (int r = 0; r < t.rows; ++r) d[r] = jj < lo[r] || jj >= hi[r] ? 0.0f : 1.0f;
+    std::fill(d, d + a, 0.0f);
+    std::fill(d + a, d + e, 1.0f);
+    std::fill(d + e, d + t.rows, 0.0f);
   }
 }
 
