@@ -162,6 +162,48 @@ TEST_P(GemmBf16, SameBitsForAnyThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// An operand given in bfloat16 gives the bits of passing the float32
+// values it was rounded from (which gemm_bf16 rounds the same way): every
+// transpose, K and leading dimensions even and odd (op(A) = A in place only
+// for both even), beta 0 (C starts NaN: never read) and 1, with and without
+// bias. On every ISA path.
+TEST_P(GemmBf16, Bf16OperandsGiveTheBitsOfTheirFloat32Values) {
+  std::mt19937 rng(36);
+  auto rounded = [](const VecF& x) {
+    std::vector<bfloat16> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_from_float(x[i]);
+    return r;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [M, N, K] :
+           {std::array<int64_t, 3>{13, 70, 32}, {7, 65, 33}, {20, 3, 130}, {768, 128, 128}})
+        for (int64_t pad : {0, 1}) {
+          SCOPED_TRACE(std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " M " + std::to_string(M) +
+                       " N " + std::to_string(N) + " K " + std::to_string(K) + " pad " + std::to_string(pad));
+          const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad;
+          const VecF A = random_vec(rng, (ta ? K : M) * lda), B = random_vec(rng, (tb ? N : K) * ldb);
+          const VecF bias = random_vec(rng, N), C0 = random_vec(rng, M * N);
+          const std::vector<bfloat16> A16 = rounded(A), B16 = rounded(B);
+          for (float beta : {0.0f, 1.0f}) {
+            const VecF start = beta == 0.0f ? VecF(M * N, nan) : C0;
+            VecF want = start, got_a = start, got_b = start;
+            gemm_bf16(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), N);
+            gemm_bf16(ta, tb, M, N, K, 0.5f, A16.data(), lda, B.data(), ldb, beta, got_a.data(), N);
+            gemm_bf16(ta, tb, M, N, K, 0.5f, A.data(), lda, B16.data(), ldb, beta, got_b.data(), N);
+            ASSERT_EQ(std::memcmp(got_a.data(), want.data(), want.size() * sizeof(float)), 0);
+            ASSERT_EQ(std::memcmp(got_b.data(), want.data(), want.size() * sizeof(float)), 0);
+            VecF want_bias = start, got_bias = start;
+            gemm_bf16_bias(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, beta, bias.data(),
+                           want_bias.data(), N);
+            gemm_bf16_bias(ta, tb, M, N, K, 1.0f, A16.data(), lda, B.data(), ldb, beta, bias.data(),
+                           got_bias.data(), N);
+            ASSERT_EQ(std::memcmp(got_bias.data(), want_bias.data(), want.size() * sizeof(float)), 0);
+          }
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, GemmBf16,
                          ::testing::Values(Isa::avx512bf16, Isa::avx512, Isa::avx2, Isa::scalar),
                          test::isa_test_name);

@@ -351,6 +351,74 @@ TEST(NnFloat32, LinearBf16ForwardBias) {
       }
 }
 
+// The bfloat16 forms for mixed precision: LayerNorm and GELU with a bf16
+// out give the float32 forms' values rounded once; a Linear on a bf16
+// input gives, forward and backward, the bits of Matmul::bf16 on the
+// float32 values that input holds. Sizes around the 256-element blocks the
+// rounding runs in, and one large enough to run threaded.
+TEST(NnFloat32, Bf16OutputsAndInputs) {
+  std::mt19937 rng(15);
+  auto rounded = [](const VecF& x) {
+    std::vector<bfloat16> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_from_float(x[i]);
+    return r;
+  };
+  auto bits = [](const std::vector<bfloat16>& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
+    return b;
+  };
+  for (auto [BT, C] : {std::pair<int64_t, int64_t>{3, 7}, {5, 256}, {2, 300}, {768, 128}}) {
+    SCOPED_TRACE("BT " + std::to_string(BT) + " C " + std::to_string(C));
+    const VecF x = random_vec(rng, BT * C), w = random_vec(rng, C), b = random_vec(rng, C);
+    for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+      VecF y(BT * C), m(BT), r(BT), m16(BT), r16(BT);
+      std::vector<bfloat16> y16(BT * C);
+      nn::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), bias, BT, C);
+      nn::layernorm_forward(y16.data(), m16.data(), r16.data(), x.data(), w.data(), bias, BT, C);
+      EXPECT_EQ(bits(y16), bits(rounded(y)));
+      EXPECT_EQ(m16, m);
+      EXPECT_EQ(r16, r);
+    }
+    for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {
+      VecF y(BT * C);
+      std::vector<bfloat16> y16(BT * C);
+      nn::gelu_forward(y.data(), x.data(), BT * C, form);
+      nn::gelu_forward(y16.data(), x.data(), BT * C, form);
+      EXPECT_EQ(bits(y16), bits(rounded(y)));
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Shape2& s : kShapes)
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE("BT " + std::to_string(s.BT) + " C " + std::to_string(s.C) + " OC " +
+                   std::to_string(s.OC) + (with_bias ? " bias" : " no bias"));
+      const std::vector<bfloat16> inp16 = rounded(random_vec(rng, s.BT * s.C));
+      VecF inp(inp16.size());  // the float32 values inp16 holds
+      for (size_t i = 0; i < inp.size(); ++i) inp[i] = bf16_to_float(inp16[i]);
+      const VecF w = random_vec(rng, s.OC * s.C), b = random_vec(rng, s.OC);
+      const VecF dout = random_vec(rng, s.BT * s.OC);
+      const float* bias = with_bias ? b.data() : nullptr;
+      VecF want(s.BT * s.OC, nan), got(s.BT * s.OC, nan);
+      nn::linear_forward(want.data(), inp.data(), w.data(), bias, s.BT, s.C, s.OC,
+                         nn::WeightLayout::out_in, nn::Matmul::bf16);
+      nn::linear_forward(got.data(), inp16.data(), w.data(), bias, s.BT, s.C, s.OC);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      for (nn::Grad mode : {nn::Grad::overwrite, nn::Grad::accumulate}) {
+        const float start = mode == nn::Grad::overwrite ? nan : 0.5f;
+        VecF wi(s.BT * s.C, start), ww(s.OC * s.C, start), wb(s.OC, start);
+        VecF gi = wi, gw = ww, gb = wb;
+        nn::linear_backward(wi.data(), ww.data(), with_bias ? wb.data() : nullptr, dout.data(),
+                            inp.data(), w.data(), s.BT, s.C, s.OC, nn::Matmul::bf16, mode, mode);
+        nn::linear_backward(gi.data(), gw.data(), with_bias ? gb.data() : nullptr, dout.data(),
+                            inp16.data(), w.data(), s.BT, s.C, s.OC, mode, mode);
+        EXPECT_EQ(std::memcmp(gi.data(), wi.data(), gi.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(gw.data(), ww.data(), gw.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(gb.data(), wb.data(), gb.size() * sizeof(float)), 0);
+      }
+    }
+}
+
 TEST(NnFloat32, LayerNorm) {
   std::mt19937 rng(12);
   for (const Shape2& s : kShapes) {

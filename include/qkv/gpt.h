@@ -165,24 +165,36 @@ class BasicGPT {
     int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
   };
   using Vec = std::vector<T>;
+  // A Linear layer's input as the layer before it stored it: float32 (x),
+  // or under bf16 compute already rounded to bfloat16 (x16, x empty), which
+  // the GEMM reads as it is.
+  struct LinearIn {
+    Vec x;
+    std::vector<bfloat16> x16;
+  };
   // What one block's forward keeps for its backward.
   struct LayerActs {
-    Vec ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
+    LinearIn ln1;                 // [BT, C]
+    Vec ln1_mean, ln1_rstd;       // [BT], [BT]
     Vec qkv;                      // [BT, (H + 2 Hkv) hs]
     Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
     Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
     AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
     Vec atty, res2;               // [BT, C]: heads merged; x + attention
-    Vec ln2, ln2_mean, ln2_rstd;
-    Vec fch, fch_gelu;            // [BT, 4C]
+    LinearIn ln2;
+    Vec ln2_mean, ln2_rstd;
+    Vec fch;                      // [BT, 4C]
+    LinearIn fch_gelu;            // [BT, 4C]
     Vec res3;                     // [BT, C]: the block's output
   };
   struct Acts {
     int64_t B = 0, Tn = 0;
+    DType compute = DType::f32;            // what the LinearIns hold
     std::vector<int32_t> tokens, targets;  // [BT]
     Vec encoded;                           // [BT, C]
     std::vector<LayerActs> layers;
-    Vec lnf, lnf_mean, lnf_rstd;           // [BT, C], [BT], [BT]
+    LinearIn lnf;                          // [BT, C]
+    Vec lnf_mean, lnf_rstd;                // [BT], [BT]
     Vec probs, losses;                     // [BT, V], [BT]
   };
 

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/tensor.h"  // bfloat16
+
 namespace qkv::nn {
 
 // How a Linear layer's weight is stored.
@@ -63,12 +65,26 @@ template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32,
                      Grad dinp_mode = Grad::accumulate, Grad param_mode = Grad::accumulate);
+// Mixed precision with the input already in bfloat16 (rounded by the layer
+// that made it: LayerNorm or GELU with a bfloat16 out): Matmul::bf16 on
+// float32 weights and gradients. The same bits as the float32-input calls
+// with Matmul::bf16 on the values inp was rounded from; the GEMM reads half
+// the bytes and, for C and the row stride even, packs no input at all.
+void linear_forward(float* out, const bfloat16* inp, const float* weight, const float* bias,
+                    int64_t BT, int64_t C, int64_t OC, WeightLayout layout = WeightLayout::out_in);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const bfloat16* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
+                     Grad dinp_mode = Grad::accumulate, Grad param_mode = Grad::accumulate);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int64_t BT, int64_t C);
+// The float32 forward with out rounded to bfloat16 (the input of a bf16
+// Linear layer under mixed precision): the float32 values, rounded once.
+void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t BT, int64_t C);
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C);
@@ -82,6 +98,8 @@ enum class Gelu { exact, tanh };
 // out [N] = gelu(inp [N]), in the given form.
 template <class T>
 void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
+// The float32 forward with out rounded to bfloat16 (as layernorm_forward's).
+void gelu_forward(bfloat16* out, const float* inp, int64_t N, Gelu form);
 // dinp [N] += gelu'(inp) · dout (= under Grad::overwrite).
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,

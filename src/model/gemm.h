@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "qkv/tensor.h"  // bfloat16
+
 namespace qkv::kernels {
 
 // Threads: the caller's OpenMP thread count (omp_set_num_threads or
@@ -57,6 +59,21 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // micro-tile adds the bias to its rounded result as it stores it.
 void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc);
+
+// The same with one operand already in bfloat16 (a Linear layer's input
+// stored rounded by its producer under mixed precision): the products, and
+// so the bits, of passing the float32 values they were rounded from, with
+// half the bytes to read; op(A) = A with K and lda even is read in place,
+// with no packing at all.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
                     const float* bias, float* C, int64_t ldc);
 
 // The same contract in plain loops: sgemm_ref on the operands rounded to bf16.

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "model/gemm.h"
@@ -19,6 +20,7 @@ namespace {
 
 using bf16gemm::kMR;
 using bf16gemm::kNR;
+using bf16gemm::pair_word;
 using bf16gemm::pairs;
 
 // The packed operands, kept per calling thread and grown, never shrunk: a
@@ -39,13 +41,18 @@ auto* grown(V& v, int64_t n) {
 }
 
 float round_bf16(float x) { return bf16_to_float(bf16_from_float(x)); }
+// An operand's element as the bf16 value it rounds to (bfloat16: itself).
+float rounded(float x) { return round_bf16(x); }
+float rounded(bfloat16 x) { return bf16_to_float(x); }
 
 // op(X) [R, Cn] of X (stored [R, Cn], or [Cn, R] when trans) rounded to bf16,
 // into dst [R, Cn] float32.
-void rounded_op(bool trans, int64_t R, int64_t Cn, const float* X, int64_t ld, float* dst) {
+template <class T>
+void rounded_op(bool trans, int64_t R, int64_t Cn, const T* X, int64_t ld, float* dst) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < Cn; ++c) dst[r * Cn + c] = round_bf16(trans ? X[c * ld + r] : X[r * ld + c]);
+    for (int64_t c = 0; c < Cn; ++c)
+      dst[r * Cn + c] = rounded(trans ? X[c * ld + r] : X[r * ld + c]);
 }
 
 // C[i][j] += bias[j] for every row.
@@ -55,8 +62,9 @@ void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
 
+template <class TA, class TB>
 void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+             const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
              int64_t ldc, const float* bias) {
   Packs& p = packs();
   float* a = grown(p.wa, M * K);
@@ -73,14 +81,25 @@ void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
   if (bias) add_bias(M, N, bias, C, ldc);
 }
 
+// A float32 operand's elements as they are; a bfloat16 one's as bit patterns
+// (the packing overloads for uint16_t).
+const float* packable(const float* x) { return x; }
+const uint16_t* packable(const bfloat16* x) { return reinterpret_cast<const uint16_t*>(x); }
+
+template <class TA, class TB>
 void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   const TA* A_, int64_t lda, const TB* B_, int64_t ldb, float beta, float* C,
                    int64_t ldc, const float* bias) {
+  const auto* A = packable(A_);
+  const auto* B = packable(B_);
   const int64_t np = pairs(K), Np = (N + kNR - 1) / kNR * kNR;
   Packs& pk = packs();
-  // op(A)'s pairs: a(r, p) at a[r * a_rs + p * a_ks].
-  uint32_t* a = grown(pk.a, M * np);
-  const int64_t a_rs = trans_a ? 1 : np, a_ks = trans_a ? M : 1;
+  // op(A)'s pairs: a(r, p) at a[r * a_rs + p * a_ks]. A bfloat16 A with K and
+  // lda even already is its pairs, row by row: used in place.
+  const bool in_place = std::is_same_v<TA, bfloat16> && !trans_a && K % 2 == 0 && lda % 2 == 0;
+  uint32_t* a = in_place ? nullptr : grown(pk.a, M * np);
+  const pair_word* a_words = in_place ? reinterpret_cast<const pair_word*>(A) : a;
+  const int64_t a_rs = trans_a ? 1 : in_place ? lda / 2 : np, a_ks = trans_a ? M : 1;
   // op(B)'s pairs, [np][Np], the columns past N zero.
   uint32_t* b = grown(pk.b, np * Np);
   const int64_t mblocks = (M + kMR - 1) / kMR, tiles = mblocks * (Np / kNR);
@@ -90,7 +109,7 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
     if (trans_a) {
 #pragma omp for schedule(static) nowait
       for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(A + 2 * p * lda, lda, std::min<int64_t>(2, K - 2 * p), M, a + p * M, M);
-    } else {
+    } else if (!in_place) {
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
@@ -115,15 +134,17 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       const int64_t i0 = (t / panels) * kMR, j0 = (t % panels) * kNR;
       const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
       const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
-      bf16gemm::tile(a + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
+      bf16gemm::tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
                      bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
     }
   }
 }
 
-// gemm_bf16 and gemm_bf16_bias (bias null: none).
-void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+// gemm_bf16 and gemm_bf16_bias (bias null: none), for either operand in
+// float32 or bfloat16.
+template <class TA, class TB>
+void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA* A,
+         int64_t lda, const TB* B, int64_t ldb, float beta, float* C, int64_t ldc,
          const float* bias) {
   check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) {
@@ -144,8 +165,26 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
 }
 
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+}
+
 void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
                     const float* bias, float* C, int64_t ldc) {
   run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }

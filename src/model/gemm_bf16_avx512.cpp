@@ -20,7 +20,7 @@ __mmask16 first_lanes(int64_t n) {
 // + 1 broadcast <= 29 of the 32 zmm. No mask sits in the loop (GCC keeps
 // the accumulators in memory when one does).
 template <int R>
-void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t b_ks,
+void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t b_ks,
                int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
                int64_t ldc) {
   __m512 acc[R][4];
@@ -33,7 +33,7 @@ void tile_rows(const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
     __m512bh bv[4];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
-    const uint32_t* ap = a + p * a_ks;
+    const pair_word* ap = a + p * a_ks;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * a_rs]));
@@ -125,7 +125,51 @@ void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0
   }
 }
 
-void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
+void rows_to_pairs(const uint16_t* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
+                   int64_t dst_ld) {
+  for (int64_t r = 0; r < R; ++r) {
+    const uint16_t* s = src + r * ld;
+    uint32_t* d = dst + r * dst_ld;
+    for (int64_t p = 0; p < pairs(K); ++p)
+      d[p] = s[2 * p] | (2 * p + 1 < K ? static_cast<uint32_t>(s[2 * p + 1]) << 16 : 0u);
+  }
+}
+
+void interleave_rows(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld) {
+  for (int64_t p = 0; p < pairs(K); ++p) {
+    const uint16_t* s0 = src + 2 * p * ld;
+    const uint16_t* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
+    uint32_t* d = dst + p * dst_ld;
+    int64_t w = 0;
+    for (; w < W; w += 16) {
+      const __mmask16 m = first_lanes(W - w);
+      // Sixteen halves of each row widened to words: row 2p low, 2p + 1 high.
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + w));
+      const __m512i hi =
+          s1 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s1 + w)), 16)
+             : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_or_si512(lo, hi));
+    }
+    for (; w < dst_ld; w += 16)
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
+  }
+}
+
+void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
+                  uint32_t* dst, int64_t dst_ld) {
+  // Not on the training step's path (its bf16 operands are op(A) = A and
+  // op(B) = B): plain loops.
+  const int64_t wend = std::min(dst_ld, (w1 + 15) / 16 * 16);
+  for (int64_t p = 0; p < pairs(K); ++p)
+    for (int64_t w = w0; w < wend; ++w) {
+      const uint16_t* s = src + w * ld + 2 * p;
+      dst[p * dst_ld + w] = w >= std::min(W, w1) ? 0u
+                            : s[0] | (2 * p + 1 < K ? static_cast<uint32_t>(s[1]) << 16 : 0u);
+    }
+}
+
+void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
           int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
           int64_t ldc) {
   switch (rows) {

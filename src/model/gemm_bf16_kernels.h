@@ -38,13 +38,28 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
 void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld);
 
+// The same three packings from operands already in bfloat16 (bit patterns;
+// a Linear layer's input stored rounded by its producer): no rounding, the
+// words built from the halves as they are.
+void rows_to_pairs(const uint16_t* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
+                   int64_t dst_ld);
+void interleave_rows(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld);
+void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
+                  uint32_t* dst, int64_t dst_ld);
+
+// A pair word read where bf16 values were stored (op(A) = A in bfloat16
+// with K and lda even is used in place, unpacked): may_alias, so the loads
+// are not assumed independent of stores made through other types.
+typedef uint32_t __attribute__((__may_alias__)) pair_word;
+
 // One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
 // (+ bias[j], rounded separately, when bias is not null) for r < rows <=
 // kMR, j < cols <= kNR (beta = 0 never reads C).
 //   a(r, p) = a[r * a_rs + p * a_ks]   (pairs of op(A); rows of the tile)
 //   b(p, j) = b[p * b_ks + j]          (pairs of op(B); kNR columns readable)
 // The K sum of each element runs in order p = 0 .. np - 1 in float32.
-void tile(const uint32_t* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
+void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
           int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
           int64_t ldc);
 

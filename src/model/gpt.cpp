@@ -188,29 +188,80 @@ void BasicGPT<T>::init(uint64_t seed) {
   }
 }
 
+namespace {
+
+// A LinearIn of n elements, in bf16 under bf16 compute, else in T.
+template <class In>
+void size_input(In& in, int64_t n, bool bf16) {
+  in.x.assign(bf16 ? 0 : n, 0);
+  in.x16.assign(bf16 ? n : 0, bfloat16{});
+}
+
+// The layers that make a Linear's input write it as the LinearIn holds it
+// (float32, or rounded to bf16: the same values the GEMM would round to),
+// and the Linear reads it so. BasicGPT<double> never holds bf16.
+template <class In, class T>
+void layernorm_to(In& out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t BT,
+                  int64_t C) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!out.x16.empty())
+      return nn::layernorm_forward(out.x16.data(), mean, rstd, inp, w, b, BT, C);
+  nn::layernorm_forward(out.x.data(), mean, rstd, inp, w, b, BT, C);
+}
+
+template <class In, class T>
+void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!out.x16.empty()) return nn::gelu_forward(out.x16.data(), inp, N, form);
+  nn::gelu_forward(out.x.data(), inp, N, form);
+}
+
+template <class In, class T>
+void linear_from(T* out, const In& in, const T* w, const T* b, int64_t BT, int64_t C, int64_t OC,
+                 nn::Matmul matmul) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!in.x16.empty()) return nn::linear_forward(out, in.x16.data(), w, b, BT, C, OC);
+  nn::linear_forward(out, in.x.data(), w, b, BT, C, OC, nn::WeightLayout::out_in, matmul);
+}
+
+// The backward of linear_from: input gradient and parameter gradients
+// overwritten (each has one producer per step).
+template <class In, class T>
+void linear_back_from(T* dinp, T* dw, T* db, const T* dout, const In& in, const T* w, int64_t BT,
+                      int64_t C, int64_t OC, nn::Matmul matmul) {
+  constexpr nn::Grad kSet = nn::Grad::overwrite;
+  if constexpr (std::is_same_v<T, float>)
+    if (!in.x16.empty())
+      return nn::linear_backward(dinp, dw, db, dout, in.x16.data(), w, BT, C, OC, kSet, kSet);
+  nn::linear_backward(dinp, dw, db, dout, in.x.data(), w, BT, C, OC, matmul, kSet, kSet);
+}
+
+}  // namespace
+
 template <class T>
 void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
-  if (acts_.B == B && acts_.Tn == Tn) return;
+  if (acts_.B == B && acts_.Tn == Tn && acts_.compute == compute_) return;
+  const bool bf16 = compute_ == DType::bf16;
   const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
   Acts& a = acts_;
-  a.B = B, a.Tn = Tn;
+  a.B = B, a.Tn = Tn, a.compute = compute_;
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
   a.encoded.assign(BT * C, T(0));
   a.layers.assign(cfg_.layers, LayerActs{});
   for (LayerActs& l : a.layers) {
-    l.ln1.assign(BT * C, T(0)), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
+    size_input(l.ln1, BT * C, bf16), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
     l.qkv.assign(BT * qkv_out, T(0));
     l.q = Tensor(dt, {B, H, Tn, hs});
     l.k = Tensor(dt, {B, Hkv, Tn, hs});
     l.v = Tensor(dt, {B, Hkv, Tn, hs});
     l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
-    l.ln2.assign(BT * C, T(0)), l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
-    l.fch.assign(BT * 4 * C, T(0)), l.fch_gelu.assign(BT * 4 * C, T(0));
+    size_input(l.ln2, BT * C, bf16), l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
+    l.fch.assign(BT * 4 * C, T(0)), size_input(l.fch_gelu, BT * 4 * C, bf16);
     l.res3.assign(BT * C, T(0));
   }
-  a.lnf.assign(BT * C, T(0)), a.lnf_mean.assign(BT, T(0)), a.lnf_rstd.assign(BT, T(0));
+  size_input(a.lnf, BT * C, bf16), a.lnf_mean.assign(BT, T(0)), a.lnf_rstd.assign(BT, T(0));
   a.probs.assign(BT * V, T(0)), a.losses.assign(BT, T(0));
   logits_.assign(BT * V, T(0));
   dres_.assign(BT * C, T(0)), dln_.assign(BT * C, T(0)), dqkv_.assign(BT * qkv_out, T(0));
@@ -282,29 +333,25 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const Layer& L = layer_[l];
     LayerActs& la = a.layers[l];
-    nn::layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w),
-                          w(L.ln1_b), BT, C);
-    nn::linear_forward(la.qkv.data(), la.ln1.data(), w(L.attn_w), w(L.attn_b), BT, C, qkv_out,
-                       kOutIn, matmul());
+    layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C);
+    linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, matmul());
     attention_forward(la);
     // res2 = x + attn proj: project into res2, then add the stream.
     nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
                        kOutIn, matmul());
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
-    nn::layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
-                          w(L.ln2_w), w(L.ln2_b), BT, C);
-    nn::linear_forward(la.fch.data(), la.ln2.data(), w(L.fc_w), w(L.fc_b), BT, C, 4 * C, kOutIn,
-                       matmul());
-    nn::gelu_forward(la.fch_gelu.data(), la.fch.data(), BT * 4 * C, cfg_.gelu);
-    nn::linear_forward(la.res3.data(), la.fch_gelu.data(), w(L.fc_proj_w), w(L.fc_proj_b), BT,
-                       4 * C, C, kOutIn, matmul());
+    layernorm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w),
+                 w(L.ln2_b), BT, C);
+    linear_from(la.fch.data(), la.ln2, w(L.fc_w), w(L.fc_b), BT, C, 4 * C, matmul());
+    gelu_to(la.fch_gelu, la.fch.data(), BT * 4 * C, cfg_.gelu);
+    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, 4 * C, C,
+                matmul());
     nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
     x = la.res3.data();
   }
-  nn::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_),
-                        w(lnf_b_), BT, C);
-  nn::linear_forward<T>(logits_.data(), a.lnf.data(), w(wte_), nullptr, BT, C, V, kOutIn,
-                        matmul());  // tied head
+  layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_), w(lnf_b_), BT, C);
+  linear_from(logits_.data(), a.lnf, w(wte_), static_cast<const T*>(nullptr), BT, C, V,
+              matmul());  // tied head
   has_targets_ = targets != nullptr;
   if (!has_targets_) return T(0);
   for (int64_t i = 0; i < BT; ++i) {
@@ -339,8 +386,8 @@ void BasicGPT<T>::backward() {
   // overwrites them (no zeroing: the backward used to clear ~20 MB per step).
   constexpr nn::Grad kSet = nn::Grad::overwrite;
   zero(dres_);
-  nn::linear_backward<T>(dln_.data(), g(wte_), nullptr, dlogits_.data(), a.lnf.data(), w(wte_),
-                         BT, C, V, matmul(), kSet, kSet);
+  linear_back_from(dln_.data(), g(wte_), static_cast<T*>(nullptr), dlogits_.data(), a.lnf,
+                   w(wte_), BT, C, V, matmul());
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -349,19 +396,19 @@ void BasicGPT<T>::backward() {
     LayerActs& la = a.layers[l];
     const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
-    nn::linear_backward(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(),
-                        la.fch_gelu.data(), w(L.fc_proj_w), BT, 4 * C, C, matmul(), kSet, kSet);
+    linear_back_from(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(), la.fch_gelu,
+                     w(L.fc_proj_w), BT, 4 * C, C, matmul());
     nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu, kSet);
-    nn::linear_backward(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2.data(), w(L.fc_w),
-                        BT, C, 4 * C, matmul(), kSet, kSet);
+    linear_back_from(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2, w(L.fc_w), BT, C,
+                     4 * C, matmul());
     nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
     nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
                         la.atty.data(), w(L.attn_proj_w), BT, C, C, matmul(), kSet, kSet);
     attention_backward(la);
-    nn::linear_backward(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1.data(),
-                        w(L.attn_w), BT, C, qkv_out, matmul(), kSet, kSet);
+    linear_back_from(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1, w(L.attn_w), BT,
+                     C, qkv_out, matmul());
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }

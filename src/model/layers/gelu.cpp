@@ -115,12 +115,24 @@ constexpr float kCubic = static_cast<float>(ref::kGeluCubic);
 // AVX2 one without FMA); the clamps in exp_poly keep the baseline version
 // scalar, which only CPUs older than AVX2 run. FMA contraction in the wider
 // versions changes the last bits only.
-__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-void gelu_span(float* out, const float* inp, int64_t n) {
+[[gnu::always_inline]] inline void gelu_tanh_loop(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     out[i] = x / (1.0f + exp_poly(-2.0f * kScale * (x + kCubic * x * x * x)));
   }
+}
+
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+void gelu_span(float* out, const float* inp, int64_t n) {
+  gelu_tanh_loop(out, inp, n);
+}
+
+// The same rounded to bf16 (a bf16 Linear's input).
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+void gelu_span(bfloat16* out, const float* inp, int64_t n) {
+  detail::store_rounded(out, n, [inp](float* buf, int64_t i0, int64_t m) {
+    gelu_tanh_loop(buf, inp + i0, m);
+  });
 }
 
 // gelu'(x), tanh form.
@@ -167,13 +179,24 @@ inline float normal_cdf(float x, float& e) {
   return x < 0.0f ? half_erfc : 1.0f - half_erfc;
 }
 
-__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
-void gelu_exact_span(float* out, const float* inp, int64_t n) {
+[[gnu::always_inline]] inline void gelu_exact_loop(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float e;
     const float x = inp[i];
     out[i] = x * normal_cdf(x, e);
   }
+}
+
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+void gelu_exact_span(float* out, const float* inp, int64_t n) {
+  gelu_exact_loop(out, inp, n);
+}
+
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+void gelu_exact_span(bfloat16* out, const float* inp, int64_t n) {
+  detail::store_rounded(out, n, [inp](float* buf, int64_t i0, int64_t m) {
+    gelu_exact_loop(buf, inp + i0, m);
+  });
 }
 
 // gelu'(x) = Φ(x) + x φ(x), exact form.
@@ -189,9 +212,12 @@ void gelu_exact_backward_span(float* dinp, const float* inp, const float* dout, 
   backward_loops<gelu_exact_slope>(dinp, inp, dout, n, overwrite);
 }
 
-// out [N] = gelu(inp [N])
-void fast_forward(float* out, const float* inp, int64_t N, Gelu form) {
-  const auto span = form == Gelu::exact ? gelu_exact_span : gelu_span;
+// out [N] = gelu(inp [N]), float32 or rounded to bf16
+template <class Out>
+void fast_forward(Out* out, const float* inp, int64_t N, Gelu form) {
+  using Span = void (*)(Out*, const float*, int64_t);
+  const Span span =
+      form == Gelu::exact ? static_cast<Span>(gelu_exact_span) : static_cast<Span>(gelu_span);
   detail::for_chunks(N, [&](int64_t i, int64_t n) { span(out + i, inp + i, n); });
 }
 
@@ -220,6 +246,10 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form, G
     fast_backward(dinp, inp, dout, N, form, dinp_mode == Grad::overwrite);
   else
     ref::gelu_backward(dinp, inp, dout, N, form, dinp_mode);
+}
+
+void gelu_forward(bfloat16* out, const float* inp, int64_t N, Gelu form) {
+  fast_forward(out, inp, N, form);
 }
 
 template void gelu_forward(float*, const float*, int64_t, Gelu);

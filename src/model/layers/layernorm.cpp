@@ -81,27 +81,45 @@ using detail::lane_sum;
 // either (fp-contract=off), so both give the same bits.
 #define QKV_LN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract=off")))
 
-// y [C] = (x - m) · s · weight + bias; returns m and s.
+// m and s of one row x [C].
 QKV_LN_CLONES
-void forward_row(float* y, float* mean, float* rstd, const float* x, const float* weight,
-                 const float* bias, int64_t C) {
+void row_stats(const float* x, int64_t C, float* mean, float* rstd) {
   const float eps = static_cast<float>(ref::kLayerNormEps);
   const float inv_c = 1.0f / static_cast<float>(C);
   // Two passes (mean, then squared deviations): no cancellation, unlike
   // E[x²] - E[x]², when the mean is large against the spread.
   const float m = lane_sum(C, [&](int64_t c) { return x[c]; }) * inv_c;
   const float v = lane_sum(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); }) * inv_c;
-  const float s = 1.0f / std::sqrt(v + eps);
-  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
   *mean = m;
-  *rstd = s;
+  *rstd = 1.0f / std::sqrt(v + eps);
 }
 
-void fast_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+// y [C] = (x - m) · s · weight + bias, float32 or rounded to bf16.
+[[gnu::always_inline]] inline void normalize(float* y, const float* x, float m, float s,
+                                             const float* weight, const float* bias, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+}
+QKV_LN_CLONES
+void normalize_row(float* y, const float* x, float m, float s, const float* weight,
+                   const float* bias, int64_t C) {
+  normalize(y, x, m, s, weight, bias, C);
+}
+QKV_LN_CLONES
+void normalize_row(bfloat16* y, const float* x, float m, float s, const float* weight,
+                   const float* bias, int64_t C) {
+  detail::store_rounded(y, C, [&](float* buf, int64_t c0, int64_t n) {
+    normalize(buf, x + c0, m, s, weight + c0, bias ? bias + c0 : nullptr, n);
+  });
+}
+
+template <class Out>
+void fast_forward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
                   const float* bias, int64_t BT, int64_t C) {
 #pragma omp parallel for schedule(static) if (BT * C >= detail::kParallelMin)
-  for (int64_t r = 0; r < BT; ++r)
-    forward_row(out + r * C, mean + r, rstd + r, inp + r * C, weight, bias, C);
+  for (int64_t r = 0; r < BT; ++r) {
+    row_stats(inp + r * C, C, mean + r, rstd + r);
+    normalize_row(out + r * C, inp + r * C, mean[r], rstd[r], weight, bias, C);
+  }
 }
 
 // dx [C] += s · (g - mean(g) - n · mean(g · n)), g = dy · weight, n = (x - m) · s.
@@ -183,6 +201,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     fast_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C);
   else
     ref::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C);
+}
+
+void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t BT, int64_t C) {
+  fast_forward(out, mean, rstd, inp, weight, bias, BT, C);
 }
 
 template void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,

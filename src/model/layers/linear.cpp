@@ -83,19 +83,17 @@ template void linear_backward(double*, double*, double*, const double*, const do
 namespace {
 
 // The GEMM of a Matmul choice: sgemm or gemm_bf16 (same arguments).
-auto gemm_for(Matmul m) { return m == Matmul::bf16 ? kernels::gemm_bf16 : kernels::sgemm; }
+using Gemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                      const float*, int64_t, float, float*, int64_t);
+Gemm gemm_for(Matmul m) {
+  return m == Matmul::bf16 ? static_cast<Gemm>(kernels::gemm_bf16) : kernels::sgemm;
+}
 
-// out [BT, OC] = inp [BT, C] · W + bias [OC]
-void fast_forward(float* out, const float* inp, const float* weight, const float* bias,
-                  int64_t BT, int64_t C, int64_t OC, WeightLayout layout, Matmul matmul) {
-  const bool out_in = layout == WeightLayout::out_in;
-  const int64_t ldw = out_in ? C : OC;
-  if (matmul == Matmul::bf16) {  // the bias added in the micro-tiles' store
-    kernels::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
-    return;
-  }
-  // sgemm has no bias: it is written first and the GEMM adds onto it (beta =
-  // 1), so out is swept once by us and once by the GEMM, not twice after it.
+// out = inp · W + bias on sgemm, which has no bias: it is written first and
+// the GEMM adds onto it (beta = 1), so out is swept once by us and once by
+// the GEMM, not twice after it.
+void fast_forward_f32(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t BT, int64_t C, int64_t OC, bool out_in, int64_t ldw) {
   if (bias) {
 #pragma omp parallel for schedule(static) if (BT * OC >= detail::kParallelMin)
     for (int64_t r = 0; r < BT; ++r) std::copy(bias, bias + OC, out + r * OC);
@@ -103,18 +101,38 @@ void fast_forward(float* out, const float* inp, const float* weight, const float
   kernels::sgemm(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, bias ? 1.0f : 0.0f, out, OC);
 }
 
+// out [BT, OC] = inp [BT, C] · W + bias [OC]; inp float32 or (Matmul::bf16
+// only) bfloat16.
+template <class TI>
+void fast_forward(float* out, const TI* inp, const float* weight, const float* bias,
+                  int64_t BT, int64_t C, int64_t OC, WeightLayout layout, Matmul matmul) {
+  const bool out_in = layout == WeightLayout::out_in;
+  const int64_t ldw = out_in ? C : OC;
+  if (matmul == Matmul::bf16) {  // the bias added in the micro-tiles' store
+    kernels::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
+    return;
+  }
+  if constexpr (std::is_same_v<TI, float>)
+    fast_forward_f32(out, inp, weight, bias, BT, C, OC, out_in, ldw);
+}
+
 // dinp [BT, C] += dout [BT, OC] · weight [OC, C]
 // dweight [OC, C] += dout [BT, OC]ᵀ · inp [BT, C]
 // dbias [OC] += Σ_rows dout
 // (= under Grad::overwrite: beta = 0 in the GEMMs, which never reads C)
-void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+template <class TI>
+void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout, const TI* inp,
                    const float* weight, int64_t BT, int64_t C, int64_t OC, Matmul matmul,
                    Grad dinp_mode, Grad param_mode) {
   const auto gemm = gemm_for(matmul);
   const bool set_params = param_mode == Grad::overwrite;
   gemm(false, false, BT, C, OC, 1.0f, dout, OC, weight, C, dinp_mode == Grad::overwrite ? 0.0f : 1.0f,
        dinp, C);
-  gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f, dweight, C);
+  if constexpr (std::is_same_v<TI, float>)
+    gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f, dweight, C);
+  else  // a bfloat16 input: Matmul::bf16
+    kernels::gemm_bf16(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f,
+                       dweight, C);
   if (!dbias) return;
   // Column sums: one thread per block of columns, rows in order.
   constexpr int64_t CB = detail::kColBlock;
@@ -165,6 +183,18 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     refuse_bf16_in_double(matmul);
     ref::linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode, param_mode);
   }
+}
+
+void linear_forward(float* out, const bfloat16* inp, const float* weight, const float* bias,
+                    int64_t BT, int64_t C, int64_t OC, WeightLayout layout) {
+  fast_forward(out, inp, weight, bias, BT, C, OC, layout, Matmul::bf16);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const bfloat16* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
+                     Grad dinp_mode, Grad param_mode) {
+  fast_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, Matmul::bf16, dinp_mode,
+                param_mode);
 }
 
 template void linear_forward(float*, const float*, const float*, const float*, int64_t, int64_t,

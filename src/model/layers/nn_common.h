@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "qkv/tensor.h"  // bfloat16
+
 namespace qkv::nn::detail {
 
 // Below this many elements an op runs on the calling thread: an OpenMP
@@ -30,6 +32,23 @@ void for_chunks(int64_t n, F f) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+// dst [n] = the float32 values fill(buf, i0, m) writes into buf [m] for
+// elements i0 .. i0+m-1, rounded to bf16 (a bf16 Linear's input). In
+// blocks through a float32 buffer on the stack: GCC vectorises each loop on
+// its own, but not a loop that computes and rounds at once (two selects of
+// different widths). Inlined into multi-versioned spans, which it then
+// vectorises with their ISA.
+template <class F>
+[[gnu::always_inline]] inline void store_rounded(bfloat16* dst, int64_t n, F fill) {
+  constexpr int64_t kBlock = 256;
+  float buf[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    fill(buf, i0, m);
+    for (int64_t i = 0; i < m; ++i) dst[i0 + i] = bf16_from_float(buf[i]);
+  }
 }
 
 // Σ_{c < n} f(c) in Acc (float by default), in 8 interleaved partial sums
