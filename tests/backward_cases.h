@@ -133,6 +133,13 @@ inline std::vector<Case> edge_cases() {
   capped.opts.scale = 2.5;
   capped.opts.softcap = 5.0;
   cs.push_back(std::move(capped));
+  // Last panels of 36 and 22 rows: qk's tail of three and two vectors.
+  Case tail3 = make_case("N = 100, causal", {}, 2, 2, 100, 100, 48, 40, gen);
+  tail3.opts.causal = Causal::top_left;
+  cs.push_back(std::move(tail3));
+  Case tail2 = make_case("N = 150, window", {}, 2, 1, 150, 160, 24, 24, gen);
+  tail2.opts.window = SlidingWindow{30, 10};
+  cs.push_back(std::move(tail2));
   Case train = make_case("training shape", {12}, 4, 4, 64, 64, 32, 32, gen);
   train.opts.causal = Causal::top_left;
   cs.push_back(std::move(train));

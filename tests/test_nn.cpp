@@ -399,11 +399,13 @@ TEST(NnFloat32, Bf16OutputsAndInputs) {
       const VecF w = random_vec(rng, s.OC * s.C), b = random_vec(rng, s.OC);
       const VecF dout = random_vec(rng, s.BT * s.OC);
       const float* bias = with_bias ? b.data() : nullptr;
-      VecF want(s.BT * s.OC, nan), got(s.BT * s.OC, nan);
-      nn::linear_forward(want.data(), inp.data(), w.data(), bias, s.BT, s.C, s.OC,
-                         nn::WeightLayout::out_in, nn::Matmul::bf16);
-      nn::linear_forward(got.data(), inp16.data(), w.data(), bias, s.BT, s.C, s.OC);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      for (nn::WeightLayout layout : {nn::WeightLayout::out_in, nn::WeightLayout::in_out}) {
+        VecF want(s.BT * s.OC, nan), got(s.BT * s.OC, nan);
+        nn::linear_forward(want.data(), inp.data(), w.data(), bias, s.BT, s.C, s.OC, layout,
+                           nn::Matmul::bf16);
+        nn::linear_forward(got.data(), inp16.data(), w.data(), bias, s.BT, s.C, s.OC, layout);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
       for (nn::Grad mode : {nn::Grad::overwrite, nn::Grad::accumulate}) {
         const float start = mode == nn::Grad::overwrite ? nan : 0.5f;
         VecF wi(s.BT * s.C, start), ww(s.OC * s.C, start), wb(s.OC, start);

@@ -68,8 +68,8 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // Mixed precision with the input already in bfloat16 (rounded by the layer
 // that made it: LayerNorm or GELU with a bfloat16 out): Matmul::bf16 on
 // float32 weights and gradients. The same bits as the float32-input calls
-// with Matmul::bf16 on the values inp was rounded from; the GEMM reads half
-// the bytes and, for C and the row stride even, packs no input at all.
+// with Matmul::bf16 on the values inp was rounded from; the GEMMs read half
+// the bytes, and the forward's, for C even, packs no input at all.
 void linear_forward(float* out, const bfloat16* inp, const float* weight, const float* bias,
                     int64_t BT, int64_t C, int64_t OC, WeightLayout layout = WeightLayout::out_in);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

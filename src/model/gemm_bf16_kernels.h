@@ -50,8 +50,9 @@ void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t
 
 // A pair word read where bf16 values were stored (op(A) = A in bfloat16
 // with K and lda even is used in place, unpacked): may_alias, so the loads
-// are not assumed independent of stores made through other types.
-typedef uint32_t __attribute__((__may_alias__)) pair_word;
+// are not assumed independent of stores made through other types, and
+// aligned as a bf16 (2 bytes): a caller's array need not be 4-aligned.
+typedef uint32_t __attribute__((__may_alias__, __aligned__(2))) pair_word;
 
 // One micro-tile: C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j]
 // (+ bias[j], rounded separately, when bias is not null) for r < rows <=

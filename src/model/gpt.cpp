@@ -385,9 +385,11 @@ void BasicGPT<T>::backward() {
   // dfch_ and dfch_gelu_ each have one producer before each read, which
   // overwrites them (no zeroing: the backward used to clear ~20 MB per step).
   constexpr nn::Grad kSet = nn::Grad::overwrite;
+  // The GEMMs of the compute dtype the forward ran in (its LinearIns hold it).
+  const nn::Matmul mm = a.compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
   zero(dres_);
   linear_back_from(dln_.data(), g(wte_), static_cast<T*>(nullptr), dlogits_.data(), a.lnf,
-                   w(wte_), BT, C, V, matmul());
+                   w(wte_), BT, C, V, mm);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
@@ -397,18 +399,18 @@ void BasicGPT<T>::backward() {
     const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
     linear_back_from(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(), la.fch_gelu,
-                     w(L.fc_proj_w), BT, 4 * C, C, matmul());
+                     w(L.fc_proj_w), BT, 4 * C, C, mm);
     nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu, kSet);
     linear_back_from(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2, w(L.fc_w), BT, C,
-                     4 * C, matmul());
+                     4 * C, mm);
     nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
     nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
-                        la.atty.data(), w(L.attn_proj_w), BT, C, C, matmul(), kSet, kSet);
+                        la.atty.data(), w(L.attn_proj_w), BT, C, C, mm, kSet, kSet);
     attention_backward(la);
     linear_back_from(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1, w(L.attn_w), BT,
-                     C, qkv_out, matmul());
+                     C, qkv_out, mm);
     nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }

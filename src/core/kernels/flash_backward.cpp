@@ -70,7 +70,7 @@ struct Workspace {
   float* lse;   // [kBR], -inf padding: padding columns get P = 0
   float* Dd;    // [kBR] D_i = dout_i · out_i; 0 padding
   float* P;     // [kBC][kBR] scores, then weights
-  float* dS;    // [kBC][kBR] dP, then dS
+  float* dS;    // [kBC][kBR] dP, then dS (edge_step: blocks it skips stale)
   float* dcap;  // [kBC][kBR] soft-cap's derivative; null without soft-cap
 };
 
@@ -197,6 +197,7 @@ void full_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
 // last_key(i)], both rising with i, so the queries that see a block of
 // keys, and the keys a block of queries sees, are contiguous ranges.
 constexpr int kSub = 16;
+static_assert(kBR % kSub == 0 && kBC % kSub == 0, "blocks tile the panel and the key tile");
 
 struct Range {
   int lo = 0, hi = 0;  // [lo, hi), rounded out to kSub and clipped
@@ -223,7 +224,7 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
     cols[kb] = lo < hi ? Range{lo / kSub * kSub, std::min(pn.npos, (hi + kSub - 1) / kSub * kSub)}
                        : Range{};
   }
-  for (int qb = 0; qb < nqb; ++qb) {
+  for (int qb = 0; q && qb < nqb; ++qb) {
     const int64_t ia = pn.i0 + qb * kSub, ib = std::min<int64_t>(pn.i0 + pn.npos, ia + kSub);
     const int64_t lo = std::max(p.first_key(ia), j0) - j0;
     const int64_t hi = std::min(p.last_key(pn.b, ib - 1) + 1, j0 + nj) - j0;
@@ -231,8 +232,10 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
                                static_cast<int>(std::min(nj, (hi + kSub - 1) / kSub * kSub))}
                        : Range{};
   }
-  // P and dP of the blocks some pair sees; mask, probs and dscores run on
-  // the whole tile (the mask hides every score of a skipped block).
+  // P, dP and dS of the blocks some pair sees. The blocks skipped keep
+  // whatever the scratch held: no product below reads them (a query block's
+  // keys lie in blocks its columns were computed for, since both ranges
+  // come from the same band). The mask writes the whole tile.
   for (int kb = 0; kb < nkb; ++kb) {
     if (cols[kb].empty()) continue;
     const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
@@ -241,8 +244,15 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
     f.qk(ws.dS + ja * kBR + lo, V + ja * ldv, ldv, nb, ws.dOt + lo, p.Dv, n);
   }
   mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
-  f.probs(ws.P, nj, pn.npos, ws.lse);
-  f.dscores(ws.dS, ws.P, nj, pn.npos, ws.Dd, ws.dcap, static_cast<float>(p.scale));
+  for (int kb = 0; kb < nkb; ++kb) {
+    if (cols[kb].empty()) continue;
+    const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
+    const int lo = cols[kb].lo, n = cols[kb].hi - lo;
+    float* P = ws.P + ja * kBR + lo;
+    f.probs(P, nb, n, ws.lse + lo);
+    const float* dcap = ws.dcap ? ws.dcap + ja * kBR + lo : nullptr;
+    f.dscores(ws.dS + ja * kBR + lo, P, nb, n, ws.Dd + lo, dcap, static_cast<float>(p.scale));
+  }
   if (kv) {
     const float* Q = p.q.row<float>(pn.bh(p), pn.i0);
     for (int kb = 0; kb < nkb; ++kb) {
@@ -265,9 +275,12 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
     }
 }
 
+// Which of the two a tile takes depends on the visible range alone: under a
+// mask, ALiBi or soft-cap a tile the range does not cut still runs whole
+// (full_step applies the element-wise part).
 void step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
           bool q) {
-  if (pn.by_rows || tile_is_interior(c.p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
+  if (pn.by_rows || tile_is_interior(c.p, false, pn.b, pn.i0, pn.npos, j0, nj))
     full_step(c, pn, ws, j0, nj, kv, q);
   else
     edge_step(c, pn, ws, j0, nj, kv, q);

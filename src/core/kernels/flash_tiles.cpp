@@ -66,8 +66,8 @@ void mask_rows(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t
 void bounds_only(const AttentionProblem& p, const TileRows& t, int64_t j0, int64_t nj, float* St,
                  float* dcap) {
   // Row r sees the tile's keys [lo[r], hi[r]) (offsets from j0, clipped to
-  // [0, nj]): 32-bit, so the comparisons vectorise on any x86-64 (SSE2 has
-  // no 64-bit compare).
+  // [0, nj]); 32-bit, so the stacked panel's comparisons below vectorise on
+  // any x86-64 (SSE2 has no 64-bit compare).
   int32_t lo[kBR], hi[kBR];
   for (int r = 0; r < t.rows; ++r) {
     const int64_t i = t.i0 + r % t.npos;

@@ -15,7 +15,8 @@ namespace {
 // one head's positions between the rows of features and attention's layout.
 template <class T>
 void copy_rows(const T* from, int64_t from_ld, T* to, int64_t to_ld, int64_t Tn, int64_t D) {
-  for (int64_t t = 0; t < Tn; ++t) std::copy(from + t * from_ld, from + t * from_ld + D, to + t * to_ld);
+  for (int64_t t = 0; t < Tn; ++t)
+    std::copy(from + t * from_ld, from + t * from_ld + D, to + t * to_ld);
 }
 
 // The fused row's three parts: slice s of a batch element's Hq + 2 Hkv
