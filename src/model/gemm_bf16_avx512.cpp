@@ -61,6 +61,38 @@ void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b
     }
 }
 
+// The 16 pair words of columns w .. w+15 (mask m) of rows s0 (low halves)
+// and s1 (high halves; null: zeros): float32 rows rounded to bf16, bf16 rows
+// (bit patterns) as they are. Lanes outside m are 0.
+__m512i pair_words(const float* s0, const float* s1, __mmask16 m) {
+  const __m512 a = _mm512_maskz_loadu_ps(m, s0);
+  const __m512 b = s1 ? _mm512_maskz_loadu_ps(m, s1) : _mm512_setzero_ps();
+  return simd::bf16_pair_words(a, b);
+}
+__m512i pair_words(const uint16_t* s0, const uint16_t* s1, __mmask16 m) {
+  const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0));
+  if (!s1) return lo;
+  const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s1));
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+// interleave_rows for either source type (contract in gemm_bf16_kernels.h).
+template <class T>
+void interleave(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst, int64_t dst_ld) {
+  for (int64_t p = 0; p < pairs(K); ++p) {
+    const T* s0 = src + 2 * p * ld;
+    const T* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
+    uint32_t* d = dst + p * dst_ld;
+    int64_t w = 0;
+    // Lanes past W hold zeros: they pad the row up to dst_ld.
+    for (; w < W; w += 16)
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w),
+                               pair_words(s0 + w, s1 ? s1 + w : nullptr, first_lanes(W - w)));
+    for (; w < dst_ld; w += 16)
+      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
+  }
+}
+
 }  // namespace
 
 void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
@@ -81,20 +113,7 @@ void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t*
 
 void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
                      int64_t dst_ld) {
-  for (int64_t p = 0; p < pairs(K); ++p) {
-    const float* s0 = src + 2 * p * ld;
-    const float* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
-    uint32_t* d = dst + p * dst_ld;
-    int64_t w = 0;
-    for (; w < W; w += 16) {
-      const __mmask16 m = first_lanes(W - w);
-      const __m512 a = _mm512_maskz_loadu_ps(m, s0 + w);
-      const __m512 b = s1 ? _mm512_maskz_loadu_ps(m, s1 + w) : _mm512_setzero_ps();
-      // Lanes past W hold zeros: they pad the row up to dst_ld.
-      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), simd::bf16_pair_words(a, b));
-    }
-    for (; w < dst_ld; w += 16) _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
-  }
+  interleave(src, ld, K, W, dst, dst_ld);
 }
 
 void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
@@ -137,23 +156,7 @@ void rows_to_pairs(const uint16_t* src, int64_t ld, int64_t R, int64_t K, uint32
 
 void interleave_rows(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
                      int64_t dst_ld) {
-  for (int64_t p = 0; p < pairs(K); ++p) {
-    const uint16_t* s0 = src + 2 * p * ld;
-    const uint16_t* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
-    uint32_t* d = dst + p * dst_ld;
-    int64_t w = 0;
-    for (; w < W; w += 16) {
-      const __mmask16 m = first_lanes(W - w);
-      // Sixteen halves of each row widened to words: row 2p low, 2p + 1 high.
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + w));
-      const __m512i hi =
-          s1 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s1 + w)), 16)
-             : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_or_si512(lo, hi));
-    }
-    for (; w < dst_ld; w += 16)
-      _mm512_mask_storeu_epi32(d + w, first_lanes(dst_ld - w), _mm512_setzero_si512());
-  }
+  interleave(src, ld, K, W, dst, dst_ld);
 }
 
 void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
