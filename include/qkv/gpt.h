@@ -215,8 +215,11 @@ class BasicGPT {
   nn::RopeTable rope_;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
-  // The Linear layers' GEMM for compute_.
-  nn::Matmul matmul() const { return compute_ == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32; }
+  // The Linear layers' GEMM for a compute dtype (compute_ by default).
+  static nn::Matmul matmul_for(DType compute) {
+    return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
+  }
+  nn::Matmul matmul() const { return matmul_for(compute_); }
   Acts acts_;
   // Backward scratch: the gradient flowing down the residual stream, and
   // the gradients of one block's intermediates (reused by every block).

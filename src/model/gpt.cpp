@@ -386,7 +386,7 @@ void BasicGPT<T>::backward() {
   // overwrites them (no zeroing: the backward used to clear ~20 MB per step).
   constexpr nn::Grad kSet = nn::Grad::overwrite;
   // The GEMMs of the compute dtype the forward ran in (its LinearIns hold it).
-  const nn::Matmul mm = a.compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
+  const nn::Matmul mm = matmul_for(a.compute);
   zero(dres_);
   linear_back_from(dln_.data(), g(wte_), static_cast<T*>(nullptr), dlogits_.data(), a.lnf,
                    w(wte_), BT, C, V, mm);
