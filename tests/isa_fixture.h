@@ -30,6 +30,7 @@ class OnIsa : public ::testing::TestWithParam<Isa> {
   void SetUp() override {
     if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa())) {
       if (GetParam() == Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+      if (GetParam() == Isa::amx) GTEST_SKIP() << "AMX-BF16 not on this CPU (or not granted by the OS)";
       GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path (best: "
                    << isa_name(detected_isa()) << ")";
     }

@@ -21,8 +21,12 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
 #include <tuple>
+#include <utility>
 
+#include "core/ops/attention_backends.h"
+#include "core/ops/attention_checks.h"
 #include "core/ops/attention_operands.h"
 #include "qkv/attention.h"
 #include "qkv/runtime.h"
@@ -305,7 +309,7 @@ void check_case(const Case& c, std::mt19937_64& gen, bool bitwise, bool rounds_w
 
 TEST_P(Bf16Kernel, ErrorRulePrefill) {
   std::mt19937_64 gen(1234);
-  const bool dp = GetParam() == Isa::avx512bf16;
+  const bool dp = GetParam() >= Isa::avx512bf16;
   for (int i = 0; i < 40; ++i) check_case(random_case(gen, false), gen, !dp, dp);
 }
 
@@ -315,8 +319,42 @@ TEST_P(Bf16Kernel, ErrorRuleDecode) {
   // Decode panels of more than 4 rows (a GQA group stacked over N
   // positions) take prefill's P·V, so they round the weights too.
   std::mt19937_64 gen(99);
-  const bool dp = GetParam() == Isa::avx512bf16;
+  const bool dp = GetParam() >= Isa::avx512bf16;
   for (int i = 0; i < 40; ++i) check_case(random_case(gen, true), gen, !dp, dp);
+}
+
+// Head sizes the AMX tiles take (D and Dv multiples of 32) against key counts
+// around the tiles' edges: a last group of K rows short of 16 (qk_bf16_amx's
+// kpad), a last chunk of keys short of 32 (pv_bf16_amx's vpad and zeroed
+// weight pairs), panels of 1-4 groups of 16 query columns (N = 17: 17 rows;
+// 85 and 100: a whole 64, then 21 and 36 rows) and Dv = 48, an odd count of
+// 16-row groups. On the amx path the fast-amx
+// backend must be the one that runs.
+TEST_P(Bf16Kernel, TileEdges) {
+  std::mt19937_64 gen(77);
+  const bool dp = GetParam() >= Isa::avx512bf16;
+  int n = 0;
+  for (const auto& [D, Dv] : {std::pair<int64_t, int64_t>{32, 48}, {64, 128}, {128, 64}})
+    for (int64_t N : {17, 85, 100})
+      for (int64_t S : {1, 17, 31, 33, 129}) {
+        Case c;
+        c.lead = Shape{};
+        c.Hkv = 1 + n % 2;
+        c.Hq = c.Hkv * (1 + n % 3);
+        c.N = N;
+        c.S = S;
+        c.D = D;
+        c.Dv = Dv;
+        c.mask_kind = n % 4 == 3 ? 1 : 0;
+        c.causal = n % 3 == 0 ? Causal::none : n % 3 == 1 ? Causal::top_left : Causal::bottom_right;
+        c.layout = n % 2;
+        c.out = n % 5 == 0 ? DType::bf16 : DType::f32;
+        ++n;
+        check_case(c, gen, !dp, dp);
+      }
+  const Tensor q = normal({2, 100, 64}, gen, DType::bf16), k = normal({2, 70, 64}, gen, DType::bf16);
+  const AttentionProblem p = check_attention_args(q, k, k, {});
+  EXPECT_EQ(std::string(select_backend(Kernel::fast, p).name), std::string("fast-") + isa_name(GetParam()));
 }
 
 // A bf16 KV cache [1, Hkv, Smax, D] read as its first len keys: in place (no
@@ -344,7 +382,7 @@ TEST_P(Bf16Kernel, DecodeReadsCacheInPlace) {
   o.out_dtype.reset();
   const AttentionResult truth =
       attention(q.to(DType::f64), k.contiguous().to(DType::f64), v.contiguous().to(DType::f64), o);
-  if (GetParam() == Isa::avx512bf16) {  // weights rounded to bf16: the second rule
+  if (GetParam() >= Isa::avx512bf16) {  // weights rounded to bf16: the second rule
     expect_within_weight_rounding(got.out, truth.out, q, k.contiguous(), v.contiguous(), o, false);
   } else {
     EXPECT_LE(rms_err(got.out, truth.out), 2 * rms_err(plain.out, truth.out) + 0x1p-25 * rms(truth.out));
@@ -387,25 +425,29 @@ TEST_P(Bf16Kernel, PaddingRowsNeverReachTheOutput) {
   }
 }
 
-// The weights pass recomputes scores the same way the forward did.
+// The weights pass recomputes scores the same way the forward did (D = 64:
+// on AMX tiles, D = 40: on vdpbf16ps there too).
 TEST_P(Bf16Kernel, Weights) {
   std::mt19937_64 gen(11);
-  const Tensor q = normal({2, 70, 40}, gen, DType::bf16), k = normal({1, 90, 40}, gen, DType::bf16),
-               v = normal({1, 90, 24}, gen, DType::bf16);
-  AttentionOptions o;
-  o.kernel = Kernel::fast;
-  o.return_weights = true;
-  o.causal = Causal::top_left;
-  const AttentionResult got = attention(q, k, v, o);
-  o.kernel = Kernel::reference;
-  const AttentionResult truth = attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), o);
-  ASSERT_EQ(got.weights.dtype(), DType::f32);
-  for (int64_t i = 0; i < truth.weights.numel(); ++i)
-    ASSERT_NEAR(got.weights.get(i), truth.weights.get(i), 2e-6) << i;
+  for (int64_t D : {40, 64}) {
+    SCOPED_TRACE(D);
+    const Tensor q = normal({2, 70, D}, gen, DType::bf16), k = normal({1, 90, D}, gen, DType::bf16),
+                 v = normal({1, 90, 24}, gen, DType::bf16);
+    AttentionOptions o;
+    o.kernel = Kernel::fast;
+    o.return_weights = true;
+    o.causal = Causal::top_left;
+    const AttentionResult got = attention(q, k, v, o);
+    o.kernel = Kernel::reference;
+    const AttentionResult truth = attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), o);
+    ASSERT_EQ(got.weights.dtype(), DType::f32);
+    for (int64_t i = 0; i < truth.weights.numel(); ++i)
+      ASSERT_NEAR(got.weights.get(i), truth.weights.get(i), 2e-6) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, Bf16Kernel,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16),
+                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx),
                          qkv::test::isa_test_name);
 
 }  // namespace

@@ -205,7 +205,7 @@ TEST_P(GemmBf16, Bf16OperandsGiveTheBitsOfTheirFloat32Values) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, GemmBf16,
-                         ::testing::Values(Isa::avx512bf16, Isa::avx512, Isa::avx2, Isa::scalar),
+                         ::testing::Values(Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2, Isa::scalar),
                          test::isa_test_name);
 
 TEST(GemmBf16Args, EmptySizesAndBadArguments) {

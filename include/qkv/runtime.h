@@ -1,11 +1,13 @@
 // qkv/runtime.h: which SIMD code path and how many threads the fast kernels use.
 //
-// One binary carries AVX-512 (with and without AVX512-BF16), AVX2+FMA and
-// scalar code; the best one the CPU supports is picked at run time.
-// QKV_ISA=avx512bf16|avx512|avx2|scalar in the environment, or set_isa(),
-// forces a path (tests run each one). The paths differ only for bfloat16
-// inputs between avx512bf16 and avx512: avx512bf16 computes Q·Kᵀ with
-// vdpbf16ps, the others widen bf16 tiles to float32 first.
+// One binary carries AMX, AVX-512 (with and without AVX512-BF16), AVX2+FMA
+// and scalar code; the best one the CPU supports is picked at run time.
+// QKV_ISA=amx|avx512bf16|avx512|avx2|scalar in the environment, or set_isa(),
+// forces a path (tests run each one). From avx512 up the paths differ only
+// for bfloat16 inputs: avx512bf16 computes Q·Kᵀ and P·V (and the bf16 GEMM)
+// with vdpbf16ps, avx512 and below widen bf16 tiles to float32 first, and amx
+// is avx512bf16 with the prefill's Q·Kᵀ and P·V on AMX tiles (Intel Xeon
+// from Sapphire Rapids on; Linux 5.16+ grants the tile state on request).
 #pragma once
 
 #include <optional>
@@ -14,9 +16,9 @@
 namespace qkv {
 
 // In order of capability: a path runs on any CPU that runs a later one.
-enum class Isa { scalar, avx2, avx512, avx512bf16 };
+enum class Isa { scalar, avx2, avx512, avx512bf16, amx };
 
-// "scalar", "avx2", "avx512", "avx512bf16".
+// "scalar", "avx2", "avx512", "avx512bf16", "amx".
 const char* isa_name(Isa isa);
 std::optional<Isa> parse_isa(const std::string& s);
 

@@ -1,7 +1,8 @@
 // gemm_bf16.cpp: mixed-precision GEMM (contract in gemm.h). On AVX512-BF16
 // both operands are rounded into pairs (gemm_bf16_kernels.h) and C is cut
 // into micro-tiles of kMR rows x kNR columns, each one thread's whole K sum;
-// elsewhere the rounded operands are widened back and handed to sgemm.
+// on AMX the same pairs feed 32 x 32 blocks of tiles; elsewhere the rounded
+// operands are widened back and handed to sgemm.
 #include <omp.h>
 
 #include <algorithm>
@@ -140,6 +141,55 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   }
 }
 
+// On AMX: op(A) = A packed row-major in pairs, [M rounded up to 32][np16]
+// with zero pairs past K and zero rows past M, op(B) as above with zero pair
+// rows up to np16, and C in blocks of 32 x 32 (2 x 2 tiles). op(A) = Aᵀ
+// (the weight gradients) stays on the vdpbf16ps kernel: its pairs come
+// packed across rows, and AMX needs them along rows.
+template <class TA, class TB>
+void on_amx(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA* A_, int64_t lda,
+            const TB* B_, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  const auto* A = packable(A_);
+  const auto* B = packable(B_);
+  const int64_t np = pairs(K), np16 = (np + 15) / 16 * 16, Np = (N + kNR - 1) / kNR * kNR;
+  const int64_t M32 = (M + 31) / 32 * 32;
+  Packs& pk = packs();
+  uint32_t* a = grown(pk.a, M32 * np16);
+  uint32_t* b = grown(pk.b, np16 * Np);
+  const int64_t mblocks = M32 / 32, nblocks = (N + 31) / 32;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < M32; ++r) {
+      if (r < M) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np16, np16);
+      std::fill(a + r * np16 + (r < M ? np : 0), a + (r + 1) * np16, 0u);
+    }
+    if (trans_b) {
+      const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
+#pragma omp for schedule(static) nowait
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
+#pragma omp for schedule(static) nowait
+      for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
+    } else {
+#pragma omp for schedule(static) nowait
+      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
+    }
+#pragma omp for schedule(static)
+    for (int64_t p = np; p < np16; ++p) std::fill(b + p * Np, b + (p + 1) * Np, 0u);
+    bf16gemm::amx_begin();
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < mblocks * nblocks; ++t) {
+      const int64_t i0 = (t / nblocks) * 32, j0 = (t % nblocks) * 32;
+      bf16gemm::amx_block(a + i0 * np16, np16, b + j0, Np, np16,
+                          static_cast<int>(std::min<int64_t>(32, M - i0)),
+                          static_cast<int>(std::min<int64_t>(32, N - j0)), alpha, beta,
+                          bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
+    }
+    bf16gemm::amx_end();
+  }
+}
+
 // gemm_bf16 and gemm_bf16_bias (bias null: none), for either operand in
 // float32 or bfloat16.
 template <class TA, class TB>
@@ -151,7 +201,9 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (bias) add_bias(M, N, bias, C, ldc);
     return;
   }
-  if (active_isa() == Isa::avx512bf16)
+  if (active_isa() == Isa::amx && !trans_a)
+    on_amx(trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  else if (active_isa() >= Isa::avx512bf16)
     on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   else
     widened(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);

@@ -1,5 +1,6 @@
 // gemm_bf16_kernels.h: the AVX512-BF16 pieces of gemm_bf16 (gemm_bf16_avx512.cpp),
-// called only when active_isa() is Isa::avx512bf16.
+// called only when active_isa() is Isa::avx512bf16 or Isa::amx, and the AMX
+// block (gemm_bf16_amx.cpp), only on Isa::amx.
 //
 // vdpbf16ps multiplies two pairs of bf16 and adds both products to a float32
 // lane, so both operands are stored as "pairs": a 32-bit word holding the
@@ -63,5 +64,22 @@ typedef uint32_t __attribute__((__may_alias__, __aligned__(2))) pair_word;
 void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
           int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
           int64_t ldc);
+
+// On AMX (gemm_bf16_amx.cpp): the calling thread's tile configuration
+// loaded (amx_begin) and released (amx_end) around its amx_block calls.
+void amx_begin();
+void amx_end();
+
+// On AMX, one block of C of rows <= 32 x cols <= 32:
+// C[r][j] = alpha * sum_p dot(a(r, p), b(p, j)) + beta * C[r][j] (+ bias[j]),
+// rounded as tile() rounds, with
+//   a(r, p) = a[r * a_ld + p]  (op(A)'s pairs, row-major: 16 rows, or 32 when
+//                               rows > 16, of np16 words readable)
+//   b(p, j) = b[p * b_ld + j]  (op(B)'s pairs: np16 rows of 32 words readable)
+// np16 a multiple of 16 with zero pairs past the operands' own (on both
+// sides: a NaN times 0 is NaN). The sums run in the tiles' order.
+void amx_block(const uint32_t* a, int64_t a_ld, const uint32_t* b, int64_t b_ld, int64_t np16,
+               int rows, int cols, float alpha, float beta, const float* bias, float* c,
+               int64_t ldc);
 
 }  // namespace qkv::kernels::bf16gemm

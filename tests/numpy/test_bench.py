@@ -41,7 +41,7 @@ def test_tiny_case_json_is_sane(run, kernel):
     assert (row["n"], row["s"], row["d"], row["dv"], row["heads"], row["kv_heads"]) == \
         (8, 8, 4, 4, 2, 2)
     assert row["kernel"] == kernel and row["threads"] == 1
-    assert row["isa"] in ("scalar", "avx2", "avx512", "avx512bf16")
+    assert row["isa"] in ("scalar", "avx2", "avx512", "avx512bf16", "amx")
     for key in ("median_ms", "gflops", "peak_gflops", "ref_ms", "speedup", "rss_mb"):
         assert row[key] > 0, key
     assert 0 < row["peak_fraction"] < 1.5

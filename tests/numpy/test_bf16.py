@@ -60,7 +60,7 @@ def test_bench_bf16_json(run):
     assert r.returncode == 0, r.stderr
     (row,) = [json.loads(line) for line in r.stdout.strip().splitlines()]
     assert row["dtype"] == "bf16" and row["case"].endswith(" bf16")
-    assert row["isa"] in ("scalar", "avx2", "avx512", "avx512bf16")
+    assert row["isa"] in ("scalar", "avx2", "avx512", "avx512bf16", "amx")
     assert row["cpu"]
     # A bf16 out against the float32 reference on the same (rounded) inputs:
     # bf16 rounding of values below 1 in magnitude.

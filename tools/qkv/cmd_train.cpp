@@ -53,7 +53,7 @@ void print_summary(const TrainOptions& o, const TrainProgress& p) {
   // What the nanoGPT recipe reaches here (README, training figures): 60% of
   // the float32 FMA peak in float32; bf16 steps on AVX512-BF16 take ~2/3 of
   // that time (elsewhere bf16 widens to float32 and is no faster).
-  const bool fast_bf16 = o.dtype == DType::bf16 && active_isa() == Isa::avx512bf16;
+  const bool fast_bf16 = o.dtype == DType::bf16 && active_isa() >= Isa::avx512bf16;
   const double fraction = fast_bf16 ? 0.9 : 0.6;
   const double step_ms = step_flops / (fraction * peak) * 1e3;
   std::printf("model: %lld parameters (%d layers, %lld heads / %lld kv, embd %lld, context %lld%s), "

@@ -21,7 +21,10 @@
 // on pairs of keys: prefill packs V's pairs once per head up front (per
 // tile when a head has a single query block, or when a tile's visible keys
 // do not start or end on those pairs), decode's few rows interleave two V
-// rows in registers (each V byte is read once from memory there).
+// rows in registers (each V byte is read once from memory there). With AMX
+// (flash_amx.h) the prefill's two products run on tiles instead: the same
+// packed queries and weight pairs, each head's V transposed once up front,
+// and the output accumulated transposed.
 #include "core/kernels/flash_forward.h"
 
 #include <algorithm>
@@ -32,6 +35,7 @@
 
 #include <omp.h>
 
+#include "core/kernels/flash_amx.h"
 #include "core/kernels/flash_bf16.h"
 #include "core/kernels/flash_kernels.h"
 #include "core/kernels/flash_tiles.h"
@@ -51,10 +55,16 @@ struct Ctx {
   const FlashKernels& kern;
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
-  bool dp_bf16;            // bf16 on Isa::avx512bf16: Q·Kᵀ and P·V by vdpbf16ps
+  bool dp_bf16;            // bf16 on Isa::avx512bf16 or amx: Q·Kᵀ and P·V by vdpbf16ps
+  // Prefill (and its weights pass) on AMX tiles: bf16, Isa::amx, head sizes
+  // the tiles divide (amx_shape_ok), N past decode's rows.
+  bool amx = false;
   // Prefill with vdpbf16ps and several query blocks per head: V's pairs for
   // every head, packed once up front (pack_all_v_pairs), else null.
   const uint32_t* v_pairs = nullptr;
+  // Prefill on AMX: every head's V transposed, [B * Hkv][Dv][ldt] (pack_all_vt).
+  const uint16_t* v_cols = nullptr;
+  int64_t ldt = 0;
   // bf16 K and V tiles are widened to float32 into scratch unless vdpbf16ps
   // reads them: K in place, V in place (decode rows) or packed in pairs.
   bool widens() const { return bf16 && !dp_bf16; }
@@ -84,7 +94,7 @@ struct Panel {
   int nheads, npos;
   float* Qp;  // packed queries: Qt [D][kBR] or, for qk_rows, Q [rows][D];
               // for qk_bf16_avx512, Qt2 [bf16_pairs(D)][kBR] words (fits in Qt)
-  float* O;   // [kBR][Dv]
+  float* O;   // [kBR][Dv]; on AMX tiles (uses_amx) transposed, Ot [Dv][kBR]
   float* m;   // [kBR]
   float* l;   // [kBR]
   int rows() const { return nheads * npos; }
@@ -108,15 +118,20 @@ struct Workspace {
   float* Vt = nullptr;     // [kBC][Dv]
   uint32_t* P2 = nullptr;  // [kBC/2][kBR] pairs of weights (pack_p_bf16_avx512)
   uint32_t* V2 = nullptr;  // [kBC/2][Dv] pairs of V rows (pack_v_bf16_avx512)
+  uint16_t* kpad = nullptr;  // [16][D] a last partial group of K rows (qk_bf16_amx)
+  uint16_t* vpad = nullptr;  // [Dv][32] a last partial chunk of keys (pv_bf16_amx)
   ScanState* scan = nullptr;  // decode with check_finite fused: this thread's
 };
 
 // Floats of one thread's workspace for the largest block: a panel per head
 // of the group (or one stacked panel), St and alpha, and for bf16 inputs a
-// float32 K and V tile and the bf16 pairs of a P and a V tile.
+// float32 K and V tile, the bf16 pairs of a P and a V tile, and AMX's
+// padded K rows and V keys.
 size_t workspace_floats(const AttentionProblem& p) {
-  const size_t tiles =
-      p.dtype == DType::bf16 ? static_cast<size_t>(kBC * (p.D + p.Dv) + kBC / 2 * (kBR + p.Dv)) : 0;
+  const size_t tiles = p.dtype == DType::bf16
+                           ? static_cast<size_t>(kBC * (p.D + p.Dv) + kBC / 2 * (kBR + p.Dv) +
+                                                 8 * p.D + 16 * p.Dv)
+                           : 0;
   return panel_floats(p) * static_cast<size_t>(p.group) + kBC * kBR + kBR + tiles;
 }
 
@@ -156,6 +171,8 @@ void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Wo
     ws.Vt = ws.Kt + kBC * p.D;
     ws.P2 = reinterpret_cast<uint32_t*>(ws.Vt + kBC * p.Dv);
     ws.V2 = ws.P2 + kBC / 2 * kBR;
+    ws.kpad = reinterpret_cast<uint16_t*>(ws.V2 + kBC / 2 * p.Dv);
+    ws.vpad = ws.kpad + 16 * p.D;
   }
 }
 
@@ -167,6 +184,22 @@ bool uses_dp_bf16(const Ctx& c, const Panel& pn) {
 bool uses_rows_bf16(const Ctx& c, const Panel& pn) {
   return c.dp_bf16 && pn.rows() <= kRowsForQkRows;
 }
+// Whether a prefill panel runs on AMX tiles: its scores from qk_bf16_amx
+// (the Qt2 of qk_bf16_avx512), its P·V by pv_bf16_amx into a transposed O.
+bool uses_amx(const Ctx& c, const Panel& pn) { return c.amx && uses_dp_bf16(c, pn); }
+
+// The tile configuration of the calling thread while AMX kernels run.
+struct AmxTiles {
+  bool on;
+  explicit AmxTiles(bool use) : on(use) {
+    if (on) amx_tiles_on();
+  }
+  ~AmxTiles() {
+    if (on) amx_tiles_off();
+  }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
 
 // The K and V rows of a tile [nj] as the float32 kernels read them: in place
 // (float32), or widened into the workspace (bf16).
@@ -247,13 +280,18 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
       for (int r = rows; r < kBR; ++r) pn.Qp[d * kBR + r] = 0.0f;
 }
 
-// The scaled, masked score tile of the panel for keys [j0, j0+nj).
-// With `scan` (decode under check_finite), the raw scores are checked before
+// The scaled, masked score tile ws.St of the panel for keys [j0, j0+nj).
+// With ws.scan (decode under check_finite), the raw scores are checked before
 // any mask touches them.
 void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& kv, int64_t j0,
-                int64_t nj, float* St, ScanState* scan = nullptr) {
+                int64_t nj, const Workspace& ws) {
   const AttentionProblem& p = c.p;
-  if (uses_dp_bf16(c, pn))  // K [nj, D] bf16 in place, rows ldk apart
+  float* St = ws.St;
+  if (uses_amx(c, pn))
+    qk_bf16_amx(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+                reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
+                static_cast<float>(p.scale), ws.kpad);
+  else if (uses_dp_bf16(c, pn))  // K [nj, D] bf16 in place, rows ldk apart
     qk_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
                    reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
                    static_cast<float>(p.scale));
@@ -265,7 +303,7 @@ void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& k
     c.kern.qk_rows(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   else
     c.kern.qk(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
-  if (scan) c.kern.check_scores(St, nj, pn.rows(), scan->acc);
+  if (ws.scan) c.kern.check_scores(St, nj, pn.rows(), ws.scan->acc);
   // Interior tiles of an unmasked problem need no per-element work: every
   // row sees every key of the tile.
   if (!tile_is_interior(p, c.needs_elementwise, blk.b, blk.i0, blk.npos, j0, nj))
@@ -285,10 +323,14 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
   for (Panel& pn : ws.panels) {
     pack_queries(c, blk, pn);
     for (int r = 0; r < kBR; ++r) pn.m[r] = -INFINITY, pn.l[r] = 0.0f;
-    for (int64_t x = 0; x < pn.rows() * p.Dv; ++x) pn.O[x] = 0.0f;
+    // A transposed Ot is read whole by the tiles: padding columns included
+    // (stale scratch could hold Inf, and alpha = 0 times Inf is NaN).
+    const int64_t used = uses_amx(c, pn) ? kBR * p.Dv : pn.rows() * p.Dv;
+    for (int64_t x = 0; x < used; ++x) pn.O[x] = 0.0f;
   }
   int64_t first, end;
   visible_range(c, blk, first, end);
+  const AmxTiles tiles(c.amx);
   // Decode reads each K and V row once, straight from memory. The micro-
   // kernels prefetch rows ahead within a stream, but the first V rows of a
   // tile would still be cold when P·V starts: ask for the whole V tile
@@ -317,7 +359,13 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
     const bool packed = c.v_pairs && j0 % 2 == 0 && (nj % 2 == 0 || j0 + nj == p.S);
     const uint32_t* v2 = packed ? c.v_pairs + (bg * bf16_pairs(p.S) + j0 / 2) * p.Dv : nullptr;
     for (Panel& pn : ws.panels) {
-      score_tile(c, blk, pn, kv, j0, nj, ws.St, ws.scan);
+      score_tile(c, blk, pn, kv, j0, nj, ws);
+      if (uses_amx(c, pn)) {
+        softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
+        pv_bf16_amx(pn.O, ws.P2, nj, pn.rows(), c.v_cols + bg * p.Dv * c.ldt + j0, c.ldt, p.Dv,
+                    ws.alpha, ws.vpad);
+        continue;
+      }
       if (uses_dp_bf16(c, pn)) {
         softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
         if (!v2) {
@@ -348,7 +396,10 @@ void finalize(const Ctx& c, const Block& blk, const Workspace& ws, float* out, f
       const int64_t row = out_row(p, blk, pn, r);
       const float l = pn.l[r];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[r * p.Dv + e] * inv;
+      if (uses_amx(c, pn))  // Ot [Dv][kBR]
+        for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[e * kBR + r] * inv;
+      else
+        for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[r * p.Dv + e] * inv;
       if (lse) lse[row] = l > 0.0f ? pn.m[r] + std::log(l) : -INFINITY;
     }
 }
@@ -388,10 +439,32 @@ const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
   return v2;
 }
 
+// Every (batch, key/value head)'s V transposed, [B * Hkv][Dv][ldt] bf16 in the
+// caller's scratch (ldt: S rounded up to 32, so rows start on cache lines):
+// the A tiles of the AMX P·V, once per head even when N <= kBR (each tile of
+// V would be transposed once there anyway).
+const uint16_t* pack_all_vt(const AttentionProblem& p, int64_t ldt, int threads) {
+  const int64_t tiles = (p.S + kBC - 1) / kBC;
+  const size_t halves = static_cast<size_t>(p.B * p.Hkv * p.Dv * ldt);
+  uint16_t* vt = reinterpret_cast<uint16_t*>(caller_scratch((halves + 1) / 2));
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
+    const int64_t bg = it / tiles, j0 = it % tiles * kBC;
+    pack_vt_bf16(vt + bg * p.Dv * ldt + j0, ldt, p.v.row<uint16_t>(bg, j0), p.v.row_stride,
+                 std::min<int64_t>(kBC, p.S - j0), p.Dv);
+  }
+  return vt;
+}
+
 void prefill(const Ctx& ctx, float* out, float* lse, int threads) {
   Ctx c = ctx;
-  // With one query block per head each V tile is packed once anyway.
-  if (c.dp_bf16 && c.p.N > kBR) c.v_pairs = pack_all_v_pairs(c.p, threads);
+  if (c.amx) {
+    c.ldt = (c.p.S + 31) / 32 * 32;
+    c.v_cols = pack_all_vt(c.p, c.ldt, threads);
+  } else if (c.dp_bf16 && c.p.N > kBR) {
+    // With one query block per head each V tile is packed once anyway.
+    c.v_pairs = pack_all_v_pairs(c.p, threads);
+  }
   TeamWorkspaces team(c.p, threads);
   for_each_query_block(c.p, threads, [&](const Block& blk) {
     Workspace& ws = team.mine();
@@ -481,6 +554,7 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
     make_workspace(p, blk, team.scratch.slot(), ws);
     int64_t first, end;
     visible_range(c, blk, first, end);
+    const AmxTiles tiles(c.amx);
     for (Panel& pn : ws.panels) {
       const int64_t row0 = out_row(p, blk, pn, 0);
       float* Wp = W + row0 * p.S;
@@ -492,7 +566,7 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
       for (int64_t j0 = first; j0 < end; j0 += kBC) {
         const int64_t nj = std::min<int64_t>(kBC, end - j0);
         const TileKV kv = load_tile(c, blk, ws, j0, nj, c.widens(), false);
-        score_tile(c, blk, pn, kv, j0, nj, ws.St);
+        score_tile(c, blk, pn, kv, j0, nj, ws);
         c.kern.weights(Wp + j0, p.S, ws.St, nj, pn.rows(), ws.alpha);
       }
     }
@@ -504,7 +578,8 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
 void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
                    bool want_lse, int threads, Isa isa) {
   const bool bf16 = p.dtype == DType::bf16;
-  const Ctx c{p, flash_kernels(isa), needs_elementwise(p), bf16, bf16 && isa == Isa::avx512bf16};
+  Ctx c{p, flash_kernels(isa), needs_elementwise(p), bf16, bf16 && isa >= Isa::avx512bf16};
+  c.amx = bf16 && isa == Isa::amx && amx_shape_ok(p.D, p.Dv) && p.N > kDecodeRows;
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;

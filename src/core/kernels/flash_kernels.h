@@ -99,6 +99,7 @@ const FlashKernels& avx512_kernels();
 
 inline const FlashKernels& flash_kernels(Isa isa) {
   switch (isa) {
+    case Isa::amx:         // and amx adds AMX tiles for bf16 prefill (flash_amx.h)
     case Isa::avx512bf16:  // float32 micro-kernels as avx512; bf16 adds qk_bf16 (flash_bf16.h)
     case Isa::avx512: return avx512_kernels();
     case Isa::avx2: return avx2_kernels();

@@ -57,6 +57,7 @@ AttentionBackend fast(const char* name) {
 
 const std::vector<AttentionBackend>& attention_backends() {
   static const std::vector<AttentionBackend> table = {
+      fast<Isa::amx>("fast-amx"),
       fast<Isa::avx512bf16>("fast-avx512bf16"),
       fast<Isa::avx512>("fast-avx512"),
       fast<Isa::avx2>("fast-avx2"),

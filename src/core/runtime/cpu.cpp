@@ -3,6 +3,8 @@
 #include <cstdlib>
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <omp.h>
 
@@ -22,6 +24,28 @@ bool cpuid_avx512_bf16() {
   return (a >> 5) & 1u;
 }
 
+// AMX-BF16 tiles: CPUID leaf 7 subleaf 0, EDX bit 22 (AMX-BF16) and bit 24
+// (AMX-TILE); the OS must enable the tile state in XCR0 (bit 17 TILECFG,
+// bit 18 TILEDATA), and Linux (5.16+) hands the 8 KiB of tile data to a
+// process only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM): without that,
+// the first tile instruction faults. Asked once, for the whole process.
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;
+    __cpuid(1, a, b, c, d);
+    if (!((c >> 27) & 1u)) return false;  // OSXSAVE: XGETBV is allowed
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+  }();
+  return usable;
+}
+
 bool cpu_can_run(Isa isa) {
   // libgcc's __builtin_cpu_supports also checks (via XGETBV) that the OS
   // saves the wide registers, so "avx512f" here means usable, not just present.
@@ -32,9 +56,12 @@ bool cpu_can_run(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     case Isa::avx512bf16: return cpu_can_run(Isa::avx512) && cpuid_avx512_bf16();
+    case Isa::amx: return cpu_can_run(Isa::avx512bf16) && amx_usable();
   }
   return false;
 }
+
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx};
 
 // -1: not forced by set_isa.
 std::atomic<int> g_forced{-1};
@@ -47,21 +74,24 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx: return "amx";
   }
   return "?";
 }
 
 std::optional<Isa> parse_isa(const std::string& s) {
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa isa : kAllIsas)
     if (s == isa_name(isa)) return isa;
   return std::nullopt;
 }
 
 Isa detected_isa() {
-  static const Isa best = cpu_can_run(Isa::avx512bf16) ? Isa::avx512bf16
-                          : cpu_can_run(Isa::avx512) ? Isa::avx512
-                          : cpu_can_run(Isa::avx2) ? Isa::avx2
-                                                   : Isa::scalar;
+  static const Isa best = [] {
+    Isa b = Isa::scalar;
+    for (Isa isa : kAllIsas)
+      if (cpu_can_run(isa)) b = isa;
+    return b;
+  }();
   return best;
 }
 
@@ -80,7 +110,7 @@ Isa active_isa() {
     if (!env || !*env) return detected_isa();
     const auto isa = parse_isa(env);
     if (!isa)
-      throw Error(std::string("QKV_ISA: expected avx512bf16, avx512, avx2 or scalar, found '") + env + "'");
+      throw Error(std::string("QKV_ISA: expected amx, avx512bf16, avx512, avx2 or scalar, found '") + env + "'");
     if (!cpu_can_run(*isa))
       throw Error(std::string("QKV_ISA: this CPU cannot run the ") + env + " path");
     return *isa;

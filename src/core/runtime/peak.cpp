@@ -82,6 +82,7 @@ struct FmaBlock {
 
 FmaBlock fma_block_for(Isa isa) {
   switch (isa) {
+    case Isa::amx:
     case Isa::avx512bf16:  // the float32 FMA peak: the yardstick stays fp32 FMAs
     case Isa::avx512: return {fma_block_avx512, 16};
     case Isa::avx2: return {fma_block_avx2, 8};
