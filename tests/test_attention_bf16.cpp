@@ -425,14 +425,14 @@ TEST_P(Bf16Kernel, PaddingRowsNeverReachTheOutput) {
   }
 }
 
-// The weights pass recomputes scores the same way the forward did (D = 64:
-// on AMX tiles, D = 40: on vdpbf16ps there too).
+// The weights pass recomputes scores the same way the forward did (D = 64,
+// Dv = 32: on AMX tiles; D = 40, Dv = 24: on vdpbf16ps there too).
 TEST_P(Bf16Kernel, Weights) {
   std::mt19937_64 gen(11);
-  for (int64_t D : {40, 64}) {
+  for (const auto& [D, Dv] : {std::pair<int64_t, int64_t>{40, 24}, {64, 32}}) {
     SCOPED_TRACE(D);
     const Tensor q = normal({2, 70, D}, gen, DType::bf16), k = normal({1, 90, D}, gen, DType::bf16),
-                 v = normal({1, 90, 24}, gen, DType::bf16);
+                 v = normal({1, 90, Dv}, gen, DType::bf16);
     AttentionOptions o;
     o.kernel = Kernel::fast;
     o.return_weights = true;
