@@ -28,7 +28,10 @@ bool cpuid_avx512_bf16() {
 // (AMX-TILE); the OS must enable the tile state in XCR0 (bit 17 TILECFG,
 // bit 18 TILEDATA), and Linux (5.16+) hands the 8 KiB of tile data to a
 // process only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM): without that,
-// the first tile instruction faults. Asked once, for the whole process.
+// the first tile instruction faults. Asked once, for the whole process, when
+// the path is first detected (it enlarges the process's signal frames by the
+// 8 KiB of tile state; a kernel that refuses, e.g. for a too-small
+// sigaltstack, leaves the avx512bf16 path in charge).
 bool amx_usable() {
   static const bool usable = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
