@@ -87,6 +87,29 @@ void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
 const float* packable(const float* x) { return x; }
 const uint16_t* packable(const bfloat16* x) { return reinterpret_cast<const uint16_t*>(x); }
 
+// op(B)'s pairs into b [rows][Np] (rows >= pairs(K)), inside a parallel
+// region: pair rows split between the threads, the columns past N and the
+// rows past pairs(K) zero; ends with a barrier, so every thread may read all
+// of b after it.
+template <class TB>
+void pack_b_pairs(bool trans_b, int64_t N, int64_t K, const TB* B, int64_t ldb, uint32_t* b,
+                  int64_t Np, int64_t rows) {
+  const int64_t np = pairs(K);
+  if (trans_b) {  // B [N, K]: each pair adjacent in a row, gathered across rows
+    const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < blocks; ++blk)
+      bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
+#pragma omp for schedule(static) nowait
+    for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
+  } else {
+#pragma omp for schedule(static) nowait
+    for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
+  }
+#pragma omp for schedule(static)
+  for (int64_t p = np; p < rows; ++p) std::fill(b + p * Np, b + (p + 1) * Np, 0u);
+}
+
 template <class TA, class TB>
 void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const TA* A_, int64_t lda, const TB* B_, int64_t ldb, float beta, float* C,
@@ -101,8 +124,7 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   uint32_t* a = in_place ? nullptr : grown(pk.a, M * np);
   const pair_word* a_words = in_place ? reinterpret_cast<const pair_word*>(A) : a;
   const int64_t a_rs = trans_a ? 1 : in_place ? lda / 2 : np, a_ks = trans_a ? M : 1;
-  // op(B)'s pairs, [np][Np], the columns past N zero.
-  uint32_t* b = grown(pk.b, np * Np);
+  uint32_t* b = grown(pk.b, np * Np);  // op(B)'s pairs (pack_b_pairs)
   const int64_t mblocks = (M + kMR - 1) / kMR, tiles = mblocks * (Np / kNR);
 #pragma omp parallel
   {
@@ -114,17 +136,7 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
-    if (trans_b) {  // B [N, K]: each pair adjacent in a row, gathered across rows
-      const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
-#pragma omp for schedule(static) nowait
-      for (int64_t blk = 0; blk < blocks; ++blk)
-        bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
-    }
+    pack_b_pairs(trans_b, N, K, B, ldb, b, Np, np);
     // Tiles row block by row block: a thread's tiles are a contiguous band of
     // C's rows; for op(A) = A that is the band of A it packed above (the same
     // static split) and the rows the row-parallel layers before it wrote on
@@ -164,19 +176,7 @@ void on_amx(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA
       if (r < M) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np16, np16);
       std::fill(a + r * np16 + (r < M ? np : 0), a + (r + 1) * np16, 0u);
     }
-    if (trans_b) {
-      const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
-#pragma omp for schedule(static) nowait
-      for (int64_t blk = 0; blk < blocks; ++blk)
-        bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
-#pragma omp for schedule(static) nowait
-      for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
-    } else {
-#pragma omp for schedule(static) nowait
-      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
-    }
-#pragma omp for schedule(static)
-    for (int64_t p = np; p < np16; ++p) std::fill(b + p * Np, b + (p + 1) * Np, 0u);
+    pack_b_pairs(trans_b, N, K, B, ldb, b, Np, np16);
     bf16gemm::amx_begin();
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < mblocks * nblocks; ++t) {

@@ -5,6 +5,7 @@
 
 #include "core/simd/amx_tiles.h"
 #include "model/gemm_bf16_kernels.h"
+#include "model/gemm_bf16_store.h"
 
 namespace qkv::kernels::bf16gemm {
 
@@ -23,20 +24,13 @@ void amx_block(const uint32_t* a, int64_t a_ld, const uint32_t* b, int64_t b_ld,
     amx::tile_block<2, 2>(acc, 32, false, np16 / 16, a_of, b_of);
   else
     amx::tile_block<1, 2>(acc, 32, false, np16 / 16, a_of, b_of);
-  // The micro-tile's store (gemm_bf16_avx512.cpp): alpha times the sum, then
-  // beta * C by one FMA, then the bias, each rounded.
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int v = 0; v < 2 && 16 * v < cols; ++v) {
-    const int n = cols - 16 * v;
-    const __mmask16 m = n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+    const __mmask16 m = first_lanes(cols - 16 * v);
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + 16 * v) : _mm512_setzero_ps();
-    for (int r = 0; r < rows; ++r) {
-      float* cp = c + r * ldc + 16 * v;
-      __m512 y = _mm512_mul_ps(va, _mm512_load_ps(acc + r * 32 + 16 * v));
-      if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cp), y);
-      if (bias) y = _mm512_add_ps(y, bv);
-      _mm512_mask_storeu_ps(cp, m, y);
-    }
+    for (int r = 0; r < rows; ++r)
+      store_c(c + r * ldc + 16 * v, m, _mm512_load_ps(acc + r * 32 + 16 * v), va, vb, beta != 0.0f,
+              bias != nullptr, bv);
   }
 }
 

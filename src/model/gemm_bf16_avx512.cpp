@@ -7,14 +7,11 @@
 
 #include "core/simd/bf16_pairs_avx512.h"
 #include "model/gemm_bf16_kernels.h"
+#include "model/gemm_bf16_store.h"
 #include "qkv/tensor.h"
 
 namespace qkv::kernels::bf16gemm {
 namespace {
-
-__mmask16 first_lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
-}
 
 // R rows x kNR columns, every accumulator in a register: R x 4 + 4 B vectors
 // + 1 broadcast <= 29 of the 32 zmm. No mask sits in the loop (GCC keeps
@@ -52,12 +49,8 @@ void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       if (16 * v >= cols) break;
-      float* cp = c + r * ldc + 16 * v;
-      const __mmask16 m = first_lanes(cols - 16 * v);
-      __m512 y = _mm512_mul_ps(va, acc[r][v]);
-      if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cp), y);
-      if (bias) y = _mm512_add_ps(y, bv[v]);
-      _mm512_mask_storeu_ps(cp, m, y);
+      store_c(c + r * ldc + 16 * v, first_lanes(cols - 16 * v), acc[r][v], va, vb, beta != 0.0f,
+              bias != nullptr, bv[v]);
     }
 }
 
