@@ -62,13 +62,17 @@ struct Ctx {
   // Prefill with vdpbf16ps and several query blocks per head: V's pairs for
   // every head, packed once up front (pack_all_v_pairs), else null.
   const uint32_t* v_pairs = nullptr;
-  // Prefill on AMX: every head's V transposed, [B * Hkv][Dv][ldt] (pack_all_vt).
+  // Prefill on AMX: every head's V transposed, [B * Hkv][Dv][vt_row_stride(S)]
+  // (pack_all_vt).
   const uint16_t* v_cols = nullptr;
-  int64_t ldt = 0;
   // bf16 K and V tiles are widened to float32 into scratch unless vdpbf16ps
   // reads them: K in place, V in place (decode rows) or packed in pairs.
   bool widens() const { return bf16 && !dp_bf16; }
 };
+
+// The row stride of Ctx::v_cols (pack_all_vt): S rounded up to 32 keys, so
+// rows start on cache lines.
+int64_t vt_row_stride(int64_t S) { return (S + 31) / 32 * 32; }
 
 // One thread's share of check_finite in decode: the sum of x - x over every
 // raw score it computed (0, or NaN once one was not finite).
@@ -360,14 +364,14 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
     const uint32_t* v2 = packed ? c.v_pairs + (bg * bf16_pairs(p.S) + j0 / 2) * p.Dv : nullptr;
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws);
-      if (uses_amx(c, pn)) {
-        softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
-        pv_bf16_amx(pn.O, ws.P2, nj, pn.rows(), c.v_cols + bg * p.Dv * c.ldt + j0, c.ldt, p.Dv,
-                    ws.alpha, ws.vpad);
-        continue;
-      }
       if (uses_dp_bf16(c, pn)) {
         softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
+        if (uses_amx(c, pn)) {
+          const int64_t ldt = vt_row_stride(p.S);
+          pv_bf16_amx(pn.O, ws.P2, nj, pn.rows(), c.v_cols + bg * p.Dv * ldt + j0, ldt, p.Dv,
+                      ws.alpha, ws.vpad);
+          continue;
+        }
         if (!v2) {
           pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
           v2 = ws.V2;
@@ -420,6 +424,18 @@ void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
   }
 }
 
+// pack(bg, j0, nj) for every (batch, key/value head) bg and every tile of
+// kBC keys [j0, j0 + nj) of its V, split between the threads.
+template <class Pack>
+void for_each_v_tile(const AttentionProblem& p, int threads, Pack pack) {
+  const int64_t tiles = (p.S + kBC - 1) / kBC;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
+    const int64_t bg = it / tiles, j0 = it % tiles * kBC;
+    pack(bg, j0, std::min<int64_t>(kBC, p.S - j0));
+  }
+}
+
 // V's pairs for every (batch, key/value head), [B * Hkv][bf16_pairs(S)][Dv]
 // words in the caller's scratch (as many bytes as V itself): key pairs
 // (0, 1), (2, 3), ... of each head, the last one's high half 0 when S is
@@ -427,40 +443,34 @@ void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
 // it (2.5% of the samples of the bf16 kernel at N = S = 2048, D = 64); now
 // once, rows no query sees included.
 const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
-  const int64_t pairs = bf16_pairs(p.S), tiles = (p.S + kBC - 1) / kBC;
+  const int64_t pairs = bf16_pairs(p.S);
   const size_t words = static_cast<size_t>(p.B * p.Hkv * pairs * p.Dv);
   uint32_t* v2 = reinterpret_cast<uint32_t*>(caller_scratch(words));
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
-    const int64_t bg = it / tiles, j0 = it % tiles * kBC;
+  for_each_v_tile(p, threads, [&](int64_t bg, int64_t j0, int64_t nj) {
     pack_v_bf16_avx512(v2 + (bg * pairs + j0 / 2) * p.Dv, p.v.row<uint16_t>(bg, j0),
-                       p.v.row_stride, std::min<int64_t>(kBC, p.S - j0), p.Dv);
-  }
+                       p.v.row_stride, nj, p.Dv);
+  });
   return v2;
 }
 
-// Every (batch, key/value head)'s V transposed, [B * Hkv][Dv][ldt] bf16 in the
-// caller's scratch (ldt: S rounded up to 32, so rows start on cache lines):
-// the A tiles of the AMX P·V, once per head even when N <= kBR (each tile of
-// V would be transposed once there anyway).
-const uint16_t* pack_all_vt(const AttentionProblem& p, int64_t ldt, int threads) {
-  const int64_t tiles = (p.S + kBC - 1) / kBC;
+// Every (batch, key/value head)'s V transposed, [B * Hkv][Dv][vt_row_stride(S)]
+// bf16 in the caller's scratch: the A tiles of the AMX P·V, once per head
+// even when N <= kBR (each tile of V would be transposed once there anyway).
+const uint16_t* pack_all_vt(const AttentionProblem& p, int threads) {
+  const int64_t ldt = vt_row_stride(p.S);
   const size_t halves = static_cast<size_t>(p.B * p.Hkv * p.Dv * ldt);
   uint16_t* vt = reinterpret_cast<uint16_t*>(caller_scratch((halves + 1) / 2));
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t it = 0; it < p.B * p.Hkv * tiles; ++it) {
-    const int64_t bg = it / tiles, j0 = it % tiles * kBC;
-    pack_vt_bf16(vt + bg * p.Dv * ldt + j0, ldt, p.v.row<uint16_t>(bg, j0), p.v.row_stride,
-                 std::min<int64_t>(kBC, p.S - j0), p.Dv);
-  }
+  for_each_v_tile(p, threads, [&](int64_t bg, int64_t j0, int64_t nj) {
+    pack_vt_bf16(vt + bg * p.Dv * ldt + j0, ldt, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj,
+                 p.Dv);
+  });
   return vt;
 }
 
 void prefill(const Ctx& ctx, float* out, float* lse, int threads) {
   Ctx c = ctx;
   if (c.amx) {
-    c.ldt = (c.p.S + 31) / 32 * 32;
-    c.v_cols = pack_all_vt(c.p, c.ldt, threads);
+    c.v_cols = pack_all_vt(c.p, threads);
   } else if (c.dp_bf16 && c.p.N > kBR) {
     // With one query block per head each V tile is packed once anyway.
     c.v_pairs = pack_all_v_pairs(c.p, threads);
