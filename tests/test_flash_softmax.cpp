@@ -86,6 +86,39 @@ TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
     }
 }
 
+// The softmax's e^x alone: with m = 0 and every score <= 0 the weights are
+// exp(s) with no subtraction error, so they must be within 2 float32 ulp of
+// the float64 exp over the whole range down to e^-87.3 (just above 2^-126);
+// below it the vector paths give exactly 0, never a denormal (the scalar
+// path's std::exp goes on into denormals). In the column form (16 columns)
+// and in the quads of decode's stacked groups (4 columns).
+TEST_P(FlashSoftmax, ExpIsWithin2UlpDownToUnderflow) {
+  const kernels::FlashKernels& kern = kernels::flash_kernels(GetParam());
+  for (int ncols : {4, 16}) {
+    for (int64_t base = 0; base < 88 * 1024; base += kBC * ncols) {
+      std::vector<float> St(kBC * kBR), m(kBR, 0.0f), l(kBR, 0.0f), alpha(kBR), x(kBC * kBR);
+      for (int64_t j = 0; j < kBC; ++j)
+        for (int i = 0; i < ncols; ++i)  // x from 0 down to -88 in steps of ~1/1024
+          x[j * kBR + i] = St[j * kBR + i] = -static_cast<float>(base + j * ncols + i) / 1023.7f;
+      kern.softmax(St.data(), kBC, ncols, m.data(), l.data(), alpha.data());
+      for (int64_t j = 0; j < kBC; ++j)
+        for (int i = 0; i < ncols; ++i) {
+          const float xs = x[j * kBR + i], w = St[j * kBR + i];
+          const double e = std::exp(static_cast<double>(xs));
+          if (xs < -87.3f) {
+            if (GetParam() != Isa::scalar) {
+              ASSERT_EQ(w, 0.0f) << "x " << xs;
+            }
+            continue;
+          }
+          ASSERT_GE(w, std::numeric_limits<float>::min()) << "x " << xs;
+          const double ulp = std::ldexp(1.0, std::ilogb(e) - 23);
+          ASSERT_LE(std::fabs(w - e), 2 * ulp) << "x " << xs << " exp " << e;
+        }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, FlashSoftmax,
                          ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
                          test::isa_test_name);
