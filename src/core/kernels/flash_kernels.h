@@ -74,7 +74,7 @@ struct FlashKernels {
   void (*mac)(float* C, int64_t ldc, const float* A, int64_t ar, int64_t at, const float* B,
               int64_t ldb, int64_t nr, int64_t nt, int64_t ne);
 
-  // ---- bfloat16 inputs (flash_forward.cpp) ----
+  // ---- bfloat16 inputs (flash_block.cpp) ----
   // dst[r*ldd + c] = float(src[r*lds + c]) for r < rows, c < cols: a bf16 K
   // or V tile [rows][cols] (bit patterns, rows lds apart) widened to float32,
   // exactly (a bf16 is a float32's top half), so the float32 kernels above

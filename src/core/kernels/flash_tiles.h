@@ -1,6 +1,6 @@
 // flash_tiles.h: which keys a tile of query rows may see, and the element-wise
 // part of a score tile (soft-cap, ALiBi, masks). Shared by the forward
-// (flash_forward.cpp) and the backward (flash_backward.cpp), so both passes
+// (flash_block.cpp) and the backward (flash_backward.cpp), so both passes
 // see exactly the same scores.
 #pragma once
 
