@@ -390,6 +390,33 @@ TEST_P(Bf16Kernel, DecodeReadsCacheInPlace) {
   }
 }
 
+// A bf16 out is the float32 out rounded to nearest even, bit for bit: the
+// kernel rounds each element as it writes it (prefill, with AMX tile shapes,
+// and split-KV decode over several chunks, GQA), and check_finite's scan of
+// the decode output reads the bf16 values it wrote.
+TEST_P(Bf16Kernel, Bf16OutIsTheFloat32OutRounded) {
+  std::mt19937_64 gen(17);
+  struct Shape {
+    int64_t Hq, Hkv, N, S, D, Dv;
+  };
+  for (const Shape& c : {Shape{4, 2, 100, 150, 64, 32}, Shape{8, 2, 3, 1100, 32, 48},
+                         Shape{2, 1, 70, 90, 24, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "Hq " << c.Hq << " N " << c.N << " S " << c.S);
+    const Tensor q = normal({2, c.Hq, c.N, c.D}, gen, DType::bf16);
+    const Tensor k = normal({2, c.Hkv, c.S, c.D}, gen, DType::bf16);
+    const Tensor v = normal({2, c.Hkv, c.S, c.Dv}, gen, DType::bf16);
+    AttentionOptions o;
+    o.kernel = Kernel::fast;
+    o.causal = Causal::bottom_right;
+    const AttentionResult b16 = attention(q, k, v, o);
+    o.out_dtype = DType::f32;
+    const AttentionResult f32 = attention(q, k, v, o);
+    ASSERT_EQ(b16.out.dtype(), DType::bf16);
+    const Tensor rounded = f32.out.to(DType::bf16);
+    EXPECT_EQ(std::memcmp(b16.out.raw(), rounded.raw(), rounded.nbytes()), 0);
+  }
+}
+
 // Keys past key_lengths are never visible, whatever they hold: with the
 // check off, NaN and Inf in V's padding rows must not reach an output. An
 // odd length makes the last visible key the low half of a pair whose high

@@ -17,7 +17,7 @@ constexpr int64_t kSplitKeys = 512;
 
 }  // namespace
 
-void decode(const Ctx& c, float* out, float* lse, int threads) {
+void decode(const Ctx& c, const OutRows& out, float* lse, int threads) {
   const AttentionProblem& p = c.p;
   const int64_t chunks = (p.S + kSplitKeys - 1) / kSplitKeys;
   const int64_t rows = p.group * p.N;  // per (batch, key/value head)
@@ -47,14 +47,15 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
         for (int64_t e = 0; e < p.Dv; ++e) dst[2 + e] = pn.O[r * p.Dv + e];
       }
   }
-  // Merge: M = max_c m_c, L = sum_c l_c e^(m_c - M), O = sum_c O_c e^(m_c - M) / L.
+  // Merge: M = max_c m_c, L = sum_c l_c e^(m_c - M), O = sum_c O_c e^(m_c - M) / L,
+  // summed in a row of the thread's workspace (free again here).
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t bg = 0; bg < p.B * p.Hkv; ++bg)
     for (int64_t r = 0; r < rows; ++r) {
       auto part = [&](int64_t ch) { return partial + ((bg * chunks + ch) * rows + r) * rec; };
       // Row r of key/value head g is query head g*group + r/N, position r%N.
       const int64_t row = ((bg / p.Hkv) * p.Hq + (bg % p.Hkv) * p.group) * p.N + r;
-      float* o = out + row * p.Dv;
+      float* o = team.scratch.slot();  // the row's sum [Dv], this thread's
       float M = -INFINITY;
       for (int64_t ch = 0; ch < chunks; ++ch) M = std::fmax(M, part(ch)[0]);
       for (int64_t e = 0; e < p.Dv; ++e) o[e] = 0.0f;
@@ -67,7 +68,7 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
         for (int64_t e = 0; e < p.Dv; ++e) o[e] += pc[2 + e] * w;
       }
       const float inv = L > 0.0f ? 1.0f / L : 0.0f;  // no chunk saw a key: 0
-      for (int64_t e = 0; e < p.Dv; ++e) o[e] *= inv;
+      for (int64_t e = 0; e < p.Dv; ++e) out.put(row * p.Dv + e, o[e] * inv);
       if (lse) lse[row] = L > 0.0f ? M + std::log(L) : -INFINITY;
     }
   if (p.kv_scan) {
@@ -78,7 +79,7 @@ void decode(const Ctx& c, float* out, float* lse, int threads) {
     for (const ScanState& s : team.scans)
       for (float x : s.acc) bad += x;
     const int64_t n = p.B * p.Hq * p.N * p.Dv;
-    for (int64_t x = 0; x < n; ++x) bad += out[x] - out[x];
+    for (int64_t x = 0; x < n; ++x) bad += out.get(x) - out.get(x);
     p.kv_scan->bad = bad != 0.0f;
   }
 }

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <vector>
 
 #include "core/kernels/flash_bf16.h"
@@ -25,7 +24,8 @@ namespace {
 
 // out = O / l and lse = m + log l for the block's rows; 0 and -inf for a row
 // that saw no key.
-void finalize(const Ctx& c, const Block& blk, const Workspace& ws, float* out, float* lse) {
+void finalize(const Ctx& c, const Block& blk, const Workspace& ws, const OutRows& out,
+              float* lse) {
   const AttentionProblem& p = c.p;
   for (const Panel& pn : ws.panels)
     for (int r = 0; r < pn.rows(); ++r) {
@@ -33,9 +33,9 @@ void finalize(const Ctx& c, const Block& blk, const Workspace& ws, float* out, f
       const float l = pn.l[r];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       if (uses_amx(c, pn))  // Ot [Dv][kBR]
-        for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[e * kBR + r] * inv;
+        for (int64_t e = 0; e < p.Dv; ++e) out.put(row * p.Dv + e, pn.O[e * kBR + r] * inv);
       else
-        for (int64_t e = 0; e < p.Dv; ++e) out[row * p.Dv + e] = pn.O[r * p.Dv + e] * inv;
+        for (int64_t e = 0; e < p.Dv; ++e) out.put(row * p.Dv + e, pn.O[r * p.Dv + e] * inv);
       if (lse) lse[row] = l > 0.0f ? pn.m[r] + std::log(l) : -INFINITY;
     }
 }
@@ -99,7 +99,7 @@ const uint16_t* pack_all_vt(const AttentionProblem& p, int threads) {
   return vt;
 }
 
-void prefill(const Ctx& ctx, float* out, float* lse, int threads) {
+void prefill(const Ctx& ctx, const OutRows& out, float* lse, int threads) {
   Ctx c = ctx;
   if (c.amx) {
     c.v_cols = pack_all_vt(c.p, threads);
@@ -163,24 +163,16 @@ void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_we
     own_lse.resize(static_cast<size_t>(p.B * p.Hq * p.N));
     lse = own_lse.data();
   }
-  // A bf16 out is accumulated in float32 and rounded once at the end.
-  const bool round_out = res.out.dtype() == DType::bf16;
-  // Every element is written before it is read: no zero-fill (at the GPT's
-  // training shape, zeroing this buffer was 3% of the call).
-  const auto own_out =
-      round_out ? std::make_unique_for_overwrite<float[]>(static_cast<size_t>(res.out.numel()))
-                : nullptr;
-  float* out = round_out ? own_out.get() : res.out.data<float>();
+  // A bf16 out is accumulated in float32 and rounded once, as it is written.
+  OutRows out;
+  if (res.out.dtype() == DType::bf16)
+    out.b16 = res.out.data<bfloat16>();
+  else
+    out.f32 = res.out.data<float>();
   if (p.N <= kDecodeRows)
     decode(c, out, lse, threads);
   else
     prefill(c, out, lse, threads);
-  if (round_out) {
-    bfloat16* o = res.out.data<bfloat16>();
-    const int64_t n = res.out.numel();
-#pragma omp parallel for schedule(static) num_threads(threads) if (n > (1 << 16))
-    for (int64_t x = 0; x < n; ++x) o[x] = bf16_from_float(out[x]);
-  }
   if (want_weights) weights_pass(c, lse, res.weights.data<float>(), threads);
 }
 
