@@ -24,6 +24,7 @@
 #include "gemm_check.h"
 #include "isa_fixture.h"
 #include "model/gemm.h"
+#include "model/gemm_bf16_kernels.h"
 #include "qkv/error.h"
 #include "qkv/tensor.h"
 
@@ -97,21 +98,27 @@ TEST_P(GemmBf16, RoundsItsOperandsToNearestEven) {
 }
 
 TEST_P(GemmBf16, NanAndInfPropagate) {
-  // A NaN or an Inf in op(A)'s row i reaches row i of C, and only it.
+  // A NaN or an Inf in op(A)'s row i reaches row i of C, and only it, with
+  // op(A) = A and op(A) = Aᵀ (A stored [K][M]; its pairs are packed across
+  // A's rows).
   std::mt19937 rng(33);
   const int64_t M = 9, N = 70, K = 37;
-  VecF A = random_vec(rng, M * K), B = random_vec(rng, K * N), C(M * N, 0.0f);
-  A[2 * K + 5] = std::numeric_limits<float>::quiet_NaN();
-  A[7 * K + 36] = std::numeric_limits<float>::infinity();
-  B.assign(B.size(), 0.5f);
-  gemm_bf16(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const float c = C[i * N + j];
-      if (i == 2) ASSERT_TRUE(std::isnan(c)) << i << "," << j;
-      else if (i == 7) ASSERT_EQ(c, std::numeric_limits<float>::infinity()) << i << "," << j;
-      else ASSERT_TRUE(std::isfinite(c)) << i << "," << j;
-    }
+  for (bool ta : {false, true}) {
+    SCOPED_TRACE(ta ? "op(A) = A^T" : "op(A) = A");
+    VecF A = random_vec(rng, M * K), B = random_vec(rng, K * N), C(M * N, 0.0f);
+    auto at = [&](int64_t i, int64_t k) -> float& { return ta ? A[k * M + i] : A[i * K + k]; };
+    at(2, 5) = std::numeric_limits<float>::quiet_NaN();
+    at(7, 36) = std::numeric_limits<float>::infinity();
+    B.assign(B.size(), 0.5f);
+    gemm_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C.data(), N);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const float c = C[i * N + j];
+        if (i == 2) ASSERT_TRUE(std::isnan(c)) << i << "," << j;
+        else if (i == 7) ASSERT_EQ(c, std::numeric_limits<float>::infinity()) << i << "," << j;
+        else ASSERT_TRUE(std::isfinite(c)) << i << "," << j;
+      }
+  }
 }
 
 TEST_P(GemmBf16, BiasIsBitwiseTheBiasInCWithBetaOne) {
@@ -225,6 +232,38 @@ TEST(GemmBf16Args, EmptySizesAndBadArguments) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gemm_bf16: lda"), std::string::npos) << e.what();
   }
+}
+
+// The packing of op(A) = Aᵀ for AMX tiles, called directly (it runs on
+// any AVX512-BF16 CPU; the GEMM calls it only on AMX): each row w of dst
+// holds the pairs (src[2p][w], src[2p+1][w]) rounded to nearest even (bf16
+// sources as they are), the high half 0 past an odd K, and nothing past
+// pairs(K) is written. Widths around the 16 columns of one pass.
+TEST(GemmBf16Packing, TransposePairsIsInterleaveRowsTransposed) {
+  if (detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+  std::mt19937 rng(34);
+  constexpr uint32_t kUntouched = 0xdeadbeefu;
+  for (int64_t K : {1, 2, 31, 33})
+    for (int64_t W : {1, 15, 16, 17, 40}) {
+      SCOPED_TRACE(::testing::Message() << "K " << K << " W " << W);
+      const int64_t ld = W + 3, np = kernels::bf16gemm::pairs(K), dst_ld = np + 2;
+      const VecF src = random_vec(rng, K * ld);
+      std::vector<uint16_t> src16(src.size());
+      for (size_t x = 0; x < src.size(); ++x) src16[x] = bf16_from_float(src[x]).bits;
+      std::vector<uint32_t> got(W * dst_ld, kUntouched), got16(W * dst_ld, kUntouched);
+      kernels::bf16gemm::transpose_pairs(src.data(), ld, K, W, got.data(), dst_ld);
+      kernels::bf16gemm::transpose_pairs(src16.data(), ld, K, W, got16.data(), dst_ld);
+      for (int64_t w = 0; w < W; ++w)
+        for (int64_t p = 0; p < dst_ld; ++p) {
+          uint32_t want = kUntouched;
+          if (p < np) {
+            want = src16[2 * p * ld + w];
+            if (2 * p + 1 < K) want |= static_cast<uint32_t>(src16[(2 * p + 1) * ld + w]) << 16;
+          }
+          ASSERT_EQ(got[w * dst_ld + p], want) << "row " << w << " pair " << p;
+          ASSERT_EQ(got16[w * dst_ld + p], want) << "bf16 source, row " << w << " pair " << p;
+        }
+    }
 }
 
 }  // namespace

@@ -153,14 +153,14 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   }
 }
 
-// On AMX: op(A) = A packed row-major in pairs, [M rounded up to 32][np16]
-// with zero pairs past K and zero rows past M, op(B) as above with zero pair
-// rows up to np16, and C in blocks of 32 x 32 (2 x 2 tiles). op(A) = Aᵀ
-// (the weight gradients) stays on the vdpbf16ps kernel: its pairs come
-// packed across rows, and AMX needs them along rows.
+// On AMX: op(A) packed row-major in pairs, [M rounded up to 32][np16] with
+// zero pairs past K and zero rows past M (op(A) = Aᵀ, the weight gradients:
+// pairs gathered across A's rows, transpose_pairs), op(B) as above with zero
+// pair rows up to np16, and C in blocks of 32 x 32 (2 x 2 tiles).
 template <class TA, class TB>
-void on_amx(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA* A_, int64_t lda,
-            const TB* B_, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+void on_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const TA* A_, int64_t lda, const TB* B_, int64_t ldb, float beta, float* C,
+            int64_t ldc, const float* bias) {
   const auto* A = packable(A_);
   const auto* B = packable(B_);
   const int64_t np = pairs(K), np16 = (np + 15) / 16 * 16, Np = (N + kNR - 1) / kNR * kNR;
@@ -171,10 +171,16 @@ void on_amx(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const TA
   const int64_t mblocks = M32 / 32, nblocks = (N + 31) / 32;
 #pragma omp parallel
   {
+    // Sixteen rows of op(A) an item: for Aᵀ, a strip of 16 of A's columns.
 #pragma omp for schedule(static) nowait
-    for (int64_t r = 0; r < M32; ++r) {
-      if (r < M) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np16, np16);
-      std::fill(a + r * np16 + (r < M ? np : 0), a + (r + 1) * np16, 0u);
+    for (int64_t r0 = 0; r0 < M32; r0 += 16) {
+      const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
+      if (rows > 0 && trans_a)
+        bf16gemm::transpose_pairs(A + r0, lda, K, rows, a + r0 * np16, np16);
+      else if (rows > 0)
+        bf16gemm::rows_to_pairs(A + r0 * lda, lda, rows, K, a + r0 * np16, np16);
+      for (int64_t r = r0; r < r0 + 16; ++r)
+        std::fill(a + r * np16 + (r < M ? np : 0), a + (r + 1) * np16, 0u);
     }
     pack_b_pairs(trans_b, N, K, B, ldb, b, Np, np16);
     bf16gemm::amx_begin();
@@ -201,8 +207,8 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (bias) add_bias(M, N, bias, C, ldc);
     return;
   }
-  if (active_isa() == Isa::amx && !trans_a)
-    on_amx(trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  if (active_isa() == Isa::amx)
+    on_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   else if (active_isa() >= Isa::avx512bf16)
     on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   else

@@ -86,6 +86,22 @@ void interleave(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst, i
   }
 }
 
+// transpose_pairs for either source type: each 16 columns' words of a pair
+// of rows (interleave's), scattered down the 16 rows of dst they belong to.
+template <class T>
+void transpose(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst, int64_t dst_ld) {
+  alignas(64) uint32_t words[16];
+  for (int64_t w = 0; w < W; w += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, W - w));
+    for (int64_t p = 0; p < pairs(K); ++p) {
+      const T* s0 = src + 2 * p * ld + w;
+      const T* s1 = 2 * p + 1 < K ? s0 + ld : nullptr;  // K odd: the last high half is 0
+      _mm512_store_si512(words, pair_words(s0, s1, first_lanes(n)));
+      for (int i = 0; i < n; ++i) dst[(w + i) * dst_ld + p] = words[i];
+    }
+  }
+}
+
 }  // namespace
 
 void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
@@ -137,6 +153,11 @@ void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0
   }
 }
 
+void transpose_pairs(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld) {
+  transpose(src, ld, K, W, dst, dst_ld);
+}
+
 void rows_to_pairs(const uint16_t* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
                    int64_t dst_ld) {
   for (int64_t r = 0; r < R; ++r) {
@@ -163,6 +184,11 @@ void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t
       dst[p * dst_ld + w] = w >= std::min(W, w1) ? 0u
                             : s[0] | (2 * p + 1 < K ? static_cast<uint32_t>(s[1]) << 16 : 0u);
     }
+}
+
+void transpose_pairs(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld) {
+  transpose(src, ld, K, W, dst, dst_ld);
 }
 
 void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,

@@ -39,7 +39,14 @@ void interleave_rows(const float* src, int64_t ld, int64_t K, int64_t W, uint32_
 void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld);
 
-// The same three packings from operands already in bfloat16 (bit patterns;
+// Pairs across rows, stored along rows: dst[w * dst_ld + p] = (src[2p][w],
+// src[2p + 1][w]) for w < W, p < pairs(K); the rest of each dst row is left
+// as it is. src [K][W] float32, rows ld apart. For op(A) = Aᵀ on AMX, whose
+// A tiles hold each row's pairs along the row: interleave_rows, transposed.
+void transpose_pairs(const float* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld);
+
+// The same four packings from operands already in bfloat16 (bit patterns;
 // a Linear layer's input stored rounded by its producer): no rounding, the
 // words built from the halves as they are.
 void rows_to_pairs(const uint16_t* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
@@ -48,6 +55,8 @@ void interleave_rows(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint
                      int64_t dst_ld);
 void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld);
+void transpose_pairs(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                     int64_t dst_ld);
 
 // A pair word read where bf16 values were stored (op(A) = A in bfloat16
 // with K and lda even is used in place, unpacked): may_alias, so the loads
