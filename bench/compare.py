@@ -16,7 +16,8 @@ table prints the best of those peaks). PyTorch runs in this process: the
 script re-executes itself under the venv that holds torch (--venv, default
 $QKV_VENV or ~/.cache/qkv/venv; nothing is installed). ggml runs through
 bench/ggml_flash_attn.py's build in bench/.venv-ggml when that exists;
-otherwise the table says it is not installed.
+otherwise the table says it is not installed. OpenMP threads are bound to
+cores for every contender (bind_threads) unless OMP_PROC_BIND is set.
 
     python3 bench/compare.py                        # standard shapes, 5 rounds, all cores
     python3 bench/compare.py --rounds 7 --reps 3
@@ -99,7 +100,7 @@ def cpu_model():
 def run_qkv(a, case, dtype):
     cmd = [str(a.qkv), "bench", "--json", "--threads", str(a.threads), "--reps", str(a.reps),
            "--warmup", "1", "--dtype", dtype, *shlex.split(case)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=all_cpus)
     if r.returncode != 0:
         sys.exit(f"qkv bench failed (exit {r.returncode}): {shlex.join(cmd)}\n{r.stderr.strip()}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -150,15 +151,39 @@ def run_ggml(a, row):
             "a = types.SimpleNamespace(threads=int(sys.argv[2]), reps=int(sys.argv[3]), warmup=1, "
             "kv_type='f32'); print(g.time_ggml(json.loads(sys.stdin.read()), a)[0])")
     r = subprocess.run([str(python), "-c", code, str(ROOT / "bench"), str(a.threads), str(a.reps)],
-                       input=json.dumps(row), capture_output=True, text=True)
+                       input=json.dumps(row), capture_output=True, text=True, preexec_fn=all_cpus)
     if r.returncode != 0:
         print(f"ggml failed on {row['case']}: {r.stderr.strip()[-300:]}", file=sys.stderr)
         return None
     return float(r.stdout.strip().splitlines()[-1])
 
 
+def bind_threads():
+    """Binds every contender's OpenMP threads to cores (OMP_PROC_BIND=spread,
+    OMP_PLACES=cores, read by qkv's and torch's libgomp) unless the caller set
+    OMP_PROC_BIND. Unbound, a thread woken for a parallel region after an idle
+    gap sometimes lands on its waker's core, and on these 2-core VMs the pair
+    then spins on one core until the scheduler's 4 ms tick: qkv's training
+    shape (0.2 ms a call) measured 4 or 8 ms in 6 of 24 processes, none bound.
+    Set here, before torch loads libgomp; qkv's processes inherit it."""
+    if "OMP_PROC_BIND" not in os.environ:
+        os.environ["OMP_PROC_BIND"] = "spread"
+        os.environ.setdefault("OMP_PLACES", "cores")
+
+
+# The cores this script may use, read before torch's libgomp binds this
+# process's main thread to the first of them: a child inherits its parent
+# thread's affinity, so each qkv and ggml process gets all of them back.
+ALL_CPUS = os.sched_getaffinity(0)
+
+
+def all_cpus():
+    os.sched_setaffinity(0, ALL_CPUS)
+
+
 def main():
     a = parse_args()
+    bind_threads()
     have_torch = not a.no_torch and enter_venv(a)
     torch = Torch(a.threads) if have_torch else None
     have_ggml = (GGML_VENV / "bin" / "python").exists()
@@ -194,7 +219,8 @@ def main():
             print(f"round {rnd + 1}/{a.rounds}: {case} done", file=sys.stderr, flush=True)
 
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    print(f"CPU: {cpu_model()}; {a.threads} thread{'s' if a.threads != 1 else ''}; qkv isa "
+    print(f"CPU: {cpu_model()}; {a.threads} thread{'s' if a.threads != 1 else ''} "
+          f"(OMP_PROC_BIND={os.environ['OMP_PROC_BIND']}); qkv isa "
           f"{peaks['isa']}; measured peaks (best of the rounds): FMA fp32 {peaks['fma']:.1f} "
           f"GFLOP/s, " + (f"memory read {peaks['mem']:.1f} GB/s" if peaks["mem"] > 0 else
                           "memory read not measured (qkv bench probes it for decode shapes only)"))
