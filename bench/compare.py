@@ -100,7 +100,7 @@ def cpu_model():
 def run_qkv(a, case, dtype):
     cmd = [str(a.qkv), "bench", "--json", "--threads", str(a.threads), "--reps", str(a.reps),
            "--warmup", "1", "--dtype", dtype, *shlex.split(case)]
-    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=all_cpus)
+    r = run_on_all_cpus(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"qkv bench failed (exit {r.returncode}): {shlex.join(cmd)}\n{r.stderr.strip()}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -150,8 +150,8 @@ def run_ggml(a, row):
     code = ("import json, sys, types; sys.path.insert(0, sys.argv[1]); import ggml_flash_attn as g; "
             "a = types.SimpleNamespace(threads=int(sys.argv[2]), reps=int(sys.argv[3]), warmup=1, "
             "kv_type='f32'); print(g.time_ggml(json.loads(sys.stdin.read()), a)[0])")
-    r = subprocess.run([str(python), "-c", code, str(ROOT / "bench"), str(a.threads), str(a.reps)],
-                       input=json.dumps(row), capture_output=True, text=True, preexec_fn=all_cpus)
+    r = run_on_all_cpus([str(python), "-c", code, str(ROOT / "bench"), str(a.threads), str(a.reps)],
+                        input=json.dumps(row), capture_output=True, text=True)
     if r.returncode != 0:
         print(f"ggml failed on {row['case']}: {r.stderr.strip()[-300:]}", file=sys.stderr)
         return None
@@ -173,12 +173,19 @@ def bind_threads():
 
 # The cores this script may use, read before torch's libgomp binds this
 # process's main thread to the first of them: a child inherits its parent
-# thread's affinity, so each qkv and ggml process gets all of them back.
+# thread's affinity, so each qkv and ggml process is started with all of them
+# (set on this thread around the start, not in the child: torch's threads are
+# alive here, and a child of a threaded process should run nothing before exec).
 ALL_CPUS = os.sched_getaffinity(0)
 
 
-def all_cpus():
+def run_on_all_cpus(cmd, **kw):
+    bound = os.sched_getaffinity(0)
     os.sched_setaffinity(0, ALL_CPUS)
+    try:
+        return subprocess.run(cmd, **kw)
+    finally:
+        os.sched_setaffinity(0, bound)
 
 
 def main():

@@ -44,8 +44,8 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 //   AVX512-BF16: our vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp); bf16
 //     denormals count as 0 (the instruction's DAZ) and float32 sums that
 //     fall below 2^-126 are flushed to 0.
-//   AMX (op(A) = A): our tile blocks (gemm_bf16_amx.cpp), the same packed
-//     pairs, summed in the tiles' order; op(A) = Aᵀ runs as on AVX512-BF16.
+//   AMX: our tile blocks (gemm_bf16_amx.cpp), the same packed pairs (for
+//     op(A) = Aᵀ gathered across A's rows), summed in the tiles' order.
 //   other CPUs: the rounded operands widened back to float32 and sgemm (the
 //     same products, exact in float32, summed in another order).
 // Results are bitwise identical for any thread count: each C element is one

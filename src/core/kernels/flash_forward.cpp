@@ -8,7 +8,7 @@
 // softmax (running max m, running sum l, accumulator O rescaled by alpha),
 // so no N x S matrix exists. Decode (N <= kDecodeRows) cuts S into chunks
 // instead and merges their partials. bf16 inputs accumulate in float32; a
-// bf16 output is rounded once at the end.
+// bf16 output is rounded once per element, as it is written (OutRows).
 #include "core/kernels/flash_forward.h"
 
 #include <algorithm>
