@@ -30,10 +30,6 @@ size_t panel_floats(const AttentionProblem& p) {
   return static_cast<size_t>(p.D * kBR + kBR * p.Dv + 2 * kBR);
 }
 
-bool stacks_group(const AttentionProblem& p, const Block& blk) {
-  return blk.npos == p.N && p.N <= kDecodeRows && p.group * p.N <= kBR;
-}
-
 // Floats of one thread's workspace for the largest block: a panel per head
 // of the group (or one stacked panel), St and alpha, and for bf16 inputs a
 // float32 K and V tile, the bf16 pairs of a P and a V tile, and AMX's
@@ -54,7 +50,7 @@ TeamWorkspaces::TeamWorkspaces(const AttentionProblem& p, int threads)
 }
 
 void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Workspace& ws) {
-  const bool stacked = stacks_group(p, blk);
+  const bool stacked = stacks_group(p);  // then blk covers all N positions
   const int64_t n = stacked ? 1 : p.group;
   const size_t per = panel_floats(p);
   ws.panels.clear();

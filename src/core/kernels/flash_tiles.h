@@ -18,15 +18,21 @@ constexpr int64_t kDecodeRows = 16;
 // along D) rather than qk.
 constexpr int kRowsForQkRows = 4;
 
+// Whether the forward stacks each GQA group into one panel of group x N rows
+// (decode's few positions, when the group's rows fit a tile) instead of one
+// panel per head. Every block then covers all N positions.
+inline bool stacks_group(const AttentionProblem& p) {
+  return p.N <= kDecodeRows && p.group * p.N <= kBR;
+}
+
 // Whether the forward computed the scores of its block of positions
-// [i0, i0+npos) with qk_rows: decode stacks a GQA group into one panel of
-// group x N rows, prefill has one panel of npos rows per head. The two
-// kernels sum a dot product in different orders; the backward recomputes
-// each score with the kernel the forward used, so exp(s - lse) sees the
-// very scores that made lse (a row with one visible key gets P = 1 exactly).
+// [i0, i0+npos) with qk_rows: a stacked panel has group x N rows, any other
+// npos rows. The two kernels sum a dot product in different orders; the
+// backward recomputes each score with the kernel the forward used, so
+// exp(s - lse) sees the very scores that made lse (a row with one visible
+// key gets P = 1 exactly).
 inline bool forward_scores_by_rows(const AttentionProblem& p, int64_t npos) {
-  const bool stacked = p.N <= kDecodeRows && p.group * p.N <= kBR;
-  return (stacked ? p.group * p.N : npos) <= kRowsForQkRows;
+  return (stacks_group(p) ? p.group * p.N : npos) <= kRowsForQkRows;
 }
 
 // The query rows of a score tile St [nj][kBR]: column r is query head
