@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
+from binding import bind_threads, run_on_all_cpus  # bench/
 
 ROOT = Path(__file__).resolve().parents[1]
 GGML_VENV = ROOT / "bench" / ".venv-ggml"
@@ -156,36 +157,6 @@ def run_ggml(a, row):
         print(f"ggml failed on {row['case']}: {r.stderr.strip()[-300:]}", file=sys.stderr)
         return None
     return float(r.stdout.strip().splitlines()[-1])
-
-
-def bind_threads():
-    """Binds every contender's OpenMP threads to cores (OMP_PROC_BIND=spread,
-    OMP_PLACES=cores, read by qkv's and torch's libgomp) unless the caller set
-    OMP_PROC_BIND. Unbound, a thread woken for a parallel region after an idle
-    gap sometimes lands on its waker's core, and on these 2-core VMs the pair
-    then spins on one core until the scheduler's 4 ms tick: qkv's training
-    shape (0.2 ms a call) measured 4 or 8 ms in 6 of 24 processes, none bound.
-    Set here, before torch loads libgomp; qkv's processes inherit it."""
-    if "OMP_PROC_BIND" not in os.environ:
-        os.environ["OMP_PROC_BIND"] = "spread"
-        os.environ.setdefault("OMP_PLACES", "cores")
-
-
-# The cores this script may use, read before torch's libgomp binds this
-# process's main thread to the first of them: a child inherits its parent
-# thread's affinity, so each qkv and ggml process is started with all of them
-# (set on this thread around the start, not in the child: torch's threads are
-# alive here, and a child of a threaded process should run nothing before exec).
-ALL_CPUS = os.sched_getaffinity(0)
-
-
-def run_on_all_cpus(cmd, **kw):
-    bound = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, ALL_CPUS)
-    try:
-        return subprocess.run(cmd, **kw)
-    finally:
-        os.sched_setaffinity(0, bound)
 
 
 def main():

@@ -9,7 +9,8 @@ in both (the library's default; `qkv bench --check-finite`). Each round runs the
 C++ bench (a median of --reps calls in its own process) and then the Python
 median of as many calls, alternating round by round so that drift on a shared
 machine hits both (PyTorch's rounds come after, apart); the report is the median over rounds and the ratio
-Python / C++ (the issue's bar: decode within 10 %, prefill within 2 %).
+Python / C++ (the issue's bar: decode within 10 %, prefill within 2 %). Threads
+are bound to cores (bench/binding.py) unless OMP_PROC_BIND is set.
 
     ~/.cache/qkv/venv/bin/python bench/python_overhead.py [--rounds 7] [--reps 50]
         [--qkv build/release/qkv] [--json out.json]
@@ -19,13 +20,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-import numpy as np
+from binding import bind_threads, run_on_all_cpus  # bench/
 
-import qkv
+bind_threads()  # before qkv (and torch) load libgomp, which reads it once
+import numpy as np  # noqa: E402
+
+import qkv  # noqa: E402
 
 CASES = {
     "decode": dict(batch=1, heads=32, kv_heads=8, n=1, s=4096, d=128, causal="none"),
@@ -39,7 +42,8 @@ def cpp_median_ms(binary, c, reps, warmup, threads):
            "--batch", str(c["batch"]), "--heads", str(c["heads"]),
            "--kv-heads", str(c["kv_heads"]), "--n", str(c["n"]), "--s", str(c["s"]),
            "--d", str(c["d"]), "--causal", c["causal"]]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    # With all cores: libgomp has bound this thread to one, and children inherit that.
+    out = run_on_all_cpus(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["median_ms"]
 
 

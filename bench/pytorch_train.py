@@ -14,7 +14,8 @@ iteration 0 up to float32 rounding, which checks that the two models are the
 same model. --dtype bf16 (or both) also runs the mixed-precision contenders:
 `qkv train --dtype bf16`, and PyTorch under torch.autocast("cpu", bfloat16)
 (its Linear layers and SDPA in bf16, float32 weights and optimiser), the
-usual way to train in bf16 on a CPU.
+usual way to train in bf16 on a CPU. Both sides' OpenMP threads are bound to
+cores (bench/binding.py) unless OMP_PROC_BIND is set.
 
 PyTorch lives in $QKV_VENV (default ~/.cache/qkv/venv, filled by
 scripts/setup.sh; created on first use otherwise, as pytorch_sdpa.py does). --qkv-only runs qkv alone (no PyTorch, no venv),
@@ -33,13 +34,13 @@ import shlex
 import statistics
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytorch_sdpa  # bench/: the venv logic (QKV_VENV with torch and numpy)
+from binding import bind_threads, run_on_all_cpus  # bench/
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +121,7 @@ def run_qkv(a, out_dir, dtype):
     """(step ms per iteration, train loss per iteration) from DIR/log.jsonl."""
     cmd = qkv_command(a, out_dir, dtype=dtype)
     print("running", shlex.join(cmd), file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_on_all_cpus(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"qkv train failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
     ms, losses = {}, {}
@@ -396,7 +397,7 @@ def check_init(a, init):
     with tempfile.TemporaryDirectory(prefix="qkv-init-") as d:
         cmd = qkv_command(a, d, stop_at_0=True)
         print("running", shlex.join(cmd), file=sys.stderr, flush=True)
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = run_on_all_cpus(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             return [f"init check: qkv train --stop-at 0 failed (exit {r.returncode}): "
                     f"{r.stderr.strip()}"]
@@ -485,6 +486,7 @@ def print_report(a, vocab, sides, init_lines):
 
 def main():
     a = parse_args()
+    bind_threads()
     dtypes = ["float32", "bf16"] if a.dtype == "both" else [a.dtype]
     if a.dry_run:
         if not a.torch_only:
