@@ -266,4 +266,46 @@ TEST(GemmBf16Packing, TransposePairsIsInterleaveRowsTransposed) {
     }
 }
 
+
+// The packing of op(B) = Bᵀ (the forward's weights, B [W][K]), called
+// directly: dst[p * dst_ld + w] holds (src[w][2p], src[w][2p+1]) rounded to
+// nearest even (bf16 sources as they are), the high half 0 past an odd K;
+// columns from W up to the next multiple of 16 (and below dst_ld) are 0, and
+// nothing else is written. K around the 16 pairs one pass transposes, widths
+// around 16 rows, and both the per-block calls pack_b_pairs makes and one
+// call over all the rows.
+TEST(GemmBf16Packing, GatherPairsStoresEachRowsPairsAcross) {
+  if (detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+  std::mt19937 rng(35);
+  constexpr uint32_t kUntouched = 0xdeadbeefu;
+  for (int64_t K : {1, 2, 31, 32, 33, 64, 70})
+    for (int64_t W : {1, 15, 16, 17, 40})
+      for (int64_t dst_ld : {(W + 15) / 16 * 16 + 16, W + 3})
+        for (bool per_block : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << "K " << K << " W " << W << " dst_ld " << dst_ld
+                                            << (per_block ? " per block" : " one call"));
+          const int64_t ld = K + 5, np = kernels::bf16gemm::pairs(K);
+          const VecF src = random_vec(rng, W * ld);
+          std::vector<uint16_t> src16(src.size());
+          for (size_t x = 0; x < src.size(); ++x) src16[x] = bf16_from_float(src[x]).bits;
+          std::vector<uint32_t> got(np * dst_ld, kUntouched), got16(np * dst_ld, kUntouched);
+          for (int64_t w0 = 0; w0 < W; w0 += per_block ? 16 : W) {
+            const int64_t w1 = per_block ? std::min(W, w0 + 16) : W;
+            kernels::bf16gemm::gather_pairs(src.data(), ld, W, K, w0, w1, got.data(), dst_ld);
+            kernels::bf16gemm::gather_pairs(src16.data(), ld, W, K, w0, w1, got16.data(), dst_ld);
+          }
+          const int64_t padded = std::min(dst_ld, (W + 15) / 16 * 16);
+          for (int64_t p = 0; p < np; ++p)
+            for (int64_t w = 0; w < dst_ld; ++w) {
+              uint32_t want = w < padded ? 0u : kUntouched;
+              if (w < W) {
+                want = src16[w * ld + 2 * p];
+                if (2 * p + 1 < K) want |= static_cast<uint32_t>(src16[w * ld + 2 * p + 1]) << 16;
+              }
+              ASSERT_EQ(got[p * dst_ld + w], want) << "pair " << p << " row " << w;
+              ASSERT_EQ(got16[p * dst_ld + w], want) << "bf16 source, pair " << p << " row " << w;
+            }
+        }
+}
+
 }  // namespace
