@@ -1,5 +1,6 @@
 """Thread binding for the benchmarks that alternate qkv's processes with
-PyTorch in this process (compare.py, pytorch_train.py).
+PyTorch or qkv's Python package in this process (compare.py,
+pytorch_train.py, python_overhead.py).
 
 Unbound, an OpenMP thread woken for a parallel region after an idle gap
 sometimes lands on its waker's core, and on these 2-core VMs the pair then
