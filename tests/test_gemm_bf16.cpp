@@ -44,6 +44,17 @@ VecF random_vec(std::mt19937& rng, int64_t n) {
   return v;
 }
 
+// x's elements as bf16 bit patterns, rounded to nearest even: the packings'
+// bf16 sources, and the halves their float32 sources must round to.
+std::vector<uint16_t> bf16_bits(const VecF& x) {
+  std::vector<uint16_t> b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]).bits;
+  return b;
+}
+
+// A pair word: lo in the low half, hi (0 past an odd K) in the high half.
+uint32_t pair_of(uint16_t lo, uint16_t hi) { return lo | static_cast<uint32_t>(hi) << 16; }
+
 // The rule (module comment) and the cases' set-up: gemm_check.h.
 void check(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int64_t pad,
            std::mt19937& rng) {
@@ -248,24 +259,20 @@ TEST(GemmBf16Packing, TransposePairsIsInterleaveRowsTransposed) {
       SCOPED_TRACE(::testing::Message() << "K " << K << " W " << W);
       const int64_t ld = W + 3, np = kernels::bf16gemm::pairs(K), dst_ld = np + 2;
       const VecF src = random_vec(rng, K * ld);
-      std::vector<uint16_t> src16(src.size());
-      for (size_t x = 0; x < src.size(); ++x) src16[x] = bf16_from_float(src[x]).bits;
+      const std::vector<uint16_t> src16 = bf16_bits(src);
       std::vector<uint32_t> got(W * dst_ld, kUntouched), got16(W * dst_ld, kUntouched);
       kernels::bf16gemm::transpose_pairs(src.data(), ld, K, W, got.data(), dst_ld);
       kernels::bf16gemm::transpose_pairs(src16.data(), ld, K, W, got16.data(), dst_ld);
       for (int64_t w = 0; w < W; ++w)
         for (int64_t p = 0; p < dst_ld; ++p) {
           uint32_t want = kUntouched;
-          if (p < np) {
-            want = src16[2 * p * ld + w];
-            if (2 * p + 1 < K) want |= static_cast<uint32_t>(src16[(2 * p + 1) * ld + w]) << 16;
-          }
+          if (p < np)
+            want = pair_of(src16[2 * p * ld + w], 2 * p + 1 < K ? src16[(2 * p + 1) * ld + w] : 0);
           ASSERT_EQ(got[w * dst_ld + p], want) << "row " << w << " pair " << p;
           ASSERT_EQ(got16[w * dst_ld + p], want) << "bf16 source, row " << w << " pair " << p;
         }
     }
 }
-
 
 // The packing of op(B) = Bᵀ (the forward's weights, B [W][K]), called
 // directly: dst[p * dst_ld + w] holds (src[w][2p], src[w][2p+1]) rounded to
@@ -286,8 +293,7 @@ TEST(GemmBf16Packing, GatherPairsStoresEachRowsPairsAcross) {
                                             << (per_block ? " per block" : " one call"));
           const int64_t ld = K + 5, np = kernels::bf16gemm::pairs(K);
           const VecF src = random_vec(rng, W * ld);
-          std::vector<uint16_t> src16(src.size());
-          for (size_t x = 0; x < src.size(); ++x) src16[x] = bf16_from_float(src[x]).bits;
+          const std::vector<uint16_t> src16 = bf16_bits(src);
           std::vector<uint32_t> got(np * dst_ld, kUntouched), got16(np * dst_ld, kUntouched);
           for (int64_t w0 = 0; w0 < W; w0 += per_block ? 16 : W) {
             const int64_t w1 = per_block ? std::min(W, w0 + 16) : W;
@@ -298,10 +304,8 @@ TEST(GemmBf16Packing, GatherPairsStoresEachRowsPairsAcross) {
           for (int64_t p = 0; p < np; ++p)
             for (int64_t w = 0; w < dst_ld; ++w) {
               uint32_t want = w < padded ? 0u : kUntouched;
-              if (w < W) {
-                want = src16[w * ld + 2 * p];
-                if (2 * p + 1 < K) want |= static_cast<uint32_t>(src16[w * ld + 2 * p + 1]) << 16;
-              }
+              if (w < W)
+                want = pair_of(src16[w * ld + 2 * p], 2 * p + 1 < K ? src16[w * ld + 2 * p + 1] : 0);
               ASSERT_EQ(got[p * dst_ld + w], want) << "pair " << p << " row " << w;
               ASSERT_EQ(got16[p * dst_ld + w], want) << "bf16 source, pair " << p << " row " << w;
             }
