@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
 #include "random_inputs.h"
 
@@ -145,6 +146,49 @@ inline std::vector<Case> edge_cases() {
   cs.push_back(std::move(train));
   cs.push_back(make_case("N = S = D = 1", {}, 1, 1, 1, 1, 1, 1, gen));
   return cs;
+}
+
+// Visible ranges that start at key 0 (causal, a window's right side,
+// key_lengths): the kernels skip blocks no query sees, which a bool mask of
+// the same visibility never does, so the two must agree bit for bit.
+inline std::vector<Case> visible_range_cases() {
+  std::mt19937_64 gen(7);
+  std::vector<Case> cs;
+  Case causal = make_case("causal", {}, 2, 2, 100, 100, 32, 32, gen);
+  causal.opts.causal = Causal::top_left;
+  cs.push_back(std::move(causal));
+  Case tall = make_case("bottom-right, GQA", {}, 4, 2, 129, 255, 65, 17, gen);
+  tall.opts.causal = Causal::bottom_right;
+  cs.push_back(std::move(tall));
+  Case right = make_case("right side of a window", {}, 2, 1, 150, 140, 16, 24, gen);
+  right.opts.window = SlidingWindow{-1, 3};
+  cs.push_back(std::move(right));
+  Case padded = make_case("padded", {2}, 2, 1, 70, 130, 16, 24, gen);
+  padded.opts.key_lengths = {130, 50};
+  cs.push_back(std::move(padded));
+  Case train = make_case("training shape", {12}, 4, 4, 64, 64, 32, 32, gen);
+  train.opts.causal = Causal::top_left;
+  cs.push_back(std::move(train));
+  return cs;
+}
+
+// `ranged` with its visible range (causal, window, key_lengths) replaced by
+// the same visibility as a bool mask, held in `keep`.
+inline AttentionOptions as_bool_mask(const Case& c, const AttentionOptions& ranged, Tensor& keep) {
+  const AttentionProblem p = check_attention_args(c.q, c.k, c.v, ranged);
+  Shape mshape = p.lead;
+  mshape.insert(mshape.end(), {1, p.N, p.S});
+  keep = Tensor(DType::boolean, mshape);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = 0; i < p.N; ++i)
+      for (int64_t j = 0; j < p.S; ++j)
+        keep.data<bool>()[(b * p.N + i) * p.S + j] = p.first_key(i) <= j && j <= p.last_key(b, i);
+  AttentionOptions masked = ranged;
+  masked.causal = Causal::none;
+  masked.window.reset();
+  masked.key_lengths.clear();
+  masked.mask = TensorView(keep);
+  return masked;
 }
 
 }  // namespace backward_cases

@@ -250,39 +250,11 @@ TEST_P(FastBackward, ThreadCountDoesNotChangeABit) {
 // agree bit for bit. (A window's left side moves where a row's first tile
 // starts, which changes the online softmax's order: not comparable so.)
 TEST_P(FastBackward, VisibleRangesGiveTheBitsOfTheSameBoolMask) {
-  std::mt19937_64 gen(7);
-  std::vector<Case> cs;
-  Case causal = make_case("causal", {}, 2, 2, 100, 100, 32, 32, gen);
-  causal.opts.causal = Causal::top_left;
-  cs.push_back(std::move(causal));
-  Case tall = make_case("bottom-right, GQA", {}, 4, 2, 129, 255, 65, 17, gen);
-  tall.opts.causal = Causal::bottom_right;
-  cs.push_back(std::move(tall));
-  Case right = make_case("right side of a window", {}, 2, 1, 150, 140, 16, 24, gen);
-  right.opts.window = SlidingWindow{-1, 3};
-  cs.push_back(std::move(right));
-  Case padded = make_case("padded", {2}, 2, 1, 70, 130, 16, 24, gen);
-  padded.opts.key_lengths = {130, 50};
-  cs.push_back(std::move(padded));
-  Case train = make_case("training shape", {12}, 4, 4, 64, 64, 32, 32, gen);
-  train.opts.causal = Causal::top_left;
-  cs.push_back(std::move(train));
-  for (const Case& c : cs) {
+  for (const Case& c : visible_range_cases()) {
     SCOPED_TRACE(describe(c));
     const AttentionOptions ranged = c.options(Kernel::fast);
-    const AttentionProblem p = check_attention_args(c.q, c.k, c.v, ranged);
-    Shape mshape = p.lead;
-    mshape.insert(mshape.end(), {1, p.N, p.S});
-    Tensor keep(DType::boolean, mshape);
-    for (int64_t b = 0; b < p.B; ++b)
-      for (int64_t i = 0; i < p.N; ++i)
-        for (int64_t j = 0; j < p.S; ++j)
-          keep.data<bool>()[(b * p.N + i) * p.S + j] = p.first_key(i) <= j && j <= p.last_key(b, i);
-    AttentionOptions masked = ranged;
-    masked.causal = Causal::none;
-    masked.window.reset();
-    masked.key_lengths.clear();
-    masked.mask = TensorView(keep);
+    Tensor keep;
+    const AttentionOptions masked = as_bool_mask(c, ranged, keep);
     const AttentionResult fr = attention(c.q, c.k, c.v, ranged);
     const AttentionResult fm = attention(c.q, c.k, c.v, masked);
     EXPECT_TRUE(same_bits(fr.out, fm.out)) << "out";

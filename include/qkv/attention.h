@@ -24,9 +24,12 @@
 // a CPU with AVX512-BF16, computes Q·Kᵀ with vdpbf16ps (exact bf16 products,
 // float32 sums; bf16 denormals read as 0) and, for prefill, P·V with the
 // weights rounded to bf16 (as PyTorch's and FlashAttention's bf16 kernels).
-// The backward takes bf16 too: it widens q, k, v, out and dout to float32
-// once (O(N D) copies), runs the float32 backward and returns bf16
-// gradients, or float32 ones when opts.out_dtype is float32.
+// The backward takes bf16 too and returns bf16 gradients (float32 ones when
+// opts.out_dtype is float32), summed in float32 and rounded once. With
+// AVX512-BF16 its five products run on vdpbf16ps, P and dS rounded to bf16
+// as their operands (as PyTorch's and FlashAttention's bf16 backward), a
+// float32 dout rounded to bf16 first; elsewhere it widens q, k, v, out and
+// dout to float32 once (O(N D) copies) and runs the float32 backward.
 //
 // Semantics (the contract every kernel in qkv must match):
 // - scale defaults to 1/sqrt(D); any finite positive or negative value may be

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 #include "qkv/attention.h"
@@ -55,12 +56,14 @@ struct MaskView {
   double bias(int64_t m) const { return add_f32 ? add_f32[m] : add_f64 ? add_f64[m] : 0.0; }
 };
 
-// The forward's results that the backward reads, C-ordered in q's dtype
-// (the op copies a strided out, lse or dout once).
+// The forward's results that the backward reads, C-ordered (the op copies a
+// strided out, lse or dout once), in q's dtype; for bf16 inputs lse is
+// float32, dout bf16 and out either.
 struct BackwardInputs {
   const void* out = nullptr;   // [..., Hq, N, Dv]
   const void* lse = nullptr;   // [..., Hq, N]
   const void* dout = nullptr;  // [..., Hq, N, Dv]
+  bool out_bf16 = false;       // bf16 inputs: out holds bf16 (else float32); dout is bf16
 };
 
 // What a kernel saw while it read k and v, when check_finite is fused into
@@ -85,6 +88,12 @@ struct AttentionProblem {
   // (they are computed in float32 and rounding them gains nothing).
   DType stats_dtype() const { return dtype == DType::bf16 ? DType::f32 : dtype; }
   Shape lead;           // the leading "..." dims
+  // lead followed by `tail`: the shape of a [..., tail] tensor of this problem.
+  Shape with(std::initializer_list<int64_t> tail) const {
+    Shape s = lead;
+    s.insert(s.end(), tail);
+    return s;
+  }
   int64_t B = 1;        // product of lead
   int64_t Hq = 0, Hkv = 0, N = 0, S = 0, D = 0, Dv = 0;
   int64_t group = 1;    // Hq / Hkv: query heads per key/value head

@@ -90,21 +90,52 @@ double Tensor::get(int64_t i) const {
   return 0.0;
 }
 
+namespace {
+
+// Every value is exact as a double; narrowing rounds to float32, and to bf16
+// via float32 (as NumPy/PyTorch do).
+inline double widen(float x) { return x; }
+inline double widen(double x) { return x; }
+inline double widen(bfloat16 x) { return bf16_to_float(x); }
+
+template <class D>
+D narrow(double x);
+template <>
+inline float narrow<float>(double x) { return static_cast<float>(x); }
+template <>
+inline double narrow<double>(double x) { return x; }
+template <>
+inline bfloat16 narrow<bfloat16>(double x) { return bf16_from_float(static_cast<float>(x)); }
+
+// One typed loop per pair of dtypes (a get() and a switch per element made
+// rounding a model's gradients to bf16 cost more than computing them).
+template <class S, class D>
+void convert(const S* src, D* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(widen(src[i]));
+}
+
+template <class S>
+void convert_to(const S* src, Tensor& out) {
+  switch (out.dtype()) {
+    case DType::f32: return convert(src, out.data<float>(), out.numel());
+    case DType::f64: return convert(src, out.data<double>(), out.numel());
+    case DType::bf16: return convert(src, out.data<bfloat16>(), out.numel());
+    case DType::boolean: return;
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor out(dtype, shape_);
   if (dtype_ == DType::boolean || dtype == DType::boolean)
     throw Error(std::string("cannot convert ") + dtype_name(dtype_) + " to " + dtype_name(dtype));
-  // Every pair goes through get() (exact as double) except the two that
-  // round: to float32 and to bf16 (via float32, as NumPy/PyTorch do).
-  for (int64_t i = 0; i < numel_; ++i) {
-    const double x = get(i);
-    switch (dtype) {
-      case DType::f32: out.data<float>()[i] = static_cast<float>(x); break;
-      case DType::f64: out.data<double>()[i] = x; break;
-      case DType::bf16: out.data<bfloat16>()[i] = bf16_from_float(static_cast<float>(x)); break;
-      case DType::boolean: break;
-    }
+  Tensor out(dtype, shape_);
+  switch (dtype_) {
+    case DType::f32: convert_to(data<float>(), out); break;
+    case DType::f64: convert_to(data<double>(), out); break;
+    case DType::bf16: convert_to(data<bfloat16>(), out); break;
+    case DType::boolean: break;
   }
   return out;
 }

@@ -1,4 +1,5 @@
-// flash_backward.h: the fast exact attention backward (float32).
+// flash_backward.h: the fast exact attention backward (float32, and bf16 on
+// vdpbf16ps).
 #pragma once
 
 #include "core/attention_problem.h"
@@ -15,5 +16,14 @@ namespace qkv::kernels {
 // out, lse and dout from `in`, C-ordered; g's tensors already sized.
 void flash_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
                     int threads, Isa isa);
+
+// bfloat16 q, k, v (p) and dout (in.dout, C-ordered), out bf16 or float32
+// (in.out_bf16), lse float32; g's tensors float32, already sized: the
+// gradients accumulate in float32. All five products run on pairs of bf16
+// with P and dS rounded to bf16 (flash_backward_bf16.cpp). isa must be
+// avx512bf16 or amx (qkv::Error otherwise). Bitwise identical for any
+// thread count.
+void flash_backward_bf16(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
+                         int threads, Isa isa);
 
 }  // namespace qkv::kernels

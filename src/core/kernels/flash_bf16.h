@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/kernels/flash_kernels.h"
 
@@ -21,6 +22,24 @@ namespace qkv::kernels {
 
 // Pairs of D packed per query: D odd gets a zero high half in its last pair.
 inline int64_t bf16_pairs(int64_t D) { return (D + 1) / 2; }
+
+// dst[t][r] = the word (x_r[2t], x_r[2t+1]) (little-endian: x_r[2t] low) of
+// bf16 rows x_r = row(r) for r < rows, zero past E and for columns r >= rows
+// up to kBR: the packed queries of qk_bf16_avx512 (the forward's Q, the
+// backward's Q and dO). Plain code, called outside the AVX512-BF16 files.
+template <class Row>
+inline void pack_pairs_bf16(uint32_t* dst, int rows, int64_t E, Row row) {
+  const int64_t whole = E / 2;
+  for (int r = 0; r < kBR; ++r) {
+    if (r >= rows) {
+      for (int64_t t = 0; t < bf16_pairs(E); ++t) dst[t * kBR + r] = 0;
+      continue;
+    }
+    const uint16_t* x = row(r);
+    for (int64_t t = 0; t < whole; ++t) std::memcpy(&dst[t * kBR + r], x + 2 * t, sizeof(uint32_t));
+    if (E % 2) dst[whole * kBR + r] = x[E - 1];
+  }
+}
 
 // St[j][i] = scale * sum_d K[j*ldk + d] * q_i[d] for j < nj and the first
 // `ncols` columns (rounded up to 16; Qt2's padding columns are zero).
@@ -72,5 +91,26 @@ void pack_v_bf16_avx512(uint32_t* V2, const uint16_t* V, int64_t ldv, int64_t nj
 // two keys of each pair in one vdpbf16ps. O [kBR][Dv] float32.
 void pv_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, const uint32_t* V2,
                     int64_t Dv, const float* alpha);
+
+// ---- the backward's products (flash_backward_bf16.cpp) ----
+// Where A2 holds row r's pair t of bf16 weights: pair_major at
+// A2[t*kBR + r] (the words of pack_p_bf16_avx512: pairs of tile rows, i.e.
+// keys), row_major at A2[r*(kBR/2) + t] (a [rows][kBR] bf16 tile of
+// round_rows_bf16_avx512 read as words: pairs of its columns, i.e. queries).
+enum class PairLayout { pair_major, row_major };
+
+// C[r][:] += sum_t A2(t, r) · B2[t][:] for r < nr, t < npairs: each A2 word a
+// pair of bf16 weights, each B2 word the matching pair of rows' elements.
+// C [nr][ne] float32 (row stride ne), B2 [npairs][ne]. The kernel of
+// pv_bf16_avx512 with no rescaling: per element one chain of vdpbf16ps over
+// t in order, however rows and columns are blocked.
+void mac_pairs_bf16_avx512(float* C, const uint32_t* A2, PairLayout layout, int64_t npairs, int nr,
+                           const uint32_t* B2, int64_t ne);
+
+// dst[r*kBR + c] = bf16(src[r*kBR + c]) (round to nearest even) for r < rows
+// and c < ncols, and 0 for c in [ncols, ncols rounded up to 16): each row's
+// words are then pairs along the columns, (c = 2t low, 2t + 1 high), with
+// an odd last column paired with 0.
+void round_rows_bf16_avx512(uint16_t* dst, const float* src, int64_t rows, int ncols);
 
 }  // namespace qkv::kernels

@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/kernels/flash_bf16.h"
 
@@ -111,18 +110,7 @@ void pack_queries(const Ctx& c, const Block& blk, Panel& pn) {
     return;
   }
   if (uses_dp_bf16(c, pn)) {
-    uint32_t* Qt2 = reinterpret_cast<uint32_t*>(pn.Qp);
-    const int64_t whole = p.D / 2;  // pairs read as one word (little-endian: q[2t] low)
-    for (int r = 0; r < kBR; ++r) {
-      if (r >= rows) {
-        for (int64_t t = 0; t < bf16_pairs(p.D); ++t) Qt2[t * kBR + r] = 0;
-        continue;
-      }
-      const uint16_t* q = qrow16(r);
-      for (int64_t t = 0; t < whole; ++t)
-        std::memcpy(&Qt2[t * kBR + r], q + 2 * t, sizeof(uint32_t));
-      if (p.D % 2) Qt2[whole * kBR + r] = q[p.D - 1];
-    }
+    pack_pairs_bf16(reinterpret_cast<uint32_t*>(pn.Qp), rows, p.D, qrow16);
     return;
   }
   const float scale = static_cast<float>(p.scale);

@@ -29,7 +29,10 @@ void fast_forward(AttentionResult& res, const AttentionProblem& p, bool want_wei
 template <Isa I>
 void fast_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
                    int threads) {
-  kernels::flash_backward(g, p, in, threads, I);
+  if (p.dtype == DType::bf16)
+    kernels::flash_backward_bf16(g, p, in, threads, I);
+  else
+    kernels::flash_backward(g, p, in, threads, I);
 }
 
 // Decode reads every visible K and V row once, straight from memory.

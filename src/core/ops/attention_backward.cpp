@@ -7,6 +7,7 @@
 #include "core/ops/attention_checks.h"
 #include "core/ops/attention_operands.h"
 #include "qkv/attention.h"
+#include "qkv/runtime.h"
 
 namespace qkv {
 namespace {
@@ -38,13 +39,17 @@ void check_lse_values(const T* lse, const Shape& shape) {
   }
 }
 
-// bfloat16 inputs: the backward widens q, k, v, out and dout to float32
-// once (exactly: a bf16 is a float32's top half), runs the float32 backward
-// on them, and rounds the gradients to bf16 once, unless opts.out_dtype asks
-// for float32 gradients (mixed-precision training keeps float32 master
-// gradients). The copies are O(N D), never N x S; the time is the float32
-// backward's. out and dout may be bf16 or float32 (the forward's out_dtype).
-void backward_bf16(AttentionGrads& g, const TensorView& q, const TensorView& k,
+// bfloat16 inputs, where the CPU has AVX512-BF16 and the fast kernel runs:
+// the bf16 backward (kernels/flash_backward_bf16.cpp), q, k and v read in
+// place, dout rounded to bf16 if it came as float32 (the forward's
+// out_dtype), gradients summed in float32 and rounded to bf16 once, unless
+// opts.out_dtype asks for float32 gradients (mixed-precision training keeps
+// float32 master gradients).
+// Elsewhere (the reference, or a CPU without AVX512-BF16) q, k, v, out and
+// dout are widened to float32 once (exactly: a bf16 is a float32's top
+// half) and the float32 backward runs on them. The copies are O(N D), never
+// N x S. out and dout may be bf16 or float32.
+void backward_bf16(AttentionGrads& g, AttentionProblem& p, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& out, const TensorView& lse,
                    const TensorView& dout, const AttentionOptions& opts) {
   for (const auto& [t, name] : {std::pair{&out, "out"}, std::pair{&dout, "dout"}})
@@ -54,13 +59,41 @@ void backward_bf16(AttentionGrads& g, const TensorView& q, const TensorView& k,
   if (lse && lse.dtype() != DType::f32)
     throw Error(std::string("lse: expected float32 (the forward's lse for bfloat16 inputs), found ") +
                 dtype_name(lse.dtype()));
-  auto widen = [](const TensorView& t) { return t ? t.contiguous().to(DType::f32) : Tensor(); };
-  AttentionOptions o32 = opts;
-  o32.out_dtype.reset();
   const bool f32_grads = opts.out_dtype == DType::f32;
   AttentionGrads g32;
   AttentionGrads& dst = f32_grads ? g : g32;
-  attention_backward_into(dst, widen(q), widen(k), widen(v), widen(out), lse, widen(dout), o32);
+  const AttentionBackend& backend = select_backend(opts.kernel, p);
+  if (backend.kind == Kernel::fast && active_isa() >= Isa::avx512bf16) {
+    const Shape rows_dv = p.with({p.Hq, p.N, p.Dv});
+    check_like(out, "out", out ? out.dtype() : DType::bf16, rows_dv, "[..., Hq, N, Dv]");
+    check_like(lse, "lse", DType::f32, p.with({p.Hq, p.N}), "[..., Hq, N]");
+    check_like(dout, "dout", dout ? dout.dtype() : DType::bf16, rows_dv, "[..., Hq, N, Dv]");
+    if (opts.check_finite) {
+      check_finite(out, "out");
+      check_finite(dout, "dout");
+    }
+    BackwardInputs in;
+    in.out = contiguous_data(out, p.copies);
+    in.out_bf16 = out.dtype() == DType::bf16;
+    in.lse = contiguous_data(lse, p.copies);
+    if (opts.check_finite) check_lse_values(static_cast<const float*>(in.lse), lse.shape());
+    Tensor dout16;
+    if (dout.dtype() == DType::bf16) {
+      in.dout = contiguous_data(dout, p.copies);
+    } else {
+      dout16 = dout.contiguous().to(DType::bf16);
+      in.dout = dout16.raw();
+    }
+    fit_tensor(dst.dq, DType::f32, q.shape());
+    fit_tensor(dst.dk, DType::f32, k.shape());
+    fit_tensor(dst.dv, DType::f32, v.shape());
+    backend.backward(dst, p, in, resolve_threads(opts.threads));
+  } else {
+    auto widen = [](const TensorView& t) { return t ? t.contiguous().to(DType::f32) : Tensor(); };
+    AttentionOptions o32 = opts;
+    o32.out_dtype.reset();
+    attention_backward_into(dst, widen(q), widen(k), widen(v), widen(out), lse, widen(dout), o32);
+  }
   if (!f32_grads) {
     g.dq = g32.dq.to(DType::bf16);
     g.dk = g32.dk.to(DType::bf16);
@@ -74,15 +107,10 @@ void attention_backward_into(AttentionGrads& g, const TensorView& q, const Tenso
                              const TensorView& v, const TensorView& out, const TensorView& lse,
                              const TensorView& dout, const AttentionOptions& opts) {
   AttentionProblem p = check_attention_args(q, k, v, opts);
-  if (p.dtype == DType::bf16) return backward_bf16(g, q, k, v, out, lse, dout, opts);
-  auto with = [&](std::initializer_list<int64_t> tail) {
-    Shape s = p.lead;
-    s.insert(s.end(), tail);
-    return s;
-  };
-  const Shape rows_dv = with({p.Hq, p.N, p.Dv});
+  if (p.dtype == DType::bf16) return backward_bf16(g, p, q, k, v, out, lse, dout, opts);
+  const Shape rows_dv = p.with({p.Hq, p.N, p.Dv});
   check_like(out, "out", p.dtype, rows_dv, "[..., Hq, N, Dv]");
-  check_like(lse, "lse", p.dtype, with({p.Hq, p.N}), "[..., Hq, N]");
+  check_like(lse, "lse", p.dtype, p.with({p.Hq, p.N}), "[..., Hq, N]");
   check_like(dout, "dout", p.dtype, rows_dv, "[..., Hq, N, Dv]");
   if (opts.check_finite) {
     check_finite(out, "out");

@@ -76,8 +76,12 @@ void for_each_element(const TensorView& t, F f) {
 // What one pass over n values x[0], x[st], ... finds: whether any has an
 // all-ones exponent (NaN or Inf), and the largest magnitude's bit pattern
 // (sign cleared: for finite values the patterns order like the values).
-// Testing bits keeps the loop free of branches, so it vectorises, and the
-// magnitude comes free with the finiteness test (no second read).
+// Testing bits keeps the loop free of branches, and the magnitude comes free
+// with the finiteness test (no second read). Both are max reductions of
+// unsigned integers (a masked exponent reaches exp_mask only when all ones),
+// which GCC vectorises on the baseline x86-64 target; a bool OR of
+// comparisons it left scalar, and that scan took 15-30% of a small
+// problem's backward.
 template <class Bits>
 struct Scan {
   bool bad = false;
@@ -89,18 +93,25 @@ struct Scan {
 };
 
 template <class T, class Bits>
-Scan<Bits> scan_values(const T* x, int64_t n, int64_t st, Bits exp_mask) {
+void scan_loop(const T* x, int64_t n, int64_t st, Bits exp_mask, Bits& me, Bits& mx) {
   const Bits magnitude = static_cast<Bits>(~(Bits{1} << (8 * sizeof(Bits) - 1)));
-  Scan<Bits> r;
-  bool bad = false;
-  Bits mx = 0;
   for (int64_t i = 0; i < n; ++i) {
     Bits b;
     std::memcpy(&b, x + i * st, sizeof b);
-    bad |= (b & exp_mask) == exp_mask;
+    me = std::max<Bits>(me, b & exp_mask);
     mx = std::max<Bits>(mx, b & magnitude);
   }
-  r.bad = bad;
+}
+
+template <class T, class Bits>
+Scan<Bits> scan_values(const T* x, int64_t n, int64_t st, Bits exp_mask) {
+  Bits me = 0, mx = 0;
+  if (st == 1)  // a constant stride: the vectorised loop
+    scan_loop(x, n, 1, exp_mask, me, mx);
+  else
+    scan_loop(x, n, st, exp_mask, me, mx);
+  Scan<Bits> r;
+  r.bad = me == exp_mask;
   r.max_bits = mx;
   return r;
 }

@@ -117,23 +117,37 @@ void pv_pairs_rows(float* O, const uint32_t* P2, int64_t nj, const uint16_t* V, 
   if (e < Dv) pv_pairs_block<R, true>(O, P2, nj, V, ldv, Dv, e, alpha, e == 0);
 }
 
+// The pair words pv2 broadcasts: word (t, a) of row a's pair t at
+// w[t * PT + a * PA], a compile-time layout (runtime strides cost the forward's
+// P·V 3.5%). P·V's weights are [pairs][kBR] (PT = kBR, PA = 1); the
+// backward's rows of bf16 are [rows][kBR / 2] words (PT = 1, PA = kBR / 2).
+template <int PT, int PA>
+struct Pairs {
+  const uint32_t* w;
+  uint32_t at(int64_t t, int64_t a) const { return w[t * PT + a * PA]; }
+  Pairs from_row(int64_t a) const { return Pairs{w + a * PA}; }
+};
+using PairMajor = Pairs<kBR, 1>;
+using RowMajor = Pairs<1, kBR / 2>;
+
 // O rows [0, IB) x value columns [e, e + EV*16) of the prefill form: for each
 // pair of keys, EV vectors of V2 loaded once and one P2 word broadcast per
 // row. PARTIAL: columns past Dv masked off (the last block of a row).
 // Every loop over a or b unrolls by pragma: left to GCC's late unroller,
 // the accumulators lived on the stack outside the t loop (stored and
 // reloaded around it, ~100 stack moves per call at 6 x 4).
-template <int IB, int EV, bool PARTIAL>
-void pv2_block(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const uint32_t* V2,
+template <int IB, int EV, bool PARTIAL, class P>
+void pv2_block(float* O, int64_t Dv, const P& P2, int64_t npairs, const uint32_t* V2,
                int64_t e, const float* alpha) {
   __m512 acc[IB][EV];
 #pragma GCC unroll 8
   for (int a = 0; a < IB; ++a) {
-    const __m512 s = _mm512_set1_ps(alpha[a]);
 #pragma GCC unroll 4
-    for (int b = 0; b < EV; ++b)
-      acc[a][b] = _mm512_mul_ps(s, PARTIAL ? _mm512_maskz_loadu_ps(first_lanes(Dv - e - b * 16), O + a * Dv + e + b * 16)
-                                           : _mm512_loadu_ps(O + a * Dv + e + b * 16));
+    for (int b = 0; b < EV; ++b) {
+      const __m512 o = PARTIAL ? _mm512_maskz_loadu_ps(first_lanes(Dv - e - b * 16), O + a * Dv + e + b * 16)
+                               : _mm512_loadu_ps(O + a * Dv + e + b * 16);
+      acc[a][b] = alpha ? _mm512_mul_ps(_mm512_set1_ps(alpha[a]), o) : o;
+    }
   }
   for (int64_t t = 0; t < npairs; ++t) {
     __m512bh v[EV];
@@ -143,7 +157,7 @@ void pv2_block(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const u
                                 : _mm512_loadu_si512(V2 + t * Dv + e + b * 16));
 #pragma GCC unroll 8
     for (int a = 0; a < IB; ++a) {
-      const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[t * kBR + a]));
+      const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2.at(t, a)));
 #pragma GCC unroll 4
       for (int b = 0; b < EV; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], p, v[b]);
     }
@@ -162,8 +176,8 @@ void pv2_block(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const u
 // The last EV vectors of columns from e: masked only when Dv is not a
 // whole number of vectors (Dv = 32, the GPT's heads, runs unmasked: masked,
 // this block took twice Q·Kᵀ's time).
-template <int IB, int EV>
-void pv2_tail(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const uint32_t* V2,
+template <int IB, int EV, class P>
+void pv2_tail(float* O, int64_t Dv, const P& P2, int64_t npairs, const uint32_t* V2,
               int64_t e, const float* alpha) {
   if (Dv % 16 == 0)
     pv2_block<IB, EV, false>(O, Dv, P2, npairs, V2, e, alpha);
@@ -172,8 +186,8 @@ void pv2_tail(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const ui
 }
 
 // Rows [0, IB) across all Dv columns, four vectors (64 columns) at a time.
-template <int IB>
-void pv2_rows(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const uint32_t* V2,
+template <int IB, class P>
+void pv2_rows(float* O, int64_t Dv, const P& P2, int64_t npairs, const uint32_t* V2,
               const float* alpha) {
   int64_t e = 0;
   for (; e + 64 <= Dv; e += 64) pv2_block<IB, 4, false>(O, Dv, P2, npairs, V2, e, alpha);
@@ -183,6 +197,27 @@ void pv2_rows(float* O, int64_t Dv, const uint32_t* P2, int64_t npairs, const ui
     case 2: pv2_tail<IB, 2>(O, Dv, P2, npairs, V2, e, alpha); break;
     case 3: pv2_tail<IB, 3>(O, Dv, P2, npairs, V2, e, alpha); break;
     default: pv2_tail<IB, 4>(O, Dv, P2, npairs, V2, e, alpha); break;
+  }
+}
+
+// O rows [0, nrows) x all Dv columns += the pairs' products (O scaled by
+// alpha first, when given).
+template <class P>
+void pv2_all(float* O, const P& P2, int64_t npairs, int nrows, const uint32_t* V2, int64_t Dv,
+             const float* alpha) {
+  constexpr int IB = 6;  // 6 x 4 accumulators + 4 V vectors + 1 broadcast of 32 registers
+  auto al = [&](int i) { return alpha ? alpha + i : nullptr; };
+  int i = 0;
+  for (; i + IB <= nrows; i += IB) pv2_rows<IB>(O + i * Dv, Dv, P2.from_row(i), npairs, V2, al(i));
+  float* o = O + i * Dv;
+  const P p = P2.from_row(i);
+  switch (nrows - i) {  // the row tail in one pass, so V2 is still read once per block
+    case 0: break;
+    case 1: pv2_rows<1>(o, Dv, p, npairs, V2, al(i)); break;
+    case 2: pv2_rows<2>(o, Dv, p, npairs, V2, al(i)); break;
+    case 3: pv2_rows<3>(o, Dv, p, npairs, V2, al(i)); break;
+    case 4: pv2_rows<4>(o, Dv, p, npairs, V2, al(i)); break;
+    default: pv2_rows<5>(o, Dv, p, npairs, V2, al(i)); break;
   }
 }
 
@@ -215,19 +250,24 @@ void pack_v_bf16_avx512(uint32_t* V2, const uint16_t* V, int64_t ldv, int64_t nj
 
 void pv_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, const uint32_t* V2,
                     int64_t Dv, const float* alpha) {
-  constexpr int IB = 6;  // 6 x 4 accumulators + 4 V vectors + 1 broadcast of 32 registers
-  const int64_t npairs = bf16_pairs(nj);
-  int i = 0;
-  for (; i + IB <= ncols; i += IB) pv2_rows<IB>(O + i * Dv, Dv, P2 + i, npairs, V2, alpha + i);
-  float* o = O + i * Dv;
-  switch (ncols - i) {  // the row tail in one pass, so V2 is still read once per block
-    case 0: break;
-    case 1: pv2_rows<1>(o, Dv, P2 + i, npairs, V2, alpha + i); break;
-    case 2: pv2_rows<2>(o, Dv, P2 + i, npairs, V2, alpha + i); break;
-    case 3: pv2_rows<3>(o, Dv, P2 + i, npairs, V2, alpha + i); break;
-    case 4: pv2_rows<4>(o, Dv, P2 + i, npairs, V2, alpha + i); break;
-    default: pv2_rows<5>(o, Dv, P2 + i, npairs, V2, alpha + i); break;
-  }
+  pv2_all(O, PairMajor{P2}, bf16_pairs(nj), ncols, V2, Dv, alpha);
+}
+
+void mac_pairs_bf16_avx512(float* C, const uint32_t* A2, PairLayout layout, int64_t npairs, int nr,
+                           const uint32_t* B2, int64_t ne) {
+  if (layout == PairLayout::pair_major)
+    pv2_all(C, PairMajor{A2}, npairs, nr, B2, ne, nullptr);
+  else
+    pv2_all(C, RowMajor{A2}, npairs, nr, B2, ne, nullptr);
+}
+
+void round_rows_bf16_avx512(uint16_t* dst, const float* src, int64_t rows, int ncols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < ncols; c += 16) {
+      const __m512 x = _mm512_maskz_loadu_ps(first_lanes(ncols - c), src + r * kBR + c);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * kBR + c),
+                          (__m256i)_mm512_cvtneps_pbh(x));
+    }
 }
 
 void pv_rows_bf16_avx512(float* O, const uint32_t* P2, int64_t nj, int ncols, const uint16_t* V,

@@ -1,0 +1,255 @@
+// flash_backward_bf16.cpp: the backward for bfloat16 inputs on vdpbf16ps
+// (AVX512-BF16; AMX CPUs have it too), FlashAttention-2's algorithm in
+// flash_backward.cpp's transposed layout (keys in rows, queries in columns)
+// with all five products on pairs of bf16 and float32 sums:
+//   St = K·Qᵀ · scale   qk_bf16 on Q's pairs along D, K read in place
+//   dP = V·dOᵀ          qk_bf16 on dO's pairs along Dv, V read in place
+//   dV += P·dO          P rounded to bf16, pairs along the queries
+//   dK += dS·Q          dS rounded to bf16, pairs along the queries
+//   dQ += dSᵀ·K         dS rounded to bf16, pairs along the keys
+// P and dS are computed in float32 and rounded to bf16 only as operands of
+// the products that follow (as PyTorch's and FlashAttention's bf16 kernels
+// do); D_i, the softmax and dS's arithmetic stay float32, and so do the
+// gradients, accumulated in float32 (the op rounds them to bf16 once, at the
+// end, unless float32 gradients were asked for).
+//
+// Where the visible range cuts a tile, only its blocks that some query sees
+// some key in run (EdgeBlocks, as the float32 edge_step). Each gradient
+// element is one chain of vdpbf16ps in the schedule's order
+// (backward_schedule.h), pairs aligned to the panel and the tile, so results
+// are bitwise the same for any thread count.
+#include <algorithm>
+#include <cmath>
+
+#include "core/kernels/backward_schedule.h"
+#include "core/kernels/flash_backward.h"
+#include "core/kernels/flash_bf16.h"
+#include "core/kernels/flash_kernels.h"
+#include "core/kernels/flash_tiles.h"
+
+namespace qkv::kernels {
+namespace {
+
+// q [B, Hq, N, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv] (bf16) are read
+// through p.q, p.k, p.v (rows of any stride); the rest is C-ordered.
+struct Ctx {
+  const AttentionProblem& p;
+  const FlashKernels& kern;  // the float32 element-wise kernels (probs, dscores)
+  const uint16_t* dO;        // [B, Hq, N, Dv] bf16
+  const void* O;             // [B, Hq, N, Dv] the forward's out, bf16 or float32
+  bool out_bf16;
+  const float* lse;  // [B, Hq, N]
+  BackwardGrads g;
+  bool elementwise;  // mask, ALiBi or soft-cap touch every tile
+};
+
+constexpr int kPairsBR = kBR / 2, kPairsBC = kBC / 2;
+
+// A thread's scratch: the packed panel, then the tiles. Words are pairs of
+// bf16 (low half first).
+struct Workspace {
+  uint32_t* Qt2;   // [pairs(D)][kBR]  q's pairs along D; zero padding columns
+  uint32_t* dOt2;  // [pairs(Dv)][kBR] dout's pairs along Dv; zero padding columns
+  uint32_t* Q2;    // [kBR/2][D]  pairs of query rows (2t, 2t+1), element by element
+  uint32_t* dO2;   // [kBR/2][Dv] pairs of dout rows
+  float* lse;      // [kBR], -inf padding: padding columns get P = 0
+  float* Dd;       // [kBR] D_i = dout_i · out_i; 0 padding
+  float* P;        // [kBC][kBR] scores, then weights
+  float* dS;       // [kBC][kBR] dP, then dS
+  float* dcap;     // [kBC][kBR] soft-cap's derivative; null without soft-cap
+  uint16_t* Pr;    // [kBC][kBR] P in bf16: per row, pairs along the queries
+  uint16_t* dSr;   // [kBC][kBR] dS in bf16, likewise
+  uint32_t* dS2;   // [kBC/2][kBR] dS's pairs along the keys
+  uint32_t* K2;    // [kBC/2][D] pairs of the tile's key rows
+};
+
+size_t workspace_floats(const AttentionProblem& p) {
+  const int64_t D2 = bf16_pairs(p.D), Dv2 = bf16_pairs(p.Dv);
+  return static_cast<size_t>((D2 + Dv2) * kBR + kPairsBR * (p.D + p.Dv) + 2 * kBR +
+                             3 * kBC * kBR + 2 * (kBC * kBR / 2) + kPairsBC * kBR +
+                             kPairsBC * p.D);
+}
+
+Workspace make_workspace(const AttentionProblem& p, float* slot) {
+  Workspace ws;
+  auto words = [&](int64_t n) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(slot);
+    slot += n;
+    return w;
+  };
+  auto floats = [&](int64_t n) {
+    float* f = slot;
+    slot += n;
+    return f;
+  };
+  ws.Qt2 = words(bf16_pairs(p.D) * kBR);
+  ws.dOt2 = words(bf16_pairs(p.Dv) * kBR);
+  ws.Q2 = words(kPairsBR * p.D);
+  ws.dO2 = words(kPairsBR * p.Dv);
+  ws.lse = floats(kBR);
+  ws.Dd = floats(kBR);
+  ws.P = floats(kBC * kBR);
+  ws.dS = floats(kBC * kBR);
+  ws.dcap = floats(kBC * kBR);
+  ws.Pr = reinterpret_cast<uint16_t*>(words(kBC * kBR / 2));
+  ws.dSr = reinterpret_cast<uint16_t*>(words(kBC * kBR / 2));
+  ws.dS2 = words(kPairsBC * kBR);
+  ws.K2 = words(kPairsBC * p.D);
+  // mask_tile fills only a panel's columns; dscores also reads the padding
+  // columns (results never used), which must not hold stray denormals.
+  if (p.softcap > 0.0)
+    std::fill(ws.dcap, ws.dcap + kBC * kBR, 0.0f);
+  else
+    ws.dcap = nullptr;
+  return ws;
+}
+
+// Packs the panel: q and dout both ways, lse and D of its rows.
+void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws) {
+  const AttentionProblem& p = c.p;
+  const int64_t row0 = pn.row0(p);
+  const uint16_t* dO = c.dO + row0 * p.Dv;  // [npos][Dv]
+  if (c.out_bf16)
+    row_dots(dO, static_cast<const uint16_t*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
+  else
+    row_dots(dO, static_cast<const float*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
+  for (int r = 0; r < kBR; ++r) ws.lse[r] = r < pn.npos ? c.lse[row0 + r] : -INFINITY;
+  for (int r = pn.npos; r < kBR; ++r) ws.Dd[r] = 0.0f;
+  const uint16_t* Q = p.q.row<uint16_t>(pn.bh(p), pn.i0);
+  pack_pairs_bf16(ws.Qt2, pn.npos, p.D, [&](int r) { return Q + r * p.q.row_stride; });
+  pack_pairs_bf16(ws.dOt2, pn.npos, p.Dv, [&](int r) { return dO + r * p.Dv; });
+  pack_v_bf16_avx512(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
+  pack_v_bf16_avx512(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
+}
+
+// Part of a tile: rows [r0, r0+nr) (keys of the tile, or queries of the
+// panel) against columns [c0, c0+nc) (queries, or keys); c0 is a multiple of
+// kSub, so of 2: its pairs are the tile's.
+struct Part {
+  int64_t r0, nr;
+  int c0, nc;
+};
+
+// The parts of the tile the products run on: the whole tile, or where the
+// visible range cuts it (full_step and edge_step in flash_backward.cpp),
+// only the blocks some query sees some key in. A block left out holds
+// P = dS = 0 exactly, so each gradient element's chain loses only exact
+// zeros; which form a tile takes depends on the tile alone.
+struct Parts {
+  Part by_key[kBC / kSub];    // key rows x panel columns: scores, dV, dK
+  Part by_query[kBR / kSub];  // panel rows x key columns: dQ
+  int n_key = 0, n_query = 0;
+};
+
+Parts parts(const AttentionProblem& p, const BackwardPanel& pn, int64_t j0, int64_t nj, bool q) {
+  Parts t;
+  if (tile_is_interior(p, false, pn.b, pn.i0, pn.npos, j0, nj)) {
+    t.by_key[t.n_key++] = Part{0, nj, 0, pn.npos};
+    t.by_query[t.n_query++] = Part{0, pn.npos, 0, static_cast<int>(nj)};
+    return t;
+  }
+  const EdgeBlocks e(p, pn, j0, nj, q);
+  for (int kb = 0; kb < e.nkb; ++kb)
+    if (!e.cols[kb].empty())
+      t.by_key[t.n_key++] = Part{kb * kSub, std::min<int64_t>(kSub, nj - kb * kSub), e.cols[kb].lo,
+                                 e.cols[kb].hi - e.cols[kb].lo};
+  for (int qb = 0; q && qb < e.nqb; ++qb)
+    if (!e.keys[qb].empty())
+      t.by_query[t.n_query++] = Part{qb * kSub, std::min<int64_t>(kSub, pn.npos - qb * kSub),
+                                     e.keys[qb].lo, e.keys[qb].hi - e.keys[qb].lo};
+  return t;
+}
+
+// The packed panel against keys [j0, j0+nj): P and dS of the tile's parts,
+// then dV and dK (kv) and dQ (q) accumulate.
+void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0, int64_t nj,
+          bool kv, bool q) {
+  const AttentionProblem& p = c.p;
+  const int64_t g = pn.kv(p), row0 = pn.row0(p);
+  const uint16_t* K = p.k.row<uint16_t>(g, j0);  // [nj, D], rows ldk apart
+  const uint16_t* V = p.v.row<uint16_t>(g, j0);  // [nj, Dv], rows ldv apart
+  const int64_t ldk = p.k.row_stride, ldv = p.v.row_stride;
+  const float scale = static_cast<float>(p.scale);
+  const Parts t = parts(p, pn, j0, nj, q);
+  // St = scale · K·Qᵀ and dP = V·dOᵀ [nj][kBR]; the mask writes the whole tile.
+  for (int x = 0; x < t.n_key; ++x) {
+    const Part& b = t.by_key[x];
+    qk_bf16_avx512(ws.P + b.r0 * kBR + b.c0, K + b.r0 * ldk, ldk, b.nr, ws.Qt2 + b.c0, p.D, b.nc,
+                   scale);
+    qk_bf16_avx512(ws.dS + b.r0 * kBR + b.c0, V + b.r0 * ldv, ldv, b.nr, ws.dOt2 + b.c0, p.Dv,
+                   b.nc, 1.0f);
+  }
+  if (!tile_is_interior(p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
+    mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
+  // P = exp(St - lse);  dS = P ∘ (dP - D) · cap' · scale.
+  for (int x = 0; x < t.n_key; ++x) {
+    const Part& b = t.by_key[x];
+    float* P = ws.P + b.r0 * kBR + b.c0;
+    c.kern.probs(P, b.nr, b.nc, ws.lse + b.c0);
+    const float* dcap = ws.dcap ? ws.dcap + b.r0 * kBR + b.c0 : nullptr;
+    c.kern.dscores(ws.dS + b.r0 * kBR + b.c0, P, b.nr, b.nc, ws.Dd + b.c0, dcap, scale);
+  }
+  if (kv) {
+    // dV [nj][Dv] += P [nj][npos] · dO [npos][Dv];  dK [nj][D] += dS · Q [npos][D],
+    // each key row's weights in bf16 pairs of queries.
+    const uint32_t* Pr = reinterpret_cast<const uint32_t*>(ws.Pr);
+    const uint32_t* dSr = reinterpret_cast<const uint32_t*>(ws.dSr);
+    for (int x = 0; x < t.n_key; ++x) {
+      const Part& b = t.by_key[x];
+      const int64_t at = b.r0 * kBR + b.c0, w = b.r0 * kPairsBR + b.c0 / 2, t0 = b.c0 / 2;
+      round_rows_bf16_avx512(ws.Pr + at, ws.P + at, b.nr, b.nc);
+      round_rows_bf16_avx512(ws.dSr + at, ws.dS + at, b.nr, b.nc);
+      mac_pairs_bf16_avx512(c.g.dV + (g * p.S + j0 + b.r0) * p.Dv, Pr + w, PairLayout::row_major,
+                            bf16_pairs(b.nc), static_cast<int>(b.nr), ws.dO2 + t0 * p.Dv, p.Dv);
+      mac_pairs_bf16_avx512(c.g.dK + (g * p.S + j0 + b.r0) * p.D, dSr + w, PairLayout::row_major,
+                            bf16_pairs(b.nc), static_cast<int>(b.nr), ws.Q2 + t0 * p.D, p.D);
+    }
+  }
+  if (q) {
+    // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D], dS in bf16 pairs of keys.
+    // The whole tile is packed; the parts read only what was computed (a
+    // query block's keys lie in key blocks its columns were computed for).
+    pack_p_bf16_avx512(ws.dS2, ws.dS, nj, pn.npos);
+    pack_v_bf16_avx512(ws.K2, K, ldk, nj, p.D);
+    for (int x = 0; x < t.n_query; ++x) {
+      const Part& b = t.by_query[x];
+      const int64_t t0 = b.c0 / 2;
+      mac_pairs_bf16_avx512(c.g.dQ + (row0 + b.r0) * p.D, ws.dS2 + t0 * kBR + b.r0,
+                            PairLayout::pair_major, bf16_pairs(b.nc), static_cast<int>(b.nr),
+                            ws.K2 + t0 * p.D, p.D);
+    }
+  }
+}
+
+// The bf16 tiles backward_schedule.h runs: always Q·Kᵀ's tile form.
+struct Bf16Tiles {
+  using Workspace = kernels::Workspace;
+  const Ctx& c;
+  size_t scratch_floats() const { return workspace_floats(c.p); }
+  Workspace workspace(float* slot) const { return make_workspace(c.p, slot); }
+  bool by_rows(int) const { return false; }
+  void pack(const BackwardPanel& pn, const Workspace& ws) const { kernels::pack(c, pn, ws); }
+  void step(const BackwardPanel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
+            bool q) const {
+    kernels::step(c, pn, ws, j0, nj, kv, q);
+  }
+};
+
+}  // namespace
+
+void flash_backward_bf16(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
+                         int threads, Isa isa) {
+  if (isa < Isa::avx512bf16)
+    throw Error(std::string("flash_backward_bf16: needs AVX512-BF16, the path is ") + isa_name(isa));
+  const Ctx c{p,
+              flash_kernels(isa),
+              static_cast<const uint16_t*>(in.dout),
+              in.out,
+              in.out_bf16,
+              static_cast<const float*>(in.lse),
+              BackwardGrads{g.dq.data<float>(), g.dk.data<float>(), g.dv.data<float>()},
+              needs_elementwise(p)};
+  run_backward(p, Bf16Tiles{c}, c.g, threads);
+}
+
+}  // namespace qkv::kernels
