@@ -1,6 +1,7 @@
-// backward_cases.h: the cases test_attention_backward_fast.cpp checks the fast
-// backward on: random float32 problems across the tile and vector edges with
-// every mask kind, and fixed edge cases. Included by that one test file.
+// backward_cases.h: the cases the fast backward is checked on, float32
+// (test_attention_backward_fast.cpp) and bf16 (test_attention_backward_bf16.cpp):
+// random problems across the tile and vector edges with every mask kind,
+// fixed edge cases, and visible ranges against the same bool mask.
 #pragma once
 
 #include <array>

@@ -18,8 +18,9 @@
 // values; both backwards are given its out and lse, so only the backward's
 // own arithmetic is judged. (PyTorch's bf16 backward on the same inputs is
 // the yardstick of tests/python/test_bf16.py.)
-// Also: the same bits for any thread count (one pass and two passes) and
-// for a visible range as for the same bool mask, a bf16
+// Also: the same bits for any thread count (one pass and two passes), for a
+// visible range as for the same bool mask, for strided q, k, v as for
+// C-ordered ones, and for a bf16 out as for its float32 widening; a bf16
 // gradient is the float32 one rounded once, and a float32 dout is rounded
 // to bf16 first on the vdpbf16ps paths.
 #include <cmath>
@@ -35,6 +36,7 @@
 #include "core/ops/attention_checks.h"
 #include "qkv/attention.h"
 #include "qkv/runtime.h"
+#include "strided.h"
 
 using namespace qkv;
 
@@ -67,11 +69,12 @@ Bf16Case prepare(const Case& c) {
 }
 
 // The backward of `b` with `kernel` on the active path, given the truth's
-// out and lse in float32, float32 gradients unless bf16_grads.
-AttentionGrads run(const Bf16Case& b, Kernel kernel, bool bf16_grads = false, int threads = 0) {
+// out and lse in float32, float32 gradients unless bf16_grads, on the case's
+// thread count unless `threads` >= 0.
+AttentionGrads run(const Bf16Case& b, Kernel kernel, bool bf16_grads = false, int threads = -1) {
   AttentionOptions o = b.opts;
   o.kernel = kernel;
-  o.threads = threads;
+  if (threads >= 0) o.threads = threads;
   if (!bf16_grads) o.out_dtype = DType::f32;
   AttentionGrads g;
   attention_backward_into(g, b.q, b.k, b.v, b.fwd.out.to(DType::f32), b.fwd.lse.to(DType::f32),
@@ -184,6 +187,7 @@ std::vector<Case> cases() {
 }
 
 TEST_P(Bf16Backward, ErrorRule) {
+  int differ = 0;  // cases whose gradients are not the widening path's bits
   for (const Case& c : cases()) {
     SCOPED_TRACE(describe(c));
     const Bf16Case b = prepare(c);
@@ -195,6 +199,65 @@ TEST_P(Bf16Backward, ErrorRule) {
       EXPECT_TRUE(same_bits(got.dq, plain.dq));
       EXPECT_TRUE(same_bits(got.dk, plain.dk));
       EXPECT_TRUE(same_bits(got.dv, plain.dv));
+    }
+    differ += !same_bits(got.dq, plain.dq) || !same_bits(got.dk, plain.dk) ||
+              !same_bits(got.dv, plain.dv);
+  }
+  // The vdpbf16ps paths must really have run their own kernel (a fallback
+  // to the widening path would meet the rule above too).
+  if (rounds()) {
+    EXPECT_GT(differ, static_cast<int>(cases().size()) / 2);
+  }
+}
+
+// A bf16 out is read as its values: the gradients are the bits of the same
+// out widened to float32 (D_i = dout_i · out_i is summed in double either
+// way), on every path.
+TEST_P(Bf16Backward, Bf16OutIsReadAsItsValues) {
+  for (const Case& c : edge_cases()) {
+    SCOPED_TRACE(describe(c));
+    const Bf16Case b = prepare(c);
+    AttentionOptions o = b.opts;
+    o.kernel = Kernel::fast;
+    o.out_dtype = DType::f32;
+    const Tensor out16 = b.fwd.out.to(DType::bf16), lse = b.fwd.lse.to(DType::f32);
+    AttentionGrads g16, g32;
+    attention_backward_into(g16, b.q, b.k, b.v, out16, lse, b.dout, o);
+    attention_backward_into(g32, b.q, b.k, b.v, out16.to(DType::f32), lse, b.dout, o);
+    EXPECT_TRUE(same_bits(g16.dq, g32.dq));
+    EXPECT_TRUE(same_bits(g16.dk, g32.dk));
+    EXPECT_TRUE(same_bits(g16.dv, g32.dv));
+  }
+}
+
+// q, k and v as strided views (padded rows as in a KV cache, heads and
+// positions swapped in memory) give the bits of their C-ordered copies,
+// read in place (no input copy).
+TEST_P(Bf16Backward, StridedInputsGiveTheBitsOfContiguousOnes) {
+  for (const Case& c : edge_cases()) {
+    SCOPED_TRACE(describe(c));
+    const Bf16Case b = prepare(c);
+    const AttentionGrads want = run(b, Kernel::fast);
+    for (int layout : {1, 2}) {
+      auto lay = [&](const Tensor& t) {
+        const int r = t.rank();
+        std::vector<int> order(r);
+        for (int a = 0; a < r; ++a) order[a] = a;
+        if (layout == 2 && r >= 3) std::swap(order[r - 3], order[r - 2]);
+        return test_strided::restride(t, order, 1);
+      };
+      const auto qs = lay(b.q), ks = lay(b.k), vs = lay(b.v);
+      AttentionOptions o = b.opts;
+      o.kernel = Kernel::fast;
+      o.out_dtype = DType::f32;
+      const int64_t copies = input_copies();
+      AttentionGrads g;
+      attention_backward_into(g, qs.view, ks.view, vs.view, b.fwd.out.to(DType::f32),
+                              b.fwd.lse.to(DType::f32), b.dout, o);
+      EXPECT_EQ(input_copies(), copies) << "layout " << layout << ": an input was copied";
+      EXPECT_TRUE(same_bits(g.dq, want.dq)) << "layout " << layout;
+      EXPECT_TRUE(same_bits(g.dk, want.dk)) << "layout " << layout;
+      EXPECT_TRUE(same_bits(g.dv, want.dv)) << "layout " << layout;
     }
   }
 }
@@ -274,6 +337,22 @@ TEST_P(Bf16Backward, Float32OutAndDout) {
                             b.fwd.out.to(DType::bf16).to(DType::f32), b.fwd.lse.to(DType::f32),
                             dout32, of);
     EXPECT_TRUE(same_bits(g.dq, w.dq));
+    EXPECT_TRUE(same_bits(g.dk, w.dk));
+    EXPECT_TRUE(same_bits(g.dv, w.dv));
+  }
+  // A float32 dout beyond bf16's range cannot be rounded for the products:
+  // an error, not Inf gradients. (The widening paths take it as it is.)
+  dout32.data<float>()[7] = 3.4e38f;
+  if (rounds()) {
+    try {
+      attention_backward_into(g, b.q, b.k, b.v, b.fwd.out.to(DType::bf16), b.fwd.lse.to(DType::f32),
+                              dout32, o);
+      ADD_FAILURE() << "a dout beyond bf16's range was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dout: a value of magnitude 3.4e+38 overflows bfloat16"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

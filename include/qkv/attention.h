@@ -28,7 +28,8 @@
 // opts.out_dtype is float32), summed in float32 and rounded once. With
 // AVX512-BF16 its five products run on vdpbf16ps, P and dS rounded to bf16
 // as their operands (as PyTorch's and FlashAttention's bf16 backward), a
-// float32 dout rounded to bf16 first; elsewhere it widens q, k, v, out and
+// float32 dout rounded to bf16 first (with check_finite, a value beyond
+// bf16's range is a qkv::Error); elsewhere it widens q, k, v, out and
 // dout to float32 once (O(N D) copies) and runs the float32 backward.
 //
 // Semantics (the contract every kernel in qkv must match):

@@ -24,7 +24,9 @@
 //                                                   a slice of scratch_floats()
 //   size_t scratch_floats() const
 //   bool by_rows(int npos) const                    the panel's score form
-//   void pack(const BackwardPanel&, const Workspace&) const
+//   void pack(const BackwardPanel&, const Workspace&, bool kv) const
+//                                                   the panel, for steps with
+//                                                   (kv) or without dK, dV
 //   void step(const BackwardPanel&, const Workspace&, int64_t j0, int64_t nj,
 //             bool kv, bool q) const               one key tile: dK, dV (kv)
 //                                                   and dQ (q) accumulate
@@ -148,7 +150,7 @@ void walk(const AttentionProblem& p, const Tiles& t, const BackwardPanel& pn,
   int64_t first, end;
   visible_keys(p, pn.b, pn.i0, pn.npos, kbeg, kend, first, end);
   if (first >= end) return;
-  t.pack(pn, ws);
+  t.pack(pn, ws, kv);
   for (int64_t j0 = first; j0 < end; j0 += kBC)
     t.step(pn, ws, j0, std::min<int64_t>(kBC, end - j0), kv, q);
 }

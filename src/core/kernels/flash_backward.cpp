@@ -35,9 +35,7 @@ struct Ctx {
   const float* dO;   // [B, Hq, N, Dv]
   const float* O;    // [B, Hq, N, Dv]: the forward's out
   const float* lse;  // [B, Hq, N]
-  float* dQ;         // [B, Hq, N, D]
-  float* dK;         // [B, Hkv, S, D]
-  float* dV;         // [B, Hkv, S, Dv]
+  BackwardGrads g;   // dQ [B, Hq, N, D], dK [B, Hkv, S, D], dV [B, Hkv, S, Dv]
   bool elementwise;  // mask, ALiBi or soft-cap touch every tile
 };
 
@@ -133,13 +131,13 @@ void full_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
   f.dscores(ws.dS, ws.P, nj, pn.npos, ws.Dd, ws.dcap, static_cast<float>(p.scale));
   if (kv) {
     // dV [nj][Dv] += P [nj][npos] · dO [npos][Dv];  dK [nj][D] += dS · Q [npos][D].
-    f.mac(c.dV + (g * p.S + j0) * p.Dv, p.Dv, ws.P, kBR, 1, c.dO + row0 * p.Dv, p.Dv, nj,
+    f.mac(c.g.dV + (g * p.S + j0) * p.Dv, p.Dv, ws.P, kBR, 1, c.dO + row0 * p.Dv, p.Dv, nj,
           pn.npos, p.Dv);
-    f.mac(c.dK + (g * p.S + j0) * p.D, p.D, ws.dS, kBR, 1, p.q.row<float>(pn.bh(p), pn.i0),
+    f.mac(c.g.dK + (g * p.S + j0) * p.D, p.D, ws.dS, kBR, 1, p.q.row<float>(pn.bh(p), pn.i0),
           p.q.row_stride, nj, pn.npos, p.D);
   }
   // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D].
-  if (q) f.mac(c.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, ldk, pn.npos, nj, p.D);
+  if (q) f.mac(c.g.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, ldk, pn.npos, nj, p.D);
 }
 
 // A tile the visible range cuts through, in the blocks of EdgeBlocks
@@ -183,9 +181,9 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
       if (e.cols[kb].empty()) continue;
       const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
       const int lo = e.cols[kb].lo, n = e.cols[kb].hi - lo;
-      f.mac(c.dV + (g * p.S + j0 + ja) * p.Dv, p.Dv, ws.P + ja * kBR + lo, kBR, 1,
+      f.mac(c.g.dV + (g * p.S + j0 + ja) * p.Dv, p.Dv, ws.P + ja * kBR + lo, kBR, 1,
             c.dO + (row0 + lo) * p.Dv, p.Dv, nb, n, p.Dv);
-      f.mac(c.dK + (g * p.S + j0 + ja) * p.D, p.D, ws.dS + ja * kBR + lo, kBR, 1,
+      f.mac(c.g.dK + (g * p.S + j0 + ja) * p.D, p.D, ws.dS + ja * kBR + lo, kBR, 1,
             Q + lo * p.q.row_stride, p.q.row_stride, nb, n, p.D);
     }
   }
@@ -194,7 +192,7 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
       if (e.keys[qb].empty()) continue;
       const int64_t ia = qb * kSub, rows = std::min<int64_t>(kSub, pn.npos - ia);
       const int lo = e.keys[qb].lo, n = e.keys[qb].hi - lo;
-      f.mac(c.dQ + (row0 + ia) * p.D, p.D, ws.dS + lo * kBR + ia, 1, kBR, K + lo * ldk, ldk,
+      f.mac(c.g.dQ + (row0 + ia) * p.D, p.D, ws.dS + lo * kBR + ia, 1, kBR, K + lo * ldk, ldk,
             rows, n, p.D);
     }
 }
@@ -217,7 +215,7 @@ struct F32Tiles {
   size_t scratch_floats() const { return workspace_floats(c.p); }
   Workspace workspace(float* slot) const { return make_workspace(c.p, slot); }
   bool by_rows(int npos) const { return forward_scores_by_rows(c.p, npos); }
-  void pack(const Panel& pn, const Workspace& ws) const { kernels::pack(c, pn, ws); }
+  void pack(const Panel& pn, const Workspace& ws, bool) const { kernels::pack(c, pn, ws); }
   void step(const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv, bool q) const {
     kernels::step(c, pn, ws, j0, nj, kv, q);
   }
@@ -232,11 +230,9 @@ void flash_backward(AttentionGrads& g, const AttentionProblem& p, const Backward
               static_cast<const float*>(in.dout),
               static_cast<const float*>(in.out),
               static_cast<const float*>(in.lse),
-              g.dq.data<float>(),
-              g.dk.data<float>(),
-              g.dv.data<float>(),
+              BackwardGrads{g.dq.data<float>(), g.dk.data<float>(), g.dv.data<float>()},
               needs_elementwise(p)};
-  run_backward(p, F32Tiles{c}, BackwardGrads{c.dQ, c.dK, c.dV}, threads);
+  run_backward(p, F32Tiles{c}, c.g, threads);
 }
 
 }  // namespace qkv::kernels

@@ -16,8 +16,11 @@
 // Where the visible range cuts a tile, only its blocks that some query sees
 // some key in run (EdgeBlocks, as the float32 edge_step). Each gradient
 // element is one chain of vdpbf16ps in the schedule's order
-// (backward_schedule.h), pairs aligned to the panel and the tile, so results
-// are bitwise the same for any thread count.
+// (backward_schedule.h), pairs aligned to the panel and the tile, and which
+// blocks run depends on the tile alone, so results are bitwise the same for
+// any thread count. (A bool mask of the same visibility runs every block:
+// the same bits too, since a block it adds holds only zero pairs, unless a
+// partial sum is a float32 denormal, which vdpbf16ps flushes to 0.)
 #include <algorithm>
 #include <cmath>
 
@@ -95,8 +98,7 @@ Workspace make_workspace(const AttentionProblem& p, float* slot) {
   ws.dSr = reinterpret_cast<uint16_t*>(words(kBC * kBR / 2));
   ws.dS2 = words(kPairsBC * kBR);
   ws.K2 = words(kPairsBC * p.D);
-  // mask_tile fills only a panel's columns; dscores also reads the padding
-  // columns (results never used), which must not hold stray denormals.
+  // Zeroed for dscores' padding columns, as in flash_backward.cpp.
   if (p.softcap > 0.0)
     std::fill(ws.dcap, ws.dcap + kBC * kBR, 0.0f);
   else
@@ -104,8 +106,9 @@ Workspace make_workspace(const AttentionProblem& p, float* slot) {
   return ws;
 }
 
-// Packs the panel: q and dout both ways, lse and D of its rows.
-void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws) {
+// Packs the panel: lse and D of its rows, q and dout in pairs along D for
+// the scores, and (kv: for dK and dV) in pairs of rows.
+void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, bool kv) {
   const AttentionProblem& p = c.p;
   const int64_t row0 = pn.row0(p);
   const uint16_t* dO = c.dO + row0 * p.Dv;  // [npos][Dv]
@@ -118,8 +121,10 @@ void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws) {
   const uint16_t* Q = p.q.row<uint16_t>(pn.bh(p), pn.i0);
   pack_pairs_bf16(ws.Qt2, pn.npos, p.D, [&](int r) { return Q + r * p.q.row_stride; });
   pack_pairs_bf16(ws.dOt2, pn.npos, p.Dv, [&](int r) { return dO + r * p.Dv; });
-  pack_v_bf16_avx512(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
-  pack_v_bf16_avx512(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
+  if (kv) {
+    pack_v_bf16_avx512(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
+    pack_v_bf16_avx512(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
+  }
 }
 
 // Part of a tile: rows [r0, r0+nr) (keys of the tile, or queries of the
@@ -207,10 +212,18 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
   }
   if (q) {
     // dQ [npos][D] += dSᵀ [npos][nj] · K [nj][D], dS in bf16 pairs of keys.
-    // The whole tile is packed; the parts read only what was computed (a
-    // query block's keys lie in key blocks its columns were computed for).
-    pack_p_bf16_avx512(ws.dS2, ws.dS, nj, pn.npos);
-    pack_v_bf16_avx512(ws.K2, K, ldk, nj, p.D);
+    // Packed: the keys [lo, hi) the parts read (a query block's keys lie in
+    // key blocks its columns were computed for); lo is even, and an odd hi
+    // is the tile's end, whose last pair gets a zero high half.
+    int lo = static_cast<int>(nj), hi = 0;
+    for (int x = 0; x < t.n_query; ++x) {
+      lo = std::min(lo, t.by_query[x].c0);
+      hi = std::max(hi, t.by_query[x].c0 + t.by_query[x].nc);
+    }
+    if (lo < hi) {
+      pack_p_bf16_avx512(ws.dS2 + lo / 2 * kBR, ws.dS + lo * kBR, hi - lo, pn.npos);
+      pack_v_bf16_avx512(ws.K2 + lo / 2 * p.D, K + lo * ldk, ldk, hi - lo, p.D);
+    }
     for (int x = 0; x < t.n_query; ++x) {
       const Part& b = t.by_query[x];
       const int64_t t0 = b.c0 / 2;
@@ -221,14 +234,22 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
   }
 }
 
-// The bf16 tiles backward_schedule.h runs: always Q·Kᵀ's tile form.
+// The bf16 tiles backward_schedule.h runs. Scores always take qk_bf16's
+// tile form, also for panels of up to kRowsForQkRows positions, which the
+// forward scores by rows (qk_rows_bf16; or on AMX tiles): those few rows
+// are not worth a second set of products here, and P is recomputed from lse
+// either way, so it differs from the forward's weights only by float32
+// rounding of the scores (the float32 backward matches its forward's form
+// because it can at no cost).
 struct Bf16Tiles {
   using Workspace = kernels::Workspace;
   const Ctx& c;
   size_t scratch_floats() const { return workspace_floats(c.p); }
   Workspace workspace(float* slot) const { return make_workspace(c.p, slot); }
   bool by_rows(int) const { return false; }
-  void pack(const BackwardPanel& pn, const Workspace& ws) const { kernels::pack(c, pn, ws); }
+  void pack(const BackwardPanel& pn, const Workspace& ws, bool kv) const {
+    kernels::pack(c, pn, ws, kv);
+  }
   void step(const BackwardPanel& pn, const Workspace& ws, int64_t j0, int64_t nj, bool kv,
             bool q) const {
     kernels::step(c, pn, ws, j0, nj, kv, q);

@@ -2,6 +2,7 @@
 // once (the forward's checks plus out, lse and dout), sizes the gradients,
 // hands the validated problem to a kernel.
 #include <cmath>
+#include <cstdio>
 
 #include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
@@ -39,6 +40,47 @@ void check_lse_values(const T* lse, const Shape& shape) {
   }
 }
 
+// out, lse and dout checked against p (a missing one, a wrong shape or
+// dtype, and with check_finite NaN or Inf, are qkv::Errors) and given to the
+// kernels C-ordered: a strided one is copied once (into p.copies, which
+// lives as long as the call). *max_dout: the largest |dout| (0 without
+// check_finite).
+BackwardInputs checked_inputs(AttentionProblem& p, const TensorView& out, const TensorView& lse,
+                              const TensorView& dout, DType out_dt, DType lse_dt, DType dout_dt,
+                              const AttentionOptions& opts, double* max_dout) {
+  const Shape rows_dv = p.with({p.Hq, p.N, p.Dv});
+  check_like(out, "out", out_dt, rows_dv, "[..., Hq, N, Dv]");
+  check_like(lse, "lse", lse_dt, p.with({p.Hq, p.N}), "[..., Hq, N]");
+  check_like(dout, "dout", dout_dt, rows_dv, "[..., Hq, N, Dv]");
+  *max_dout = 0.0;
+  if (opts.check_finite) {
+    check_finite(out, "out");
+    *max_dout = check_finite(dout, "dout");
+  }
+  BackwardInputs in;
+  in.out = contiguous_data(out, p.copies);
+  in.out_bf16 = out_dt == DType::bf16;
+  in.lse = contiguous_data(lse, p.copies);
+  in.dout = contiguous_data(dout, p.copies);
+  if (opts.check_finite) {
+    if (lse_dt == DType::f32)
+      check_lse_values(static_cast<const float*>(in.lse), lse.shape());
+    else
+      check_lse_values(static_cast<const double*>(in.lse), lse.shape());
+  }
+  return in;
+}
+
+// g's tensors sized in `dt` for q, k and v, then the backend's backward.
+void run_backward(AttentionGrads& g, const AttentionProblem& p, const AttentionBackend& backend,
+                  const BackwardInputs& in, DType dt, const TensorView& q, const TensorView& k,
+                  const TensorView& v, const AttentionOptions& opts) {
+  fit_tensor(g.dq, dt, q.shape());
+  fit_tensor(g.dk, dt, k.shape());
+  fit_tensor(g.dv, dt, v.shape());
+  backend.backward(g, p, in, resolve_threads(opts.threads));
+}
+
 // bfloat16 inputs, where the CPU has AVX512-BF16 and the fast kernel runs:
 // the bf16 backward (kernels/flash_backward_bf16.cpp), q, k and v read in
 // place, dout rounded to bf16 if it came as float32 (the forward's
@@ -64,30 +106,22 @@ void backward_bf16(AttentionGrads& g, AttentionProblem& p, const TensorView& q, 
   AttentionGrads& dst = f32_grads ? g : g32;
   const AttentionBackend& backend = select_backend(opts.kernel, p);
   if (backend.kind == Kernel::fast && active_isa() >= Isa::avx512bf16) {
-    const Shape rows_dv = p.with({p.Hq, p.N, p.Dv});
-    check_like(out, "out", out ? out.dtype() : DType::bf16, rows_dv, "[..., Hq, N, Dv]");
-    check_like(lse, "lse", DType::f32, p.with({p.Hq, p.N}), "[..., Hq, N]");
-    check_like(dout, "dout", dout ? dout.dtype() : DType::bf16, rows_dv, "[..., Hq, N, Dv]");
-    if (opts.check_finite) {
-      check_finite(out, "out");
-      check_finite(dout, "dout");
-    }
-    BackwardInputs in;
-    in.out = contiguous_data(out, p.copies);
-    in.out_bf16 = out.dtype() == DType::bf16;
-    in.lse = contiguous_data(lse, p.copies);
-    if (opts.check_finite) check_lse_values(static_cast<const float*>(in.lse), lse.shape());
-    Tensor dout16;
-    if (dout.dtype() == DType::bf16) {
-      in.dout = contiguous_data(dout, p.copies);
-    } else {
+    const DType out_dt = out ? out.dtype() : DType::bf16, dout_dt = dout ? dout.dtype() : DType::bf16;
+    double max_dout;
+    BackwardInputs in = checked_inputs(p, out, lse, dout, out_dt, DType::f32, dout_dt, opts, &max_dout);
+    Tensor dout16;  // the kernel's products take a bf16 dout
+    if (dout_dt == DType::f32) {
+      if (std::isinf(bf16_to_float(bf16_from_float(static_cast<float>(max_dout))))) {
+        char big[32];
+        std::snprintf(big, sizeof big, "%.4g", max_dout);
+        throw Error(std::string("dout: a value of magnitude ") + big +
+                    " overflows bfloat16 (the bf16 backward rounds a float32 dout to bf16, whose "
+                    "largest finite value is 3.39e+38)");
+      }
       dout16 = dout.contiguous().to(DType::bf16);
       in.dout = dout16.raw();
     }
-    fit_tensor(dst.dq, DType::f32, q.shape());
-    fit_tensor(dst.dk, DType::f32, k.shape());
-    fit_tensor(dst.dv, DType::f32, v.shape());
-    backend.backward(dst, p, in, resolve_threads(opts.threads));
+    run_backward(dst, p, backend, in, DType::f32, q, k, v, opts);
   } else {
     auto widen = [](const TensorView& t) { return t ? t.contiguous().to(DType::f32) : Tensor(); };
     AttentionOptions o32 = opts;
@@ -108,32 +142,10 @@ void attention_backward_into(AttentionGrads& g, const TensorView& q, const Tenso
                              const TensorView& dout, const AttentionOptions& opts) {
   AttentionProblem p = check_attention_args(q, k, v, opts);
   if (p.dtype == DType::bf16) return backward_bf16(g, p, q, k, v, out, lse, dout, opts);
-  const Shape rows_dv = p.with({p.Hq, p.N, p.Dv});
-  check_like(out, "out", p.dtype, rows_dv, "[..., Hq, N, Dv]");
-  check_like(lse, "lse", p.dtype, p.with({p.Hq, p.N}), "[..., Hq, N]");
-  check_like(dout, "dout", p.dtype, rows_dv, "[..., Hq, N, Dv]");
-  if (opts.check_finite) {
-    check_finite(out, "out");
-    check_finite(dout, "dout");
-  }
-  // The kernels read out, lse and dout C-ordered: a strided one is copied
-  // once (into p.copies, which lives as long as the call).
-  BackwardInputs in;
-  in.out = contiguous_data(out, p.copies);
-  in.lse = contiguous_data(lse, p.copies);
-  in.dout = contiguous_data(dout, p.copies);
-  if (opts.check_finite) {
-    if (p.dtype == DType::f32)
-      check_lse_values(static_cast<const float*>(in.lse), lse.shape());
-    else
-      check_lse_values(static_cast<const double*>(in.lse), lse.shape());
-  }
-  const AttentionBackend& backend = select_backend(opts.kernel, p);
-  const int threads = resolve_threads(opts.threads);
-  fit_tensor(g.dq, p.dtype, q.shape());
-  fit_tensor(g.dk, p.dtype, k.shape());
-  fit_tensor(g.dv, p.dtype, v.shape());
-  backend.backward(g, p, in, threads);
+  double max_dout;
+  const BackwardInputs in =
+      checked_inputs(p, out, lse, dout, p.dtype, p.dtype, p.dtype, opts, &max_dout);
+  run_backward(g, p, select_backend(opts.kernel, p), in, p.dtype, q, k, v, opts);
 }
 
 }  // namespace qkv

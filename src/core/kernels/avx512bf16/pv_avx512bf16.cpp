@@ -1,8 +1,9 @@
-// pv_avx512bf16.cpp: P·V for bfloat16 inputs (contracts in flash_bf16.h).
-// Compiled with the AVX512-BF16 flags of flash_avx512bf16.cpp (CMakeLists.txt);
-// only ever called after qkv::active_isa() said the CPU has AVX512-BF16.
+// pv_avx512bf16.cpp: P·V for bfloat16 inputs, and the backward's three
+// products of the same shape (contracts in flash_bf16.h). Compiled with the
+// AVX512-BF16 flags of flash_avx512bf16.cpp (CMakeLists.txt); only ever
+// called after qkv::active_isa() said the CPU has AVX512-BF16.
 //
-// Two forms:
+// Three forms:
 //  - prefill (pv_bf16_avx512): vdpbf16ps on pairs of keys. The weights are
 //    rounded to bf16 (as PyTorch's and FlashAttention's bf16 kernels do) and
 //    packed as P2[t][i] = (P[2t][i], P[2t+1][i]); V's rows are interleaved in
@@ -11,6 +12,10 @@
 //  - decode (pv_rows_bf16_avx512): the same rounded pairs of weights, and V
 //    streamed once from memory, two rows interleaved in registers
 //    (unpacklo/hi_epi16) rather than packed: each V byte is read once.
+//  - the backward (mac_pairs_bf16_avx512): prefill's kernel, accumulating
+//    without rescaling, its weight words in either layout (PairLayout): dQ
+//    takes dS in pairs of keys as P·V takes P; dV and dK take each key row's
+//    P or dS in pairs of queries, rounded row by row (round_rows_bf16_avx512).
 #include <immintrin.h>
 
 #include <cstdint>
