@@ -1,5 +1,7 @@
 #include "qkv/tensor.h"
 
+#include "core/values.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -92,26 +94,11 @@ double Tensor::get(int64_t i) const {
 
 namespace {
 
-// Every value is exact as a double; narrowing rounds to float32, and to bf16
-// via float32 (as NumPy/PyTorch do).
-inline double widen(float x) { return x; }
-inline double widen(double x) { return x; }
-inline double widen(bfloat16 x) { return bf16_to_float(x); }
-
-template <class D>
-D narrow(double x);
-template <>
-inline float narrow<float>(double x) { return static_cast<float>(x); }
-template <>
-inline double narrow<double>(double x) { return x; }
-template <>
-inline bfloat16 narrow<bfloat16>(double x) { return bf16_from_float(static_cast<float>(x)); }
-
 // One typed loop per pair of dtypes (a get() and a switch per element made
 // rounding a model's gradients to bf16 cost more than computing them).
 template <class S, class D>
 void convert(const S* src, D* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(widen(src[i]));
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(as_double(src[i]));
 }
 
 template <class S>

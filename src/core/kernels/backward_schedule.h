@@ -39,7 +39,7 @@
 #include "core/kernels/flash_kernels.h"
 #include "core/kernels/flash_tiles.h"
 #include "core/runtime/scratch.h"
-#include "qkv/tensor.h"
+#include "core/values.h"
 
 namespace qkv::kernels {
 
@@ -61,10 +61,6 @@ struct BackwardGrads {
   float* dK;
   float* dV;
 };
-
-// A float32, or a bf16 given as its bits, exactly as a double.
-inline double as_double(float x) { return x; }
-inline double as_double(uint16_t bits) { return bf16_to_float(bfloat16{bits}); }
 
 // D_r = dO_r · O_r for rows [0, npos) of the panel, each summed in double
 // in one chain, e = 0 .. Dv-1, so it is the same whichever pass packs the
@@ -95,48 +91,64 @@ void row_dots(const TdO* dO, const TO* O, int64_t Dv, int npos, float* Dd) {
   }
 }
 
-// A key tile the visible range cuts through (a causal diagonal, a window's
-// edge, the end of a padded sequence), in blocks of kSub keys x kSub
-// queries, to skip the blocks where no query sees any key (P = dS = 0
-// exactly there). Visibility is a band: query i sees keys [first_key(i),
-// last_key(i)], both rising with i, so the queries that see a block of keys,
-// and the keys a block of queries sees, are contiguous ranges. kSub is even,
-// so a pair of bf16 (2t, 2t+1) never straddles two blocks.
+// The parts of a key tile a panel's products run on. A part is rows
+// [r0, r0+nr) (keys of the tile, or queries of the panel) against columns
+// [c0, c0+nc) (queries, or keys), offsets into the tile and the panel.
+struct TilePart {
+  int64_t r0, nr;
+  int c0, nc;
+};
+
+// kSub: the side of the blocks a cut tile is taken in. Even, so a pair of
+// bf16 (2t, 2t+1) never straddles two blocks.
 constexpr int kSub = 16;
 static_assert(kBR % kSub == 0 && kBC % kSub == 0, "blocks tile the panel and the key tile");
 
-struct BlockRange {
-  int lo = 0, hi = 0;  // [lo, hi), rounded out to kSub and clipped
-  bool empty() const { return lo >= hi; }
-};
+struct TileParts {
+  TilePart by_key[kBC / kSub];    // key rows x panel columns: scores, dV, dK
+  TilePart by_query[kBR / kSub];  // panel rows x key columns: dQ
+  int n_key = 0, n_query = 0;
 
-struct EdgeBlocks {
-  int nkb, nqb;  // key blocks of the tile, query blocks of the panel
-  // Key block kb is seen by the panel's columns cols[kb]; query block qb
-  // sees the tile's keys keys[qb] (both offsets into the tile). keys only
-  // when asked for (the dQ products need them).
-  BlockRange cols[kBC / kSub], keys[kBR / kSub];
+  // The whole tile: one part each way.
+  static TileParts whole(int npos, int64_t nj) {
+    TileParts t;
+    t.by_key[t.n_key++] = TilePart{0, nj, 0, npos};
+    t.by_query[t.n_query++] = TilePart{0, npos, 0, static_cast<int>(nj)};
+    return t;
+  }
 
-  EdgeBlocks(const AttentionProblem& p, const BackwardPanel& pn, int64_t j0, int64_t nj,
-             bool with_keys)
-      : nkb(static_cast<int>((nj + kSub - 1) / kSub)), nqb((pn.npos + kSub - 1) / kSub) {
-    for (int kb = 0; kb < nkb; ++kb) {
-      const int64_t ja = j0 + kb * kSub, jb = std::min(j0 + nj, ja + kSub);  // keys [ja, jb)
+  // A tile the visible range cuts through (a causal diagonal, a window's
+  // edge, the end of a padded sequence), in blocks of kSub keys x kSub
+  // queries: only the blocks where some query sees some key (elsewhere
+  // P = dS = 0 exactly, so a chain that skips them loses only exact zeros).
+  // Visibility is a band: query i sees keys [first_key(i), last_key(i)],
+  // both rising with i, so the queries that see a block of keys, and the
+  // keys a block of queries sees, are contiguous ranges, rounded out to kSub
+  // here. by_query only when asked for (the dQ products need it).
+  static TileParts edge(const AttentionProblem& p, const BackwardPanel& pn, int64_t j0, int64_t nj,
+                        bool with_query) {
+    TileParts t;
+    for (int64_t ja = 0; ja < nj; ja += kSub) {
+      const int64_t nb = std::min<int64_t>(kSub, nj - ja);  // keys j0 + [ja, ja + nb)
       int lo = 0, hi = pn.npos;
-      while (lo < hi && p.last_key(pn.b, pn.i0 + lo) < ja) ++lo;
-      while (hi > lo && p.first_key(pn.i0 + hi - 1) >= jb) --hi;
-      cols[kb] = lo < hi ? BlockRange{lo / kSub * kSub,
-                                      std::min(pn.npos, (hi + kSub - 1) / kSub * kSub)}
-                         : BlockRange{};
+      while (lo < hi && p.last_key(pn.b, pn.i0 + lo) < j0 + ja) ++lo;
+      while (hi > lo && p.first_key(pn.i0 + hi - 1) >= j0 + ja + nb) --hi;
+      if (lo >= hi) continue;
+      lo = lo / kSub * kSub;
+      hi = std::min(pn.npos, (hi + kSub - 1) / kSub * kSub);
+      t.by_key[t.n_key++] = TilePart{ja, nb, lo, hi - lo};
     }
-    for (int qb = 0; with_keys && qb < nqb; ++qb) {
-      const int64_t ia = pn.i0 + qb * kSub, ib = std::min<int64_t>(pn.i0 + pn.npos, ia + kSub);
-      const int64_t lo = std::max(p.first_key(ia), j0) - j0;
-      const int64_t hi = std::min(p.last_key(pn.b, ib - 1) + 1, j0 + nj) - j0;
-      keys[qb] = lo < hi ? BlockRange{static_cast<int>(lo / kSub * kSub),
-                                      static_cast<int>(std::min(nj, (hi + kSub - 1) / kSub * kSub))}
-                         : BlockRange{};
+    for (int ia = 0; with_query && ia < pn.npos; ia += kSub) {
+      const int rows = std::min(kSub, pn.npos - ia);  // queries pn.i0 + [ia, ia + rows)
+      int64_t lo = std::max(p.first_key(pn.i0 + ia), j0) - j0;
+      int64_t hi = std::min(p.last_key(pn.b, pn.i0 + ia + rows - 1) + 1, j0 + nj) - j0;
+      if (lo >= hi) continue;
+      lo = lo / kSub * kSub;
+      hi = std::min(nj, (hi + kSub - 1) / kSub * kSub);
+      t.by_query[t.n_query++] =
+          TilePart{ia, rows, static_cast<int>(lo), static_cast<int>(hi - lo)};
     }
+    return t;
   }
 };
 

@@ -140,10 +140,9 @@ void full_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
   if (q) f.mac(c.g.dQ + row0 * p.D, p.D, ws.dS, 1, kBR, K, ldk, pn.npos, nj, p.D);
 }
 
-// A tile the visible range cuts through, in the blocks of EdgeBlocks
-// (backward_schedule.h): a block where no query sees any key holds
-// P = dS = 0 exactly, so its products are skipped. Each gradient element's
-// chain then leaves out only terms that are exact zeros, so the result is
+// A tile the visible range cuts through, in the blocks of TileParts::edge
+// (backward_schedule.h): the blocks it leaves out hold P = dS = 0 exactly,
+// so each gradient element's chain loses only exact zeros and the result is
 // what full_step gives.
 void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, int64_t nj,
                bool kv, bool q) {
@@ -153,48 +152,40 @@ void edge_step(const Ctx& c, const Panel& pn, const Workspace& ws, int64_t j0, i
   const float* K = p.k.row<float>(g, j0);
   const float* V = p.v.row<float>(g, j0);
   const int64_t ldk = p.k.row_stride, ldv = p.v.row_stride;
-  const EdgeBlocks e(p, pn, j0, nj, q);
+  const TileParts t = TileParts::edge(p, pn, j0, nj, q);
   // P, dP and dS of the blocks some pair sees. The blocks skipped keep
   // whatever the scratch held: no product below reads them (a query block's
   // keys lie in blocks its columns were computed for, since both ranges
   // come from the same band). The mask writes the whole tile.
-  for (int kb = 0; kb < e.nkb; ++kb) {
-    if (e.cols[kb].empty()) continue;
-    const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
-    const int lo = e.cols[kb].lo, n = e.cols[kb].hi - lo;
-    f.qk(ws.P + ja * kBR + lo, K + ja * ldk, ldk, nb, ws.Qt + lo, p.D, n);
-    f.qk(ws.dS + ja * kBR + lo, V + ja * ldv, ldv, nb, ws.dOt + lo, p.Dv, n);
+  for (int x = 0; x < t.n_key; ++x) {
+    const TilePart& b = t.by_key[x];
+    f.qk(ws.P + b.r0 * kBR + b.c0, K + b.r0 * ldk, ldk, b.nr, ws.Qt + b.c0, p.D, b.nc);
+    f.qk(ws.dS + b.r0 * kBR + b.c0, V + b.r0 * ldv, ldv, b.nr, ws.dOt + b.c0, p.Dv, b.nc);
   }
   mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
-  for (int kb = 0; kb < e.nkb; ++kb) {
-    if (e.cols[kb].empty()) continue;
-    const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
-    const int lo = e.cols[kb].lo, n = e.cols[kb].hi - lo;
-    float* P = ws.P + ja * kBR + lo;
-    f.probs(P, nb, n, ws.lse + lo);
-    const float* dcap = ws.dcap ? ws.dcap + ja * kBR + lo : nullptr;
-    f.dscores(ws.dS + ja * kBR + lo, P, nb, n, ws.Dd + lo, dcap, static_cast<float>(p.scale));
+  for (int x = 0; x < t.n_key; ++x) {
+    const TilePart& b = t.by_key[x];
+    float* P = ws.P + b.r0 * kBR + b.c0;
+    f.probs(P, b.nr, b.nc, ws.lse + b.c0);
+    const float* dcap = ws.dcap ? ws.dcap + b.r0 * kBR + b.c0 : nullptr;
+    f.dscores(ws.dS + b.r0 * kBR + b.c0, P, b.nr, b.nc, ws.Dd + b.c0, dcap,
+              static_cast<float>(p.scale));
   }
   if (kv) {
     const float* Q = p.q.row<float>(pn.bh(p), pn.i0);
-    for (int kb = 0; kb < e.nkb; ++kb) {
-      if (e.cols[kb].empty()) continue;
-      const int64_t ja = kb * kSub, nb = std::min<int64_t>(kSub, nj - ja);
-      const int lo = e.cols[kb].lo, n = e.cols[kb].hi - lo;
-      f.mac(c.g.dV + (g * p.S + j0 + ja) * p.Dv, p.Dv, ws.P + ja * kBR + lo, kBR, 1,
-            c.dO + (row0 + lo) * p.Dv, p.Dv, nb, n, p.Dv);
-      f.mac(c.g.dK + (g * p.S + j0 + ja) * p.D, p.D, ws.dS + ja * kBR + lo, kBR, 1,
-            Q + lo * p.q.row_stride, p.q.row_stride, nb, n, p.D);
+    for (int x = 0; x < t.n_key; ++x) {
+      const TilePart& b = t.by_key[x];
+      f.mac(c.g.dV + (g * p.S + j0 + b.r0) * p.Dv, p.Dv, ws.P + b.r0 * kBR + b.c0, kBR, 1,
+            c.dO + (row0 + b.c0) * p.Dv, p.Dv, b.nr, b.nc, p.Dv);
+      f.mac(c.g.dK + (g * p.S + j0 + b.r0) * p.D, p.D, ws.dS + b.r0 * kBR + b.c0, kBR, 1,
+            Q + b.c0 * p.q.row_stride, p.q.row_stride, b.nr, b.nc, p.D);
     }
   }
-  if (q)
-    for (int qb = 0; qb < e.nqb; ++qb) {
-      if (e.keys[qb].empty()) continue;
-      const int64_t ia = qb * kSub, rows = std::min<int64_t>(kSub, pn.npos - ia);
-      const int lo = e.keys[qb].lo, n = e.keys[qb].hi - lo;
-      f.mac(c.g.dQ + (row0 + ia) * p.D, p.D, ws.dS + lo * kBR + ia, 1, kBR, K + lo * ldk, ldk,
-            rows, n, p.D);
-    }
+  for (int x = 0; q && x < t.n_query; ++x) {
+    const TilePart& b = t.by_query[x];
+    f.mac(c.g.dQ + (row0 + b.r0) * p.D, p.D, ws.dS + b.c0 * kBR + b.r0, 1, kBR, K + b.c0 * ldk,
+          ldk, b.nr, b.nc, p.D);
+  }
 }
 
 // Which of the two a tile takes depends on the visible range alone: under a

@@ -14,7 +14,7 @@
 // end, unless float32 gradients were asked for).
 //
 // Where the visible range cuts a tile, only its blocks that some query sees
-// some key in run (EdgeBlocks, as the float32 edge_step). Each gradient
+// some key in run (TileParts::edge, as the float32 edge_step). Each gradient
 // element is one chain of vdpbf16ps in the schedule's order
 // (backward_schedule.h), pairs aligned to the panel and the tile, and which
 // blocks run depends on the tile alone, so results are bitwise the same for
@@ -112,10 +112,11 @@ void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, bool kv) {
   const AttentionProblem& p = c.p;
   const int64_t row0 = pn.row0(p);
   const uint16_t* dO = c.dO + row0 * p.Dv;  // [npos][Dv]
+  const bfloat16* dO16 = reinterpret_cast<const bfloat16*>(dO);
   if (c.out_bf16)
-    row_dots(dO, static_cast<const uint16_t*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
+    row_dots(dO16, static_cast<const bfloat16*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
   else
-    row_dots(dO, static_cast<const float*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
+    row_dots(dO16, static_cast<const float*>(c.O) + row0 * p.Dv, p.Dv, pn.npos, ws.Dd);
   for (int r = 0; r < kBR; ++r) ws.lse[r] = r < pn.npos ? c.lse[row0 + r] : -INFINITY;
   for (int r = pn.npos; r < kBR; ++r) ws.Dd[r] = 0.0f;
   const uint16_t* Q = p.q.row<uint16_t>(pn.bh(p), pn.i0);
@@ -125,44 +126,6 @@ void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, bool kv) {
     pack_v_bf16_avx512(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
     pack_v_bf16_avx512(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
   }
-}
-
-// Part of a tile: rows [r0, r0+nr) (keys of the tile, or queries of the
-// panel) against columns [c0, c0+nc) (queries, or keys); c0 is a multiple of
-// kSub, so of 2: its pairs are the tile's.
-struct Part {
-  int64_t r0, nr;
-  int c0, nc;
-};
-
-// The parts of the tile the products run on: the whole tile, or where the
-// visible range cuts it (full_step and edge_step in flash_backward.cpp),
-// only the blocks some query sees some key in. A block left out holds
-// P = dS = 0 exactly, so each gradient element's chain loses only exact
-// zeros; which form a tile takes depends on the tile alone.
-struct Parts {
-  Part by_key[kBC / kSub];    // key rows x panel columns: scores, dV, dK
-  Part by_query[kBR / kSub];  // panel rows x key columns: dQ
-  int n_key = 0, n_query = 0;
-};
-
-Parts parts(const AttentionProblem& p, const BackwardPanel& pn, int64_t j0, int64_t nj, bool q) {
-  Parts t;
-  if (tile_is_interior(p, false, pn.b, pn.i0, pn.npos, j0, nj)) {
-    t.by_key[t.n_key++] = Part{0, nj, 0, pn.npos};
-    t.by_query[t.n_query++] = Part{0, pn.npos, 0, static_cast<int>(nj)};
-    return t;
-  }
-  const EdgeBlocks e(p, pn, j0, nj, q);
-  for (int kb = 0; kb < e.nkb; ++kb)
-    if (!e.cols[kb].empty())
-      t.by_key[t.n_key++] = Part{kb * kSub, std::min<int64_t>(kSub, nj - kb * kSub), e.cols[kb].lo,
-                                 e.cols[kb].hi - e.cols[kb].lo};
-  for (int qb = 0; q && qb < e.nqb; ++qb)
-    if (!e.keys[qb].empty())
-      t.by_query[t.n_query++] = Part{qb * kSub, std::min<int64_t>(kSub, pn.npos - qb * kSub),
-                                     e.keys[qb].lo, e.keys[qb].hi - e.keys[qb].lo};
-  return t;
 }
 
 // The packed panel against keys [j0, j0+nj): P and dS of the tile's parts,
@@ -175,10 +138,15 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
   const uint16_t* V = p.v.row<uint16_t>(g, j0);  // [nj, Dv], rows ldv apart
   const int64_t ldk = p.k.row_stride, ldv = p.v.row_stride;
   const float scale = static_cast<float>(p.scale);
-  const Parts t = parts(p, pn, j0, nj, q);
+  // The whole tile, or where the visible range cuts it only the blocks some
+  // query sees some key in (as the float32 full_step and edge_step); which
+  // depends on the tile alone.
+  const TileParts t = tile_is_interior(p, false, pn.b, pn.i0, pn.npos, j0, nj)
+                          ? TileParts::whole(pn.npos, nj)
+                          : TileParts::edge(p, pn, j0, nj, q);
   // St = scale · K·Qᵀ and dP = V·dOᵀ [nj][kBR]; the mask writes the whole tile.
   for (int x = 0; x < t.n_key; ++x) {
-    const Part& b = t.by_key[x];
+    const TilePart& b = t.by_key[x];
     qk_bf16_avx512(ws.P + b.r0 * kBR + b.c0, K + b.r0 * ldk, ldk, b.nr, ws.Qt2 + b.c0, p.D, b.nc,
                    scale);
     qk_bf16_avx512(ws.dS + b.r0 * kBR + b.c0, V + b.r0 * ldv, ldv, b.nr, ws.dOt2 + b.c0, p.Dv,
@@ -188,7 +156,7 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
     mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
   // P = exp(St - lse);  dS = P ∘ (dP - D) · cap' · scale.
   for (int x = 0; x < t.n_key; ++x) {
-    const Part& b = t.by_key[x];
+    const TilePart& b = t.by_key[x];
     float* P = ws.P + b.r0 * kBR + b.c0;
     c.kern.probs(P, b.nr, b.nc, ws.lse + b.c0);
     const float* dcap = ws.dcap ? ws.dcap + b.r0 * kBR + b.c0 : nullptr;
@@ -200,7 +168,7 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
     const uint32_t* Pr = reinterpret_cast<const uint32_t*>(ws.Pr);
     const uint32_t* dSr = reinterpret_cast<const uint32_t*>(ws.dSr);
     for (int x = 0; x < t.n_key; ++x) {
-      const Part& b = t.by_key[x];
+      const TilePart& b = t.by_key[x];
       const int64_t at = b.r0 * kBR + b.c0, w = b.r0 * kPairsBR + b.c0 / 2, t0 = b.c0 / 2;
       round_rows_bf16_avx512(ws.Pr + at, ws.P + at, b.nr, b.nc);
       round_rows_bf16_avx512(ws.dSr + at, ws.dS + at, b.nr, b.nc);
@@ -225,7 +193,7 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
       pack_v_bf16_avx512(ws.K2 + lo / 2 * p.D, K + lo * ldk, ldk, hi - lo, p.D);
     }
     for (int x = 0; x < t.n_query; ++x) {
-      const Part& b = t.by_query[x];
+      const TilePart& b = t.by_query[x];
       const int64_t t0 = b.c0 / 2;
       mac_pairs_bf16_avx512(c.g.dQ + (row0 + b.r0) * p.D, ws.dS2 + t0 * kBR + b.r0,
                             PairLayout::pair_major, bf16_pairs(b.nc), static_cast<int>(b.nr),

@@ -7,6 +7,8 @@
 #include <string>
 #include <type_traits>
 
+#include "core/values.h"
+
 namespace qkv {
 namespace {
 
@@ -116,9 +118,6 @@ Scan<Bits> scan_values(const T* x, int64_t n, int64_t st, Bits exp_mask) {
   return r;
 }
 
-double as_double(float x) { return x; }
-double as_double(double x) { return x; }
-double as_double(bfloat16 x) { return bf16_to_float(x); }
 
 // C-order index of the first NaN or Inf of `t`, or -1, and in *max_abs the
 // largest magnitude (meaningful when there is no NaN or Inf). A C-ordered

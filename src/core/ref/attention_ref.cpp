@@ -4,14 +4,10 @@
 #include <vector>
 
 #include "core/ref/softmax_ref.h"
+#include "core/values.h"
 
 namespace qkv::ref {
 namespace {
-
-// An input element as double: exact for every input dtype.
-double wide(float x) { return x; }
-double wide(double x) { return x; }
-double wide(bfloat16 x) { return bf16_to_float(x); }
 
 // Stores x, rounded once, into element i of a float32, float64 or bfloat16
 // result.
@@ -48,7 +44,7 @@ void row_scores(const AttentionProblem& p, const T* qi, int64_t b, int64_t h, in
     }
     const T* kj = Kg + j * p.k.row_stride;
     double dot = 0.0;
-    for (int64_t d = 0; d < p.D; ++d) dot += wide(qi[d]) * wide(kj[d]);
+    for (int64_t d = 0; d < p.D; ++d) dot += as_double(qi[d]) * as_double(kj[d]);
     double x = dot * p.scale;
     if (p.softcap > 0.0) {
       const double t = std::tanh(x / p.softcap);
@@ -74,7 +70,7 @@ void forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
         for (int64_t j = 0; j < p.S; ++j) {
           if (s[j] == 0.0) continue;
           const T* vj = Vb + j * p.v.row_stride;
-          for (int64_t e = 0; e < p.Dv; ++e) acc[e] += s[j] * wide(vj[e]);
+          for (int64_t e = 0; e < p.Dv; ++e) acc[e] += s[j] * as_double(vj[e]);
         }
         for (int64_t e = 0; e < p.Dv; ++e) put(res.out, (bh * p.N + i) * p.Dv + e, acc[e]);
         if (want_weights)
