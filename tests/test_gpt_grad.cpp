@@ -371,6 +371,38 @@ void expect_decode_matches_forward(const GPTConfig& cfg, double tol) {
   }
 }
 
+// Decoding a prompt in chunks (prefill several tokens into the cache, then
+// more) gives forward's logits at the last position of each chunk.
+template <class T>
+void expect_chunks_match_forward(const GPTConfig& cfg, double tol) {
+  BasicGPT<T> m(cfg);
+  randomize(m, 4);
+  const Batch b = random_batch(cfg.vocab, 4);
+  const int64_t V = cfg.vocab, Tn = cfg.context;
+  m.forward(b.tokens.data(), nullptr, 1, Tn);
+  const std::vector<T> want(m.logits(), m.logits() + Tn * V);
+  double scale = 0.0;
+  for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  KVCache cache = m.new_cache();
+  for (const int64_t n : {int64_t{3}, int64_t{1}, Tn - 4}) {
+    const int64_t last = cache.len() + n - 1;
+    const std::span<const T> got = m.decode(b.tokens.data() + cache.len(), n, cache);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), V);
+    EXPECT_EQ(cache.len(), last + 1);
+    for (int64_t v = 0; v < V; ++v)
+      EXPECT_NEAR(got[v], want[last * V + v], tol * scale) << "position " << last << ", logit " << v;
+  }
+}
+
+TEST(GptDecode, ChunksMatchForward) {
+  for (bool rope : {false, true})
+    for (int64_t kv : {4, 1}) {
+      SCOPED_TRACE(std::string(rope ? "rope" : "wpe") + " kv_heads " + std::to_string(kv));
+      expect_chunks_match_forward<float>(tiny(rope, kv, false), 1e-5);
+      expect_chunks_match_forward<double>(tiny(rope, kv, true), 1e-12);
+    }
+}
+
 TEST(GptDecode, StepsMatchForward) {
   for (bool rope : {false, true})
     for (int64_t kv : {4, 2, 1}) {
@@ -414,6 +446,15 @@ TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
   EXPECT_TRUE(std::equal(again.begin(), again.end(), first.begin()));
   // A bad token leaves the cache as it was.
   expect_error([&] { m.decode_step(11, cache); }, "gpt: token id 11 outside the vocabulary");
+  EXPECT_EQ(cache.len(), 1);
+  // So does a chunk with a bad token after good ones, or one that does not fit.
+  const std::vector<int32_t> chunk = {1, 2, 11};
+  expect_error([&] { m.decode(chunk.data(), 3, cache); }, "gpt: token id 11 outside the vocabulary");
+  EXPECT_EQ(cache.len(), 1);
+  const std::vector<int32_t> many(static_cast<size_t>(cfg.context), 1);
+  expect_error([&] { m.decode(many.data(), cfg.context, cache); },
+               "kv cache: 8 tokens do not fit: 7 of the context's 8 positions are free");
+  expect_error([&] { m.decode(many.data(), 0, cache); }, "expected at least one token");
   EXPECT_EQ(cache.len(), 1);
 }
 

@@ -2,7 +2,9 @@
 // save_model, loaded back, gives the same logits, attention and samples as
 // the GPT it was saved from.
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <unistd.h>
@@ -81,6 +83,71 @@ TEST(ModelApi, BadInputsAreErrors) {
   EXPECT_THROW(m.logits({}), Error);
   EXPECT_THROW(m.logits(std::vector<int32_t>(17, 0)), Error);  // past the context
   EXPECT_THROW(m.logits({0, static_cast<int32_t>(s.cfg.vocab)}), Error);
+}
+
+// The error's message, or "" when f does not throw qkv::Error.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelApi, NamedWeightsRoundTripThroughFromTensorsAndSave) {
+  SavedModel s(false);
+  const Model m = Model::load(s.dir);
+  const std::vector<std::pair<std::string, Tensor>> named = m.named_weights();
+  ASSERT_EQ(named.size(), s.gpt->params().size());
+  std::map<std::string, Tensor> tensors;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const ParamInfo& p = s.gpt->params()[i];
+    ASSERT_EQ(named[i].first, p.name);
+    ASSERT_EQ(named[i].second.shape(), p.shape);
+    ASSERT_TRUE(std::equal(s.gpt->weights().begin() + p.offset,
+                           s.gpt->weights().begin() + p.offset + p.size,
+                           named[i].second.data<float>()))
+        << p.name;
+    tensors.emplace(named[i]);
+  }
+  Model copy = Model::from_tensors(s.cfg, tensors, s.tok, "copy");
+  EXPECT_EQ(copy.gpt().weights(), s.gpt->weights());
+  const std::string dir = s.dir + "_copy";
+  std::filesystem::create_directories(dir);
+  copy.save(dir);
+  EXPECT_EQ(Model::load(dir).gpt().weights(), s.gpt->weights());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ModelApi, FromTensorsNamesTheTensorThatIsWrong) {
+  SavedModel s(false);
+  std::map<std::string, Tensor> good;
+  for (auto& [name, t] : Model::load(s.dir).named_weights()) good.emplace(name, std::move(t));
+  const std::string wpe = "transformer.wpe.weight";
+  auto with = [&](Tensor t) {
+    std::map<std::string, Tensor> m = good;
+    m.insert_or_assign(wpe, std::move(t));
+    return m;
+  };
+  auto from = [&](const std::map<std::string, Tensor>& t) {
+    return error_of([&] { Model::from_tensors(s.cfg, t, s.tok, "w.safetensors"); });
+  };
+  std::map<std::string, Tensor> missing = good;
+  missing.erase(wpe);
+  EXPECT_EQ(from(missing), "'w.safetensors': missing tensor '" + wpe + "'");
+  EXPECT_EQ(from(with(Tensor(DType::f32, {15, 16}))),
+            "'w.safetensors': tensor '" + wpe + "' should be [16, 16], found [15, 16]");
+  EXPECT_EQ(from(with(Tensor(DType::f64, {16, 16}))),
+            "'w.safetensors': tensor '" + wpe + "' should be float32, found float64");
+  Tensor nan(DType::f32, {16, 16});
+  nan.data<float>()[37] = std::nanf("");
+  EXPECT_EQ(from(with(std::move(nan))), "'w.safetensors': tensor '" + wpe + "' holds a non-finite value");
+  GPTConfig bad = s.cfg;
+  bad.heads = 3;
+  EXPECT_NE(error_of([&] { Model::from_tensors(bad, good, s.tok, "w"); }).find("heads must divide"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -78,9 +79,9 @@ class KVCache {
   template <class T>
   friend class BasicGPT;
   // Throws qkv::Error unless the cache was made for a model of cfg's shape
-  // (layers, kv_heads, head dim, context, RoPE) and this dtype, and has a
-  // free position.
-  void check_append(const GPTConfig& cfg, DType dtype) const;
+  // (layers, kv_heads, head dim, context, RoPE) and this dtype, and has n
+  // free positions.
+  void check_append(const GPTConfig& cfg, DType dtype, int64_t n) const;
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;
@@ -98,6 +99,9 @@ template <class T>
 class BasicGPT {
  public:
   explicit BasicGPT(const GPTConfig& cfg);
+  ~BasicGPT();
+  BasicGPT(BasicGPT&&) noexcept;
+  BasicGPT& operator=(BasicGPT&&) noexcept;
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -118,20 +122,25 @@ class BasicGPT {
   // Gradients of the last forward's mean loss into grads(), replacing (never
   // adding to) what it held.
   void backward();
-  const T* logits() const { return logits_.data(); }
+  const T* logits() const;
 
-  // One generation step: appends `token` at position cache.len() and returns
-  // the logits [V] of the next token. Attends with one query against the
-  // cached keys (N = 1, so the causal mask is just "every cached key"),
-  // instead of recomputing the whole context. Throws qkv::Error (and leaves
-  // the cache as it was) if the cache is full, was made for another model
-  // shape, or the token is outside the vocabulary.
+  // Generation with the KV cache: runs tokens [n] (B = 1) at positions
+  // cache.len() .. cache.len() + n - 1 through the same blocks as forward(),
+  // appends their keys and values to the cache, and returns the logits [V]
+  // of the token after the last one. The queries attend to every cached key
+  // and causally among themselves. decode_step(token, cache) is the one-token
+  // case: one query against the cached keys instead of recomputing the whole
+  // context. Throws qkv::Error (and leaves the cache as it was) if the tokens
+  // do not fit in the cache, the cache was made for another model shape, or
+  // a token is outside the vocabulary. Always float32 compute (bf16 compute
+  // is for training).
   //
-  // The span views this model's scratch: valid until the next decode_step
-  // on this model (or its destruction). A view, not a copy, because sampling
-  // calls this once per token and reads the logits once; a caller who keeps
-  // them copies them (std::vector<float>(l.begin(), l.end())).
-  std::span<const T> decode_step(int32_t token, KVCache& cache);
+  // The span views this model's scratch: valid until the next call on this
+  // model (or its destruction). A view, not a copy, because sampling calls
+  // this once per token and reads the logits once; a caller who keeps them
+  // copies them (std::vector<float>(l.begin(), l.end())).
+  std::span<const T> decode(const int32_t* tokens, int64_t n, KVCache& cache);
+  std::span<const T> decode_step(int32_t token, KVCache& cache) { return decode(&token, 1, cache); }
   // An empty cache for this model: KVCache(config(), dtype of T).
   KVCache new_cache() const;
 
@@ -159,79 +168,33 @@ class BasicGPT {
   DType compute_dtype() const { return compute_; }
 
  private:
-  // Offsets of one block's parameters in the flat buffer.
-  struct Layer {
-    int64_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
-    int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
-  };
-  using Vec = std::vector<T>;
-  // A Linear layer's input as the layer before it stored it: float32 (x),
-  // or under bf16 compute already rounded to bfloat16 (x16, x empty), which
-  // the GEMM reads as it is.
-  struct LinearIn {
-    Vec x;
-    std::vector<bfloat16> x16;
-  };
-  // What one block's forward keeps for its backward.
-  struct LayerActs {
-    LinearIn ln1;                 // [BT, C]
-    Vec ln1_mean, ln1_rstd;       // [BT], [BT]
-    Vec qkv;                      // [BT, (H + 2 Hkv) hs]
-    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
-    Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
-    AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
-    Vec atty, res2;               // [BT, C]: heads merged; x + attention
-    LinearIn ln2;
-    Vec ln2_mean, ln2_rstd;
-    Vec fch;                      // [BT, 4C]
-    LinearIn fch_gelu;            // [BT, 4C]
-    Vec res3;                     // [BT, C]: the block's output
-  };
-  struct Acts {
-    int64_t B = 0, Tn = 0;
-    DType compute = DType::f32;            // what the LinearIns hold
-    std::vector<int32_t> tokens, targets;  // [BT]
-    Vec encoded;                           // [BT, C]
-    std::vector<LayerActs> layers;
-    LinearIn lnf;                          // [BT, C]
-    Vec lnf_mean, lnf_rstd;                // [BT], [BT]
-    Vec probs, losses;                     // [BT, V], [BT]
-  };
+  struct Work;  // activations and scratch, reused across calls (src/model/gpt_work.h)
 
   void build_params();
-  void ensure_acts(int64_t B, int64_t Tn);
-  void attention_forward(LayerActs& a);
-  void attention_backward(LayerActs& a);
+  // The one forward of every path: tokens [B, T] at positions pos0 .. pos0 +
+  // T - 1 through the embedding, every block and the final norm. Without a
+  // cache (training, logits, attention maps) the blocks attend among the T
+  // positions and every position's logits are computed; with one (B = 1,
+  // generation) keys and values go to the cache and only the last
+  // position's logits are.
+  void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache);
+  // Block l's attention (q, k, v from its c_attn output) and its backward.
+  void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
+  void attention_backward(int64_t l);
+  // The Linear layers' GEMM for a compute dtype.
+  static nn::Matmul matmul_for(DType compute) {
+    return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
+  }
   // Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
   T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   GPTConfig cfg_;
   std::vector<ParamInfo> params_;
-  Vec w_, g_;
-  std::vector<std::pair<int64_t, int64_t>> accumulated_grads_;  // (offset, size) zeroed by backward
-  std::vector<Layer> layer_;
-  int64_t wte_ = 0, wpe_ = -1, lnf_w_ = 0, lnf_b_ = 0;
-  nn::RopeTable rope_;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
+  std::vector<T> w_, g_;
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
-  // The Linear layers' GEMM for a compute dtype (compute_ by default).
-  static nn::Matmul matmul_for(DType compute) {
-    return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
-  }
-  nn::Matmul matmul() const { return matmul_for(compute_); }
-  Acts acts_;
-  // Backward scratch: the gradient flowing down the residual stream, and
-  // the gradients of one block's intermediates (reused by every block).
-  Vec dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_, dlogits_;
-  Tensor dout_;
-  AttentionGrads dattn_;
-  Vec logits_;
-  bool has_targets_ = false;
-  // decode_step's one-token scratch.
-  Vec step_x_, step_ln_, step_qkv_, step_y_, step_fc_, step_logits_;
-  Tensor step_q_;
-  AttentionResult step_att_;
+  std::unique_ptr<Work> work_;  // heavy and address-stable
 };
 
 extern template class BasicGPT<float>;

@@ -1,8 +1,9 @@
 // qkv/model.h: a trained model, ready to use, in one object.
 //
-// What `qkv sample`, `qkv explain --model`, `qkv logits` and the Python
-// package do with a model directory, for C++ callers: load it (checked),
-// run it on token ids, look at its attention, generate text. The pieces
+// The one way `qkv sample`, `qkv logits`, `qkv explain --model`, `qkv
+// import`, `qkv export` and the Python package load and run a model, for C++
+// callers too: load it (checked), run it on token ids, look at its
+// attention, generate text, read or set its weights by name. The pieces
 // underneath stay public for finer control: the checkpoint files
 // (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
 // (qkv/sampler.h) and training (qkv/trainer.h).
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,18 @@ class Model {
   // Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
   // truncated or inconsistent file is a qkv::Error naming it.
   static Model load(const std::string& dir);
+  // A model of config `cfg` (validated) whose parameters are taken from
+  // `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
+  // Every parameter must be there, float32, of its shape, with finite
+  // values; the qkv::Error names the first that is not, after `source` (the
+  // file they came from). Tensors no parameter names are not looked at.
+  static Model from_tensors(const GPTConfig& cfg, const std::map<std::string, Tensor>& tensors,
+                            CharTokenizer tok, const std::string& source);
+  // Writes {config.json, vocab.json, model.safetensors} into the existing
+  // directory dir (save_model).
+  void save(const std::string& dir) const;
+  // Every parameter as a named float32 tensor (a copy), in ParamInfo order.
+  std::vector<std::pair<std::string, Tensor>> named_weights() const;
 
   const GPTConfig& config() const { return gpt_->config(); }
   const CharTokenizer& tokenizer() const { return tokenizer_; }

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "model/gpt_work.h"
 #include "model/layers/nn_common.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
@@ -34,14 +35,26 @@ void GPTConfig::validate() const {
 }
 
 template <class T>
-BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg) {
+BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg), work_(std::make_unique<Work>()) {
   cfg_.validate();
   build_params();
-  if (cfg_.rope) rope_ = nn::RopeTable(cfg_.context, cfg_.head_dim());
+  if (cfg_.rope) work_->rope = nn::RopeTable(cfg_.context, cfg_.head_dim());
   attn_opts_.causal = Causal::top_left;
   attn_opts_.return_lse = true;
   // Activations come from our own forward, never from the user.
   attn_opts_.check_finite = false;
+}
+
+template <class T>
+BasicGPT<T>::~BasicGPT() = default;
+template <class T>
+BasicGPT<T>::BasicGPT(BasicGPT&&) noexcept = default;
+template <class T>
+BasicGPT<T>& BasicGPT<T>::operator=(BasicGPT&&) noexcept = default;
+
+template <class T>
+const T* BasicGPT<T>::logits() const {
+  return work_->logits.data();
 }
 
 template <class T>
@@ -131,11 +144,12 @@ void BasicGPT<T>::build_params() {
     off += n;
     return off - n;
   };
-  wte_ = add("transformer.wte.weight", {cfg_.vocab, C}, true);
-  if (!cfg_.rope) wpe_ = add("transformer.wpe.weight", {cfg_.context, C}, true);
+  Work& W = *work_;
+  W.wte = add("transformer.wte.weight", {cfg_.vocab, C}, true);
+  if (!cfg_.rope) W.wpe = add("transformer.wpe.weight", {cfg_.context, C}, true);
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
-    Layer L;
+    typename Work::Layer L;
     L.ln1_w = add(p + "ln_1.weight", {C}, false);
     L.ln1_b = add(p + "ln_1.bias", {C}, false);
     L.attn_w = add(p + "attn.c_attn.weight", {qkv_out, C}, true);
@@ -148,21 +162,21 @@ void BasicGPT<T>::build_params() {
     L.fc_b = add(p + "mlp.c_fc.bias", {4 * C}, false);
     L.fc_proj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, true);
     L.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false);
-    layer_.push_back(L);
+    W.layer.push_back(L);
   }
-  lnf_w_ = add("transformer.ln_f.weight", {C}, false);
-  lnf_b_ = add("transformer.ln_f.bias", {C}, false);
+  W.lnf_w = add("transformer.ln_f.weight", {C}, false);
+  W.lnf_b = add("transformer.ln_f.bias", {C}, false);
   w_.assign(static_cast<size_t>(off), T(0));
   g_.assign(static_cast<size_t>(off), T(0));
   // The parameters whose gradient backward() overwrites (the Linear layers'
   // and wte's; see there); every other one is zeroed before it accumulates.
-  std::vector<int64_t> set = {wte_};
-  for (const Layer& L : layer_)
+  std::vector<int64_t> set = {W.wte};
+  for (const typename Work::Layer& L : W.layer)
     set.insert(set.end(), {L.attn_w, L.attn_b, L.attn_proj_w, L.attn_proj_b, L.fc_w, L.fc_b,
                            L.fc_proj_w, L.fc_proj_b});
   for (const ParamInfo& p : params_)
     if (std::find(set.begin(), set.end(), p.offset) == set.end())
-      accumulated_grads_.push_back({p.offset, p.size});
+      W.accumulated_grads.push_back({p.offset, p.size});
 }
 
 template <class T>
@@ -236,21 +250,22 @@ void linear_back_from(T* dinp, T* dw, T* db, const T* dout, const In& in, const 
   nn::linear_backward(dinp, dw, db, dout, in.x.data(), w, BT, C, OC, matmul, kSet, kSet);
 }
 
-}  // namespace
-
-template <class T>
-void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
-  if (acts_.B == B && acts_.Tn == Tn && acts_.compute == compute_) return;
-  const bool bf16 = compute_ == DType::bf16;
-  const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
-  const int64_t H = cfg_.heads, Hkv = cfg_.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
+// Sizes w's activations for tokens [B, T] under `compute` (f32 or bf16:
+// what its LinearIns hold); a call of the shape the last one had keeps them.
+template <class W>
+void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, DType compute) {
+  using T = typename W::Vec::value_type;
+  typename W::Acts& a = w.acts;
+  if (a.B == B && a.Tn == Tn && a.compute == compute) return;
+  const bool bf16 = compute == DType::bf16;
+  const int64_t BT = B * Tn, C = cfg.embd, V = cfg.vocab, hs = cfg.head_dim();
+  const int64_t H = cfg.heads, Hkv = cfg.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
-  Acts& a = acts_;
-  a.B = B, a.Tn = Tn, a.compute = compute_;
+  a.B = B, a.Tn = Tn, a.compute = compute;
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
   a.encoded.assign(BT * C, T(0));
-  a.layers.assign(cfg_.layers, LayerActs{});
-  for (LayerActs& l : a.layers) {
+  a.layers.assign(cfg.layers, typename W::LayerActs{});
+  for (typename W::LayerActs& l : a.layers) {
     size_input(l.ln1, BT * C, bf16), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
     l.qkv.assign(BT * qkv_out, T(0));
     l.q = Tensor(dt, {B, H, Tn, hs});
@@ -263,27 +278,48 @@ void BasicGPT<T>::ensure_acts(int64_t B, int64_t Tn) {
   }
   size_input(a.lnf, BT * C, bf16), a.lnf_mean.assign(BT, T(0)), a.lnf_rstd.assign(BT, T(0));
   a.probs.assign(BT * V, T(0)), a.losses.assign(BT, T(0));
-  logits_.assign(BT * V, T(0));
-  dres_.assign(BT * C, T(0)), dln_.assign(BT * C, T(0)), dqkv_.assign(BT * qkv_out, T(0));
-  datty_.assign(BT * C, T(0)), dfch_.assign(BT * 4 * C, T(0)), dfch_gelu_.assign(BT * 4 * C, T(0));
-  dlogits_.assign(BT * V, T(0));
-  dout_ = Tensor(dt, {B, H, Tn, hs});
+  w.dres.assign(BT * C, T(0)), w.dln.assign(BT * C, T(0)), w.dqkv.assign(BT * qkv_out, T(0));
+  w.datty.assign(BT * C, T(0)), w.dfch.assign(BT * 4 * C, T(0));
+  w.dfch_gelu.assign(BT * 4 * C, T(0)), w.dlogits.assign(BT * V, T(0));
+  w.dout = Tensor(dt, {B, H, Tn, hs});
 }
 
+}  // namespace
+
 // c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
-// then RoPE on q and k at positions 0 .. T - 1.
+// RoPE on q and k at positions pos0 .. pos0 + T - 1, then attention: among
+// the T positions (causal, top-left), or with a cache (B = 1) the keys and
+// values appended to layer l's and the queries against all of them (causal,
+// bottom-right: query t sees the cached keys and the new ones up to its own).
 template <class T>
-void BasicGPT<T>::attention_forward(LayerActs& a) {
-  const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
+void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
+  auto& a = work_->acts.layers[l];
+  const int64_t B = work_->acts.B, Tn = work_->acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim();
   T* q = a.q.template data<T>();
   T* k = a.k.template data<T>();
-  nn::split_qkv(q, k, a.v.template data<T>(), a.qkv.data(), B, Tn, H, Hkv, hs);
+  T* v = a.v.template data<T>();
+  nn::split_qkv(q, k, v, a.qkv.data(), B, Tn, H, Hkv, hs);
   if (cfg_.rope) {
-    nn::rope_forward(q, q, rope_, B * H, Tn, hs);
-    nn::rope_forward(k, k, rope_, B * Hkv, Tn, hs);
+    nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, pos0);
+    nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, pos0);
   }
-  if (compute_ == DType::bf16) {
+  if (cache) {
+    // The cache is [1, Hkv, context, hs]: each head's T new rows are one run.
+    const int64_t ctx = cfg_.context;
+    T* kc = cache->k_[l].template data<T>();
+    T* vc = cache->v_[l].template data<T>();
+    for (int64_t g = 0; g < Hkv; ++g) {
+      std::copy_n(k + g * Tn * hs, Tn * hs, kc + (g * ctx + pos0) * hs);
+      std::copy_n(v + g * Tn * hs, Tn * hs, vc + (g * ctx + pos0) * hs);
+    }
+    AttentionOptions o = attn_opts_;
+    o.return_lse = false;
+    const int64_t S = pos0 + Tn;
+    o.causal = Causal::bottom_right;
+    attention_into(a.att, a.q, TensorView(cache->k_[l]).slice(2, 0, S),
+                   TensorView(cache->v_[l]).slice(2, 0, S), o);
+  } else if (compute_ == DType::bf16) {
     round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
     AttentionOptions o = attn_opts_;
     o.out_dtype = DType::f32;
@@ -297,29 +333,31 @@ void BasicGPT<T>::attention_forward(LayerActs& a) {
 // The same in reverse: datty [BT, C] -> dout [B, H, T, hs] -> attention's
 // backward -> RoPE back on dq, dk -> dqkv [BT, (H + 2 Hkv) hs].
 template <class T>
-void BasicGPT<T>::attention_backward(LayerActs& a) {
-  const int64_t B = acts_.B, Tn = acts_.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
+void BasicGPT<T>::attention_backward(int64_t l) {
+  Work& W = *work_;
+  auto& a = W.acts.layers[l];
+  const int64_t B = W.acts.B, Tn = W.acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim();
-  nn::split_heads(dout_.template data<T>(), datty_.data(), B, Tn, H, hs, H * hs, 0);
+  nn::split_heads(W.dout.template data<T>(), W.datty.data(), B, Tn, H, hs, H * hs, 0);
   // Under bf16 compute q, k, v hold the rounded values (round_to_bf16).
-  attention_backward_into(dattn_, a.q, a.k, a.v, a.att.out, a.att.lse, dout_, attn_opts_);
-  T* dq = dattn_.dq.template data<T>();
-  T* dk = dattn_.dk.template data<T>();
+  attention_backward_into(W.dattn, a.q, a.k, a.v, a.att.out, a.att.lse, W.dout, attn_opts_);
+  T* dq = W.dattn.dq.template data<T>();
+  T* dk = W.dattn.dk.template data<T>();
   if (cfg_.rope) {
-    nn::rope_backward(dq, dq, rope_, B * H, Tn, hs);
-    nn::rope_backward(dk, dk, rope_, B * Hkv, Tn, hs);
+    nn::rope_backward(dq, dq, W.rope, B * H, Tn, hs);
+    nn::rope_backward(dk, dk, W.rope, B * Hkv, Tn, hs);
   }
-  nn::merge_qkv(dqkv_.data(), dq, dk, dattn_.dv.template data<T>(), B, Tn, H, Hkv, hs);
+  nn::merge_qkv(W.dqkv.data(), dq, dk, W.dattn.dv.template data<T>(), B, Tn, H, Hkv, hs);
 }
 
 template <class T>
-T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
-  const ThreadScope threads(attn_opts_.threads);
-  if (B < 1 || Tn < 1 || Tn > cfg_.context)
-    throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
-                " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
-  ensure_acts(B, Tn);
-  Acts& a = acts_;
+void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache) {
+  Work& W = *work_;
+  // Generation runs float32 (bf16 compute is training's mixed precision).
+  const DType compute = cache ? DType::f32 : compute_;
+  const nn::Matmul mm = matmul_for(compute);
+  ensure_acts(W, cfg_, B, Tn, compute);
+  auto& a = W.acts;
   const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   for (int64_t i = 0; i < BT; ++i) {
@@ -328,38 +366,56 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
                   std::to_string(V) + ")");
     a.tokens[i] = tokens[i];
   }
-  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(wte_), w(wpe_), B, Tn, C);
+  W.has_targets = false;
+  // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on.
+  const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
+  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(W.wte), wpe, B, Tn, C);
   const T* x = a.encoded.data();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
-    const Layer& L = layer_[l];
-    LayerActs& la = a.layers[l];
+    const typename Work::Layer& L = W.layer[l];
+    auto& la = a.layers[l];
     layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C);
-    linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, matmul());
-    attention_forward(la);
+    linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
+    attention_forward(l, pos0, cache);
     // res2 = x + attn proj: project into res2, then add the stream.
     nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
-                       kOutIn, matmul());
+                       kOutIn, mm);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     layernorm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w),
                  w(L.ln2_b), BT, C);
-    linear_from(la.fch.data(), la.ln2, w(L.fc_w), w(L.fc_b), BT, C, 4 * C, matmul());
+    linear_from(la.fch.data(), la.ln2, w(L.fc_w), w(L.fc_b), BT, C, 4 * C, mm);
     gelu_to(la.fch_gelu, la.fch.data(), BT * 4 * C, cfg_.gelu);
-    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, 4 * C, C,
-                matmul());
+    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, 4 * C, C, mm);
     nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
     x = la.res3.data();
   }
-  layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x, w(lnf_w_), w(lnf_b_), BT, C);
-  linear_from(logits_.data(), a.lnf, w(wte_), static_cast<const T*>(nullptr), BT, C, V,
-              matmul());  // tied head
-  has_targets_ = targets != nullptr;
-  if (!has_targets_) return T(0);
+  // With a cache only the last position's next token is wanted.
+  const int64_t rows = cache ? 1 : BT, first = BT - rows;
+  W.logits.resize(static_cast<size_t>(rows * V));
+  layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w), w(W.lnf_b),
+               rows, C);
+  linear_from(W.logits.data(), a.lnf, w(W.wte), static_cast<const T*>(nullptr), rows, C, V,
+              mm);  // tied head
+}
+
+template <class T>
+T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
+  const ThreadScope threads(attn_opts_.threads);
+  if (B < 1 || Tn < 1 || Tn > cfg_.context)
+    throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
+                " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
+  run(tokens, B, Tn, 0, nullptr);
+  if (!targets) return T(0);
+  Work& W = *work_;
+  auto& a = W.acts;
+  const int64_t BT = B * Tn, V = cfg_.vocab;
   for (int64_t i = 0; i < BT; ++i) {
     if (targets[i] < 0 || targets[i] >= V)
       throw Error("gpt: target id " + std::to_string(targets[i]) + " outside the vocabulary");
     a.targets[i] = targets[i];
   }
-  nn::crossentropy_forward(a.losses.data(), a.probs.data(), logits_.data(), a.targets.data(), BT, V);
+  W.has_targets = true;
+  nn::crossentropy_forward(a.losses.data(), a.probs.data(), W.logits.data(), a.targets.data(), BT, V);
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
   return static_cast<T>(sum / static_cast<double>(BT));
@@ -368,53 +424,54 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
 template <class T>
 void BasicGPT<T>::backward() {
   const ThreadScope threads(attn_opts_.threads);
-  if (!has_targets_) throw Error("gpt: backward needs a forward with targets");
-  Acts& a = acts_;
+  Work& W = *work_;
+  if (!W.has_targets) throw Error("gpt: backward needs a forward with targets");
+  auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
   // Each Linear's weight and bias gradients are overwritten by their only
   // producer (wte's by the tied head first; the embedding adds to it last):
   // only the other parameters' gradients start from zero.
-  for (const auto& [off, n] : accumulated_grads_)
+  for (const auto& [off, n] : W.accumulated_grads)
     std::fill(g_.begin() + off, g_.begin() + off + n, T(0));
-  zero(dlogits_);
-  nn::crossentropy_backward(dlogits_.data(), a.probs.data(), a.targets.data(),
+  zero(W.dlogits);
+  nn::crossentropy_backward(W.dlogits.data(), a.probs.data(), a.targets.data(),
                             T(1) / static_cast<T>(BT), BT, V);
-  // dres_ carries dLoss/d(residual stream) down through the blocks: it sums
-  // two consumers per block, so it accumulates from zero. dln_, datty_,
-  // dfch_ and dfch_gelu_ each have one producer before each read, which
+  // W.dres carries dLoss/d(residual stream) down through the blocks: it sums
+  // two consumers per block, so it accumulates from zero. W.dln, W.datty,
+  // W.dfch and W.dfch_gelu each have one producer before each read, which
   // overwrites them (no zeroing: the backward used to clear ~20 MB per step).
   constexpr nn::Grad kSet = nn::Grad::overwrite;
   // The GEMMs of the compute dtype the forward ran in (its LinearIns hold it).
   const nn::Matmul mm = matmul_for(a.compute);
-  zero(dres_);
-  linear_back_from(dln_.data(), g(wte_), static_cast<T*>(nullptr), dlogits_.data(), a.lnf,
-                   w(wte_), BT, C, V, mm);
+  zero(W.dres);
+  linear_back_from(W.dln.data(), g(W.wte), static_cast<T*>(nullptr), W.dlogits.data(), a.lnf,
+                   w(W.wte), BT, C, V, mm);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
-  nn::layernorm_backward(dres_.data(), g(lnf_w_), g(lnf_b_), dln_.data(), x_last, w(lnf_w_),
+  nn::layernorm_backward(W.dres.data(), g(W.lnf_w), g(W.lnf_b), W.dln.data(), x_last, w(W.lnf_w),
                          a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    const Layer& L = layer_[l];
-    LayerActs& la = a.layers[l];
+    const typename Work::Layer& L = W.layer[l];
+    auto& la = a.layers[l];
     const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
-    linear_back_from(dfch_gelu_.data(), g(L.fc_proj_w), g(L.fc_proj_b), dres_.data(), la.fch_gelu,
+    linear_back_from(W.dfch_gelu.data(), g(L.fc_proj_w), g(L.fc_proj_b), W.dres.data(), la.fch_gelu,
                      w(L.fc_proj_w), BT, 4 * C, C, mm);
-    nn::gelu_backward(dfch_.data(), la.fch.data(), dfch_gelu_.data(), BT * 4 * C, cfg_.gelu, kSet);
-    linear_back_from(dln_.data(), g(L.fc_w), g(L.fc_b), dfch_.data(), la.ln2, w(L.fc_w), BT, C,
+    nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * 4 * C, cfg_.gelu, kSet);
+    linear_back_from(W.dln.data(), g(L.fc_w), g(L.fc_b), W.dfch.data(), la.ln2, w(L.fc_w), BT, C,
                      4 * C, mm);
-    nn::layernorm_backward(dres_.data(), g(L.ln2_w), g(L.ln2_b), dln_.data(), la.res2.data(),
+    nn::layernorm_backward(W.dres.data(), g(L.ln2_w), g(L.ln2_b), W.dln.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).
-    nn::linear_backward(datty_.data(), g(L.attn_proj_w), g(L.attn_proj_b), dres_.data(),
+    nn::linear_backward(W.datty.data(), g(L.attn_proj_w), g(L.attn_proj_b), W.dres.data(),
                         la.atty.data(), w(L.attn_proj_w), BT, C, C, mm, kSet, kSet);
-    attention_backward(la);
-    linear_back_from(dln_.data(), g(L.attn_w), g(L.attn_b), dqkv_.data(), la.ln1, w(L.attn_w), BT,
+    attention_backward(l);
+    linear_back_from(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), la.ln1, w(L.attn_w), BT,
                      C, qkv_out, mm);
-    nn::layernorm_backward(dres_.data(), g(L.ln1_w), g(L.ln1_b), dln_.data(), x, w(L.ln1_w),
+    nn::layernorm_backward(W.dres.data(), g(L.ln1_w), g(L.ln1_b), W.dln.data(), x, w(L.ln1_w),
                            la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
   }
-  nn::embedding_backward(g(wte_), g(wpe_), dres_.data(), a.tokens.data(), B, Tn, C);
+  nn::embedding_backward(g(W.wte), g(W.wpe), W.dres.data(), a.tokens.data(), B, Tn, C);
 }
 
 template class BasicGPT<float>;

@@ -1,6 +1,7 @@
 // gpt_inspect.cpp: looking inside a trained GPT (its attention weights).
 #include <cstring>
 
+#include "model/gpt_work.h"
 #include "qkv/gpt.h"
 #include "qkv/runtime.h"
 
@@ -17,7 +18,7 @@ Tensor BasicGPT<T>::attention_maps(const int32_t* tokens, int64_t n) {
   o.return_lse = false;
   for (int64_t l = 0; l < L; ++l) {
     // The layer's q, k, v as the forward left them: [1, H|Hkv, n, hs].
-    const LayerActs& a = acts_.layers[l];
+    const auto& a = work_->acts.layers[l];
     const AttentionResult r = attention(a.q, a.k, a.v, o);  // weights [1, H, n, n]
     std::memcpy(maps.data<T>() + l * H * n * n, r.weights.data<T>(),
                 sizeof(T) * static_cast<size_t>(H * n * n));

@@ -12,7 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "qkv/checkpoint.h"
+#include "qkv/model.h"
 #include "qkv/safetensors.h"
 
 namespace qkv::cli {
@@ -26,8 +26,8 @@ int run_export(const ExportArgs& a) {
   if (a.to != "nanogpt")
     throw UsageError("--to: expected \"nanogpt\" (the only format qkv exports), found \"" + a.to + "\"");
   if (a.out.empty()) throw UsageError("--out: expected a file, found an empty string");
-  const LoadedModel m = load_model(a.model_dir);
-  const GPTConfig& c = m.config;
+  const Model m = Model::load(a.model_dir);
+  const GPTConfig& c = m.config();
   const std::string cfg = "'" + a.model_dir + "/config.json': ";
   if (c.rope)
     throw Error(cfg + "the model uses RoPE; nanoGPT's GPT has learned positions (wpe) only");
@@ -37,15 +37,11 @@ int run_export(const ExportArgs& a) {
   if (c.gelu == nn::Gelu::tanh)
     std::cerr << "qkv export: warning: the model uses the tanh GELU; nanoGPT's is exact (erf), so its "
                  "logits will differ slightly from qkv's\n";
-  const GPT shape_only(c);
-  std::vector<Tensor> tensors;
+  const std::vector<std::pair<std::string, Tensor>> weights = m.named_weights();
   std::vector<std::pair<std::string, const Tensor*>> named;
-  tensors.reserve(shape_only.params().size() + 1);
-  for (const ParamInfo& p : shape_only.params()) {
-    Tensor& t = tensors.emplace_back(DType::f32, p.shape);
-    std::copy_n(m.weights.data() + p.offset, p.size, t.data<float>());
-    named.emplace_back(p.name, &t);
-    if (p.name == "transformer.wte.weight") named.emplace_back("lm_head.weight", &t);
+  for (const auto& [name, t] : weights) {
+    named.emplace_back(name, &t);
+    if (name == "transformer.wte.weight") named.emplace_back("lm_head.weight", &t);
   }
   try {
     write_safetensors(a.out, named, {{"format", "pt"}});

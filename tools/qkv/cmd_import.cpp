@@ -14,7 +14,6 @@
 // characters of --vocab-text, sorted, exactly nanoGPT's `sorted(set(text))`,
 // and has no unknown id (vocab.json's "unknown" is null).
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -24,7 +23,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "qkv/checkpoint.h"
+#include "qkv/model.h"
 #include "qkv/safetensors.h"
 
 namespace qkv::cli {
@@ -104,19 +103,15 @@ int run_import(const ImportArgs& a) {
     throw UsageError(std::string("--heads: ") + e.what());
   }
 
-  GPT model(cfg);
+  Model model = [&] {
+    try {
+      return Model::from_tensors(cfg, tensors, tok, wpath);
+    } catch (const Error& e) {
+      throw Error(std::string("--weights: ") + e.what());
+    }
+  }();
   std::set<std::string> used;
-  for (const ParamInfo& p : model.params()) {
-    const Tensor& t = need(p.name);
-    if (t.shape() != p.shape)
-      throw Error(pre + "tensor '" + p.name + "' should be " + shape_str(p.shape) + " (embd " +
-                  std::to_string(cfg.embd) + " from transformer.wte.weight), found " + shape_str(t.shape()));
-    const float* src = t.data<float>();
-    for (int64_t i = 0; i < p.size; ++i)
-      if (!std::isfinite(src[i])) throw Error(pre + "tensor '" + p.name + "' holds a non-finite value");
-    std::copy_n(src, p.size, model.weights().data() + p.offset);
-    used.insert(p.name);
-  }
+  for (const ParamInfo& p : model.gpt().params()) used.insert(p.name);
   // qkv's logits are x · wteᵀ: the head must be tied, as nanoGPT ties it.
   const Tensor& head = need("lm_head.weight");
   if (head.shape() != wte.shape() ||
@@ -140,7 +135,7 @@ int run_import(const ImportArgs& a) {
     throw UsageError("--out: '" + a.out + "' already holds a model (model.safetensors); --force replaces it");
   fs::create_directories(a.out, ec);
   if (ec) throw Error("--out: cannot create '" + a.out + "': " + ec.message());
-  save_model(a.out, model, tok);
+  model.save(a.out);
   std::cout << "imported nanoGPT model: " << cfg.layers << " layers, " << cfg.heads << " heads, embd "
             << cfg.embd << ", context " << cfg.context << ", vocab " << cfg.vocab
             << " (no unknown token), bias " << (cfg.bias ? "on" : "off") << ", GELU exact -> " << a.out

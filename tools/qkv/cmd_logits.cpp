@@ -1,13 +1,12 @@
 // qkv logits: the next-token logits a trained model gives at every position
 // of a prompt, as a NumPy file, to check or study what `qkv sample` draws
 // from (greedy sampling picks each row's argmax).
-#include <algorithm>
 #include <iostream>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "model_prompt.h"
-#include "qkv/checkpoint.h"
+#include "qkv/model.h"
 
 namespace qkv::cli {
 namespace {
@@ -17,22 +16,17 @@ struct LogitsArgs {
 };
 
 int run_logits(const LogitsArgs& a) {
-  const LoadedModel m = load_model(a.model_dir);
-  const Prompt p = encode_prompt("qkv logits", m.tokenizer, a.prompt);
-  check_prompt_fits(p, m.config.context);
-  GPT model(m.config);
-  set_weights(model, m.weights);
-  const int64_t T = static_cast<int64_t>(p.ids.size()), V = m.config.vocab;
-  model.forward(p.ids.data(), nullptr, 1, T);
+  Model m = Model::load(a.model_dir);
+  const Prompt p = encode_prompt("qkv logits", m.tokenizer(), a.prompt);
+  check_prompt_fits(p, m.config().context);
   // Row t is the model's prediction for the token after prompt[0..t]: one
   // pass over the prompt gives every position, as training sees them.
-  Tensor logits(DType::f32, {T, V});
-  std::copy(model.logits(), model.logits() + T * V, logits.data<float>());
+  const Tensor logits = m.logits(p.ids);
   save_npy_arg("--out", a.out, logits);
   std::cout << "wrote next-token logits " << shape_str(logits.shape()) << " float32 (row t follows "
             << "the prompt's first t + 1 characters";
-  if (m.tokenizer.has_unknown())
-    std::cout << "; the last id, " << m.tokenizer.unknown_id() << ", is the unknown token";
+  if (m.tokenizer().has_unknown())
+    std::cout << "; the last id, " << m.tokenizer().unknown_id() << ", is the unknown token";
   std::cout << ") to " << a.out << "\n";
   return 0;
 }

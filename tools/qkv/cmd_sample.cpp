@@ -6,9 +6,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "model_prompt.h"
-#include "qkv/checkpoint.h"
-#include "qkv/sampler.h"
-#include "qkv/tokenizer.h"
+#include "qkv/model.h"
 
 namespace qkv::cli {
 namespace {
@@ -43,23 +41,22 @@ int run_sample(SampleArgs& a) {
     throw UsageError(std::string("--prompt: ") + e.what());
   }
   a.o.use_cache = !a.no_cache;
-  const LoadedModel m = load_model(a.model_dir);
-  // The KV cache holds keys and values for the whole context of every layer.
-  const GPTConfig& c = m.config;
+  Model m = Model::load(a.model_dir);
+  // The weights are in memory now; the KV cache, keys and values for the
+  // whole context of every layer, is what generation still allocates.
+  const GPTConfig& c = m.config();
   const double cache = 2.0 * 4.0 * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
                        static_cast<double>(c.context) * static_cast<double>(c.head_dim());
   const std::string refused = memory_shortfall(
       "'" + a.model_dir + "/config.json': context " + std::to_string(c.context) + ", layers " +
-          std::to_string(c.layers) + ": the KV cache and weights",
-      cache + 3.0 * 4.0 * static_cast<double>(m.weights.size()));
+          std::to_string(c.layers) + ": the KV cache",
+      cache);
   if (!refused.empty()) throw Error(refused);
-  GPT model(m.config);
-  set_weights(model, m.weights);
-  model.set_attention(Kernel::automatic, a.threads);
+  m.set_threads(a.threads);
   // Refuses invalid UTF-8 as a usage error; reports unseen characters once.
-  encode_prompt("qkv sample", m.tokenizer, a.o.prompt);
+  encode_prompt("qkv sample", m.tokenizer(), a.o.prompt);
   std::cout << a.o.prompt << std::flush;
-  sample(model, m.tokenizer, a.o, [](const std::string& piece) {
+  m.generate(a.o, [](const std::string& piece) {
     std::cout << piece << std::flush;
     check_stdout();
   });

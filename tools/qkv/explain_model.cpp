@@ -7,7 +7,7 @@
 #include "cli_common.h"
 #include "model_prompt.h"
 #include "qkv/attention_page.h"
-#include "qkv/checkpoint.h"
+#include "qkv/model.h"
 #include "qkv/error.h"
 #include "qkv/heatmap.h"
 
@@ -31,16 +31,14 @@ std::vector<int64_t> select(const std::optional<int64_t>& one, int64_t n, const 
 }  // namespace
 
 int explain_model(const ExplainModelArgs& a) {
-  const LoadedModel m = load_model(a.model_dir);
-  const GPTConfig& cfg = m.config;
+  Model m = Model::load(a.model_dir);
+  const GPTConfig& cfg = m.config();
   const std::vector<int64_t> layers = select(a.layer, cfg.layers, "--layer", "layer");
   const std::vector<int64_t> heads = select(a.head, cfg.heads, "--head", "head");
-  const Prompt p = encode_prompt("qkv explain", m.tokenizer, a.prompt);
+  const Prompt p = encode_prompt("qkv explain", m.tokenizer(), a.prompt);
   check_prompt_fits(p, cfg.context);
-  GPT model(cfg);
-  set_weights(model, m.weights);
   const int64_t T = static_cast<int64_t>(p.ids.size());
-  const Tensor maps = model.attention_maps(p.ids.data(), T);  // [L, H, T, T]
+  const Tensor maps = m.attention_maps(p.ids);  // [L, H, T, T]
 
   // The selected panels, [layers, heads, T, T]: what every view shows.
   const auto nl = static_cast<int64_t>(layers.size()), nh = static_cast<int64_t>(heads.size());

@@ -1,0 +1,77 @@
+// gpt_work.h: what a BasicGPT<T> keeps between calls besides its weights:
+// where each block's parameters sit in the flat buffer, the activations the
+// forward keeps for the backward, and the backward's scratch. Private to
+// src/model (qkv/gpt.h only names it), allocated once per (B, T, compute
+// dtype) and reused by every call of that shape.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/layers/nn_common.h"
+#include "qkv/attention.h"
+#include "qkv/gpt.h"
+#include "qkv/nn.h"
+
+namespace qkv {
+
+template <class T>
+struct BasicGPT<T>::Work {
+  using Vec = std::vector<T>;
+
+  // Offsets of one block's parameters in the flat buffer (-1: absent).
+  struct Layer {
+    int64_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
+    int64_t ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  };
+  // A Linear layer's input as the layer before it stored it: float32 (x),
+  // or under bf16 compute already rounded to bfloat16 (x16, x empty), which
+  // the GEMM reads as it is.
+  struct LinearIn {
+    Vec x;
+    std::vector<bfloat16> x16;
+  };
+  // What one block's forward keeps for its backward.
+  struct LayerActs {
+    LinearIn ln1;                 // [BT, C]
+    Vec ln1_mean, ln1_rstd;       // [BT], [BT]
+    Vec qkv;                      // [BT, (H + 2 Hkv) hs]
+    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
+    Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
+    AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
+    Vec atty, res2;               // [BT, C]: heads merged; x + attention
+    LinearIn ln2;
+    Vec ln2_mean, ln2_rstd;
+    Vec fch;                      // [BT, 4C]
+    LinearIn fch_gelu;            // [BT, 4C]
+    Vec res3;                     // [BT, C]: the block's output
+  };
+  struct Acts {
+    int64_t B = 0, Tn = 0;
+    DType compute = DType::f32;            // what the LinearIns hold
+    std::vector<int32_t> tokens, targets;  // [BT]
+    Vec encoded;                           // [BT, C]
+    std::vector<LayerActs> layers;
+    LinearIn lnf;                          // [BT, C]
+    Vec lnf_mean, lnf_rstd;                // [BT], [BT]
+    Vec probs, losses;                     // [BT, V], [BT]
+  };
+
+  std::vector<Layer> layer;
+  int64_t wte = 0, wpe = -1, lnf_w = 0, lnf_b = 0;
+  // The parameters whose gradient backward() accumulates from zero: (offset, size).
+  std::vector<std::pair<int64_t, int64_t>> accumulated_grads;
+  nn::RopeTable rope;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
+
+  Acts acts;
+  Vec logits;  // [BT, V] without a cache; [V] (the last position) with one
+  bool has_targets = false;
+  // Backward scratch: the gradient flowing down the residual stream, and
+  // the gradients of one block's intermediates (reused by every block).
+  Vec dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
+  Tensor dout;
+  AttentionGrads dattn;
+};
+
+}  // namespace qkv
