@@ -20,8 +20,8 @@ QKV_BIN="$PWD/build/release/qkv" "$PY" -m pytest -q tests/numpy
 # Sanitizers, in CI (CI=true) or when asked (QKV_SANITIZERS=1): AddressSanitizer
 # + UBSan over the whole GoogleTest suite, ThreadSanitizer over the threaded
 # kernels' tests (presets in CMakePresets.json; both run the heavy random-case
-# tests at QKV_TEST_SCALE=0.1). 8 minutes from a clean tree on 2 cores (485 s,
-# the whole of .ci/run 14 min), most of it the two builds.
+# tests at QKV_TEST_SCALE=0.1). Most of their time is the two builds; the
+# whole of .ci/run takes about 35 minutes on 2 cores.
 if [ "${QKV_SANITIZERS:-0}" = 1 ] || [ "${CI:-}" = true ]; then
   start=$SECONDS
   for preset in asan tsan; do

@@ -2,7 +2,7 @@
 // (float32, and bf16 x bf16 -> float32 for mixed precision: qkv's own
 // gemm_bf16, oneDNN's matmul, MKL's cblas_gemm_bf16bf16f32).
 //
-// Issue 4 asks for the GEMM backend to be chosen by measurement on this
+// The GEMM backend is chosen by measurement on this
 // machine. Every linear layer of the model (B·T = 12·64 = 768 rows, C = 128)
 // runs three GEMMs per training step, all row-major:
 //   forward       out  [BT, OC] = inp [BT, C] · Wᵀ        (N, T)  M=BT N=OC K=C
@@ -80,7 +80,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   qkv::kernels::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #elif defined(QKV_BENCH_DNNL_BF16)
-// Mixed precision's candidate (issue 12): A and B rounded to bf16 (per call,
+// Mixed precision's candidate: A and B rounded to bf16 (per call,
 // as a training step must do for its activations), a oneDNN matmul primitive
 // bf16 x bf16 -> float32 (beta = 1 as a sum post-op), one primitive per
 // shape, created once. oneDNN threads it itself (OpenMP).

@@ -48,7 +48,7 @@ double case_flops(const BenchCase& c);
 // key/value head, the keys some query of its group sees. GQA heads share them.
 double kv_bytes(const BenchCase& c);
 
-// The standard shapes of issue 3: B=1, H=8, N=S in {512, 1024, 2048, 4096},
+// The standard shapes: B=1, H=8, N=S in {512, 1024, 2048, 4096},
 // D in {64, 128}, non-causal and causal; GQA 32/8 heads, D=128, N=S=2048;
 // decode 32/8 heads, D=128, N=1, S in {4096, 32768}; one head, D=64,
 // N=S=65536.

@@ -355,7 +355,7 @@ Runner add_bench(CLI::App& app) {
                       "sliding window: keys a query sees left of its diagonal (right side 0)"),
   };
   CLI::Option* suite =
-      cmd->add_flag("--suite", a->suite, "run the standard shapes (issue 3) instead of one case");
+      cmd->add_flag("--suite", a->suite, "run the standard shapes instead of one case");
   for (CLI::Option* o : shape) suite->excludes(o);
   cmd->add_option("--threads", a->threads, "threads for the kernel and the peak (0 = all cores)")
       ->capture_default_str();
