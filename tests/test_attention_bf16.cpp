@@ -430,7 +430,7 @@ TEST_P(Bf16Kernel, Weights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, Bf16Kernel,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx),
+                         ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);
 
 }  // namespace

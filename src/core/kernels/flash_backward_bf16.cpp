@@ -227,11 +227,12 @@ struct Bf16Tiles {
 }  // namespace
 
 void flash_backward_bf16(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
-                         int threads, Isa isa) {
-  if (isa < Isa::avx512bf16)
-    throw Error(std::string("flash_backward_bf16: needs AVX512-BF16, the path is ") + isa_name(isa));
+                         int threads, const IsaKernels& isa) {
+  if (isa.isa < Isa::avx512bf16)
+    throw Error(std::string("flash_backward_bf16: needs AVX512-BF16, the path is ") +
+                isa_name(isa.isa));
   const Ctx c{p,
-              flash_kernels(isa),
+              *isa.flash,
               static_cast<const uint16_t*>(in.dout),
               in.out,
               in.out_bf16,

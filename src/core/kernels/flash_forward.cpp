@@ -151,11 +151,11 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
 }  // namespace fwd
 
 void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
-                   bool want_lse, int threads, Isa isa) {
+                   bool want_lse, int threads, const IsaKernels& isa) {
   using namespace fwd;
   const bool bf16 = p.dtype == DType::bf16;
-  Ctx c{p, flash_kernels(isa), needs_elementwise(p), bf16, bf16 && isa >= Isa::avx512bf16};
-  c.amx = bf16 && isa == Isa::amx && amx_shape_ok(p.D, p.Dv) && p.N > kDecodeRows;
+  Ctx c{p, *isa.flash, needs_elementwise(p), bf16, bf16 && isa.isa >= Isa::avx512bf16};
+  c.amx = bf16 && isa.isa == Isa::amx && amx_shape_ok(p.D, p.Dv) && p.N > kDecodeRows;
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;

@@ -1,0 +1,13 @@
+// isa_table.cpp: the amx path's kernels (core/isa_kernels.h):
+// avx512bf16's kernels, with the bf16 GEMM's blocks on AMX tiles.
+// Constant data only: nothing here runs before the path is chosen.
+#include "core/isa_kernels.h"
+#include "core/kernels/flash_kernels.h"
+
+namespace qkv::kernels {
+
+constinit const IsaKernels isa_amx{Isa::amx, &flash_avx512,
+                                   &bf16gemm::pair_gemm_avx512bf16,
+                                   &bf16gemm::amx_gemm};
+
+}  // namespace qkv::kernels
