@@ -25,32 +25,33 @@ inline int64_t pairs(int64_t K) { return (K + 1) / 2; }
 // The four packings of one operand type: float32 (rounded to nearest even)
 // or bfloat16 bit patterns (a Linear layer's input stored rounded by its
 // producer: no rounding, the words built from the halves as they are).
-template <class T> struct PairPacking {
+template <class T>
+struct PairPacking {
   // Pairs along rows: dst[r * dst_ld + p] = (src[r][2p], src[r][2p + 1]) for
   // r < R, p < pairs(K). src [R][K], rows ld apart. For op(A) = A.
-  void (*rows_to_pairs)(const T *src, int64_t ld, int64_t R, int64_t K,
-                        uint32_t *dst, int64_t dst_ld);
+  void (*rows_to_pairs)(const T* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
+                        int64_t dst_ld);
 
   // Pairs across rows: dst[p * dst_ld + w] = (src[2p][w], src[2p + 1][w]) for
   // p < pairs(K), w < W; columns W .. dst_ld - 1 are zeroed. src [K][W], rows
   // ld apart. For op(A) = Aᵀ and op(B) = B.
-  void (*interleave_rows)(const T *src, int64_t ld, int64_t K, int64_t W,
-                          uint32_t *dst, int64_t dst_ld);
+  void (*interleave_rows)(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                          int64_t dst_ld);
 
   // Pairs along rows, stored across: dst[p * dst_ld + w] = (src[w][2p],
   // src[w][2p + 1]) for p < pairs(K) and the rows w in [w0, w1) (w0 a multiple
   // of 16), rounded up to 16 columns with zeros past W (never past dst_ld). src
   // [W][K], rows ld apart. For op(B) = Bᵀ (B [N, K], the forward's weights):
   // each pair is adjacent in memory, so one 64-bit gather fetches eight.
-  void (*gather_pairs)(const T *src, int64_t ld, int64_t W, int64_t K,
-                       int64_t w0, int64_t w1, uint32_t *dst, int64_t dst_ld);
+  void (*gather_pairs)(const T* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
+                       uint32_t* dst, int64_t dst_ld);
 
   // Pairs across rows, stored along rows: dst[w * dst_ld + p] = (src[2p][w],
   // src[2p + 1][w]) for w < W, p < pairs(K); the rest of each dst row is left
   // as it is. src [K][W], rows ld apart. For op(A) = Aᵀ on AMX, whose A tiles
   // hold each row's pairs along the row: interleave_rows, transposed.
-  void (*transpose_pairs)(const T *src, int64_t ld, int64_t K, int64_t W,
-                          uint32_t *dst, int64_t dst_ld);
+  void (*transpose_pairs)(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
+                          int64_t dst_ld);
 };
 
 // A pair word read where bf16 values were stored (op(A) = A in bfloat16
@@ -71,10 +72,9 @@ struct PairGemmKernels {
   //   a(r, p) = a[r * a_rs + p * a_ks]   (pairs of op(A); rows of the tile)
   //   b(p, j) = b[p * b_ks + j]          (pairs of op(B); kNR columns readable)
   // The K sum of each element runs in order p = 0 .. np - 1 in float32.
-  void (*tile)(const pair_word *a, int64_t a_rs, int64_t a_ks, int rows,
-               const uint32_t *b, int64_t b_ks, int64_t np, int cols,
-               float alpha, float beta, const float *bias, float *c,
-               int64_t ldc);
+  void (*tile)(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
+               int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias,
+               float* c, int64_t ldc);
 };
 
 // The AMX path: blocks of C on tiles, from the pairs PairGemmKernels packs.
@@ -93,9 +93,9 @@ struct AmxGemmKernels {
   //   readable)
   // np16 a multiple of 16 with zero pairs past the operands' own (on both
   // sides: a NaN times 0 is NaN). The sums run in the tiles' order.
-  void (*block)(const uint32_t *a, int64_t a_ld, const uint32_t *b,
-                int64_t b_ld, int64_t np16, int rows, int cols, float alpha,
-                float beta, const float *bias, float *c, int64_t ldc);
+  void (*block)(const uint32_t* a, int64_t a_ld, const uint32_t* b, int64_t b_ld, int64_t np16,
+                int rows, int cols, float alpha, float beta, const float* bias, float* c,
+                int64_t ldc);
 };
 
 // The tables of the two files above, which the paths' IsaKernels point at

@@ -6,6 +6,6 @@
 
 namespace qkv::kernels {
 
-constinit const IsaKernels isa_avx2{Isa::avx2, &flash_avx2, nullptr, nullptr};
+constinit const IsaKernels isa_avx2{Isa::avx2, &flash_avx2, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace qkv::kernels

@@ -6,7 +6,7 @@
 
 namespace qkv::kernels {
 
-constinit const IsaKernels isa_avx512{Isa::avx512, &flash_avx512, nullptr,
+constinit const IsaKernels isa_avx512{Isa::avx512, &flash_avx512, nullptr, nullptr, nullptr,
                                       nullptr};
 
 }  // namespace qkv::kernels

@@ -6,7 +6,7 @@
 
 namespace qkv::kernels {
 
-constinit const IsaKernels isa_scalar{Isa::scalar, &flash_scalar, nullptr,
+constinit const IsaKernels isa_scalar{Isa::scalar, &flash_scalar, nullptr, nullptr, nullptr,
                                       nullptr};
 
 }  // namespace qkv::kernels
