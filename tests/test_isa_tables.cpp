@@ -71,6 +71,7 @@ TEST(IsaTables, EachPathCarriesTheKernelsOfItsInstructionSet) {
     const kernels::IsaKernels& k = kernels::isa_kernels(isa);
     EXPECT_EQ(k.isa, isa);
     EXPECT_NE(k.flash, nullptr);
+    EXPECT_NE(k.fma, nullptr);
     const bool pairs = isa == Isa::avx512bf16 || isa == Isa::amx;
     EXPECT_EQ(k.flash_bf16 != nullptr, pairs);
     EXPECT_EQ(k.gemm_pairs != nullptr, pairs);

@@ -7,6 +7,7 @@
 // means the path has no such kernels.
 #pragma once
 
+#include "core/fma_probe.h"
 #include "core/gemm_bf16_kernels.h"
 #include "qkv/runtime.h"
 
@@ -34,6 +35,8 @@ struct IsaKernels {
   const bf16gemm::PairGemmKernels* gemm_pairs;
   // gemm_bf16's blocks on AMX tiles: amx only.
   const bf16gemm::AmxGemmKernels* gemm_amx;
+  // measure_fma_gflops's block of float32 FMA chains (qkv/peak.h): every path.
+  const FmaProbe* fma;
 };
 
 // Each path's table, defined by its folder's isa_table.cpp; read them

@@ -39,8 +39,8 @@ struct Ctx {
   const FlashKernels& kern;
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
-  // bf16 on a path with vdpbf16ps (avx512bf16, amx): Q·Kᵀ and P·V on these
-  // pairs kernels; null elsewhere (float32, or bf16 tiles widened).
+  // bf16 on a path with vdpbf16ps (avx512bf16, amx): Q·Kᵀ and P·V by these
+  // kernels on bf16 pairs; null elsewhere (float32, or bf16 tiles widened).
   const FlashBf16Kernels* dp;
   // Prefill (and its weights pass) on AMX tiles: bf16, the amx path, head
   // sizes the tiles divide (amx_shape_ok), N past decode's rows; else null.

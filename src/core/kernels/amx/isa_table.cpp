@@ -12,6 +12,7 @@ constinit const FlashAmxKernels flash_amx{amx_tiles_on, amx_tiles_off, qk_bf16_a
                                           pv_bf16_amx};
 
 constinit const IsaKernels isa_amx{Isa::amx, &flash_avx512, &flash_avx512bf16, &flash_amx,
-                                   &bf16gemm::pair_gemm_avx512bf16, &bf16gemm::amx_gemm};
+                                   &bf16gemm::pair_gemm_avx512bf16, &bf16gemm::amx_gemm,
+                                   &fma_avx512};
 
 }  // namespace qkv::kernels

@@ -13,6 +13,7 @@ constinit const FlashBf16Kernels flash_avx512bf16{
     pv_bf16_avx512,     mac_pairs_bf16_avx512, round_rows_bf16_avx512};
 
 constinit const IsaKernels isa_avx512bf16{Isa::avx512bf16, &flash_avx512, &flash_avx512bf16,
-                                          nullptr, &bf16gemm::pair_gemm_avx512bf16, nullptr};
+                                          nullptr, &bf16gemm::pair_gemm_avx512bf16, nullptr,
+                                          &fma_avx512};
 
 }  // namespace qkv::kernels
