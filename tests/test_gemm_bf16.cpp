@@ -267,7 +267,8 @@ TEST(GemmBf16Packing, TransposePairsIsInterleaveRowsTransposed) {
       const std::vector<uint16_t> src16 = bf16_bits(src);
       std::vector<uint32_t> got(W * dst_ld, kUntouched), got16(W * dst_ld, kUntouched);
       pairs_of(Isa::avx512bf16).from_f32.transpose_pairs(src.data(), ld, K, W, got.data(), dst_ld);
-      pairs_of(Isa::avx512bf16).from_bf16.transpose_pairs(src16.data(), ld, K, W, got16.data(), dst_ld);
+      pairs_of(Isa::avx512bf16).from_bf16.transpose_pairs(src16.data(), ld, K, W, got16.data(),
+                                                          dst_ld);
       for (int64_t w = 0; w < W; ++w)
         for (int64_t p = 0; p < dst_ld; ++p) {
           uint32_t want = kUntouched;
@@ -302,8 +303,10 @@ TEST(GemmBf16Packing, GatherPairsStoresEachRowsPairsAcross) {
           std::vector<uint32_t> got(np * dst_ld, kUntouched), got16(np * dst_ld, kUntouched);
           for (int64_t w0 = 0; w0 < W; w0 += per_block ? 16 : W) {
             const int64_t w1 = per_block ? std::min(W, w0 + 16) : W;
-            pairs_of(Isa::avx512bf16).from_f32.gather_pairs(src.data(), ld, W, K, w0, w1, got.data(), dst_ld);
-            pairs_of(Isa::avx512bf16).from_bf16.gather_pairs(src16.data(), ld, W, K, w0, w1, got16.data(), dst_ld);
+            pairs_of(Isa::avx512bf16).from_f32.gather_pairs(src.data(), ld, W, K, w0, w1, got.data(),
+                                                            dst_ld);
+            pairs_of(Isa::avx512bf16).from_bf16.gather_pairs(src16.data(), ld, W, K, w0, w1,
+                                                             got16.data(), dst_ld);
           }
           const int64_t padded = std::min(dst_ld, (W + 15) / 16 * 16);
           for (int64_t p = 0; p < np; ++p)
