@@ -25,15 +25,25 @@ inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);
 }
 
+// True if this CPU (and OS) runs `isa`: it is among available_isas().
+inline bool runs_here(Isa isa) {
+  for (Isa a : available_isas())
+    if (a == isa) return true;
+  return false;
+}
+
+// Why `isa` is skipped here, naming it ("this CPU cannot run the amx path").
+inline std::string absent_isa(Isa isa) {
+  return std::string("this CPU cannot run the ") + isa_name(isa) + " path (best: " +
+         isa_name(detected_isa()) + ")";
+}
+
+// Instantiate a suite on every path the build carries (all_isas()):
+//   INSTANTIATE_TEST_SUITE_P(Isas, Suite, ::testing::ValuesIn(all_isas()), isa_test_name);
 class OnIsa : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa())) {
-      if (GetParam() == Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
-      if (GetParam() == Isa::amx) GTEST_SKIP() << "AMX-BF16 not on this CPU (or not granted by the OS)";
-      GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " path (best: "
-                   << isa_name(detected_isa()) << ")";
-    }
+    if (!runs_here(GetParam())) GTEST_SKIP() << absent_isa(GetParam());
     previous_ = active_isa();
     set_isa(GetParam());
   }

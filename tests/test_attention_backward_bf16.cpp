@@ -388,8 +388,7 @@ TEST_P(Bf16Backward, BadInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, Bf16Backward,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16,
-                                           Isa::amx),
+                         ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);
 
 }  // namespace

@@ -192,12 +192,6 @@ void check_case(const Case& c, const std::vector<Isa>& isas) {
   }
 }
 
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (static_cast<int>(isa) <= static_cast<int>(detected_isa())) isas.push_back(isa);
-  return isas;
-}
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
@@ -213,7 +207,7 @@ TEST(FastBackwardAccuracy, MatchesTheReferenceOnRandomCases) {
   // every causal alignment (seed % 6, seed / 6 % 3) twice.
   const uint64_t cases = qkv_test::scaled_count(300, 36);
   for (uint64_t seed = 0; seed < cases; ++seed) {
-    check_case(random_case(seed), runnable_isas());
+    check_case(random_case(seed), {available_isas().begin(), available_isas().end()});
   }
   set_isa(previous);
 }
@@ -268,5 +262,5 @@ TEST_P(FastBackward, VisibleRangesGiveTheBitsOfTheSameBoolMask) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, FastBackward, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, FastBackward, ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);

@@ -359,7 +359,7 @@ TEST_P(FastKernel, ThreadCountDoesNotChangeABit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, FastKernel, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, FastKernel, ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);
 
 // The fast kernel is float32 only. Asked for by name on float64 it refuses

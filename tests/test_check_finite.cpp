@@ -123,7 +123,7 @@ TEST_P(FusedScan, KeysNoQueryCanSeeAreNotRead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, FusedScan,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx),
+                         ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);
 
 }  // namespace

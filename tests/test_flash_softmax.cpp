@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/isa_kernels.h"
 #include "core/kernels/flash_bf16.h"
 #include "core/kernels/flash_kernels.h"
 #include "isa_fixture.h"
@@ -53,7 +54,7 @@ class FlashSoftmax : public test::OnIsa {};
 // exp) and their exp is within 2 ulp: 4e-6 relative allows both; a wrong
 // key, column or rescale is off by far more.
 TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
-  const kernels::FlashKernels& kern = kernels::flash_kernels(GetParam());
+  const kernels::FlashKernels& kern = *kernels::isa_kernels(GetParam()).flash;
   std::mt19937 rng(7);
   for (int ncols : {1, 2, 3, 4, 5, 16, 17, 64})
     for (int64_t nj : {1, 2, 3, 5, 63, 64}) {
@@ -93,7 +94,7 @@ TEST_P(FlashSoftmax, FollowsTheOnlineSoftmaxStepInFloat64) {
 // path's std::exp goes on into denormals). In the column form (16 columns)
 // and in the quads of decode's stacked groups (4 columns).
 TEST_P(FlashSoftmax, ExpIsWithin2UlpDownToUnderflow) {
-  const kernels::FlashKernels& kern = kernels::flash_kernels(GetParam());
+  const kernels::FlashKernels& kern = *kernels::isa_kernels(GetParam()).flash;
   for (int ncols : {4, 16}) {
     for (int64_t base = 0; base < 88 * 1024; base += kBC * ncols) {
       std::vector<float> St(kBC * kBR), m(kBR, 0.0f), l(kBR, 0.0f), alpha(kBR), x(kBC * kBR);
@@ -120,7 +121,7 @@ TEST_P(FlashSoftmax, ExpIsWithin2UlpDownToUnderflow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, FlashSoftmax,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         ::testing::ValuesIn(all_isas()),
                          test::isa_test_name);
 
 // The bf16 prefill's fused step gives exactly the weights, (m, l) and alpha
@@ -128,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Isas, FlashSoftmax,
 // serves, with odd key counts (the last pair's high half 0).
 TEST(FlashSoftmaxPairs, MatchesSoftmaxThenPackBitForBit) {
   if (detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
-  const kernels::FlashKernels& kern = kernels::flash_kernels(Isa::avx512);
+  const kernels::FlashKernels& kern = *kernels::isa_kernels(Isa::avx512).flash;
   std::mt19937 rng(11);
   for (int ncols : {5, 16, 17, 64})
     for (int64_t nj : {1, 2, 7, 63, 64}) {

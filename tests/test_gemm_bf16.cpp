@@ -21,10 +21,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/isa_kernels.h"
 #include "gemm_check.h"
 #include "isa_fixture.h"
 #include "model/gemm.h"
-#include "model/gemm_bf16_kernels.h"
 #include "qkv/error.h"
 #include "qkv/tensor.h"
 
@@ -36,6 +36,11 @@ using kernels::gemm_bf16_ref;
 namespace {
 
 using VecF = std::vector<float>;
+
+// The vdpbf16ps packings of `isa`'s table, called directly.
+const kernels::bf16gemm::PairGemmKernels& pairs_of(Isa isa) {
+  return *kernels::isa_kernels(isa).gemm_pairs;
+}
 
 VecF random_vec(std::mt19937& rng, int64_t n) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -223,7 +228,7 @@ TEST_P(GemmBf16, Bf16OperandsGiveTheBitsOfTheirFloat32Values) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, GemmBf16,
-                         ::testing::Values(Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2, Isa::scalar),
+                         ::testing::ValuesIn(all_isas()),
                          test::isa_test_name);
 
 TEST(GemmBf16Args, EmptySizesAndBadArguments) {
@@ -261,8 +266,9 @@ TEST(GemmBf16Packing, TransposePairsIsInterleaveRowsTransposed) {
       const VecF src = random_vec(rng, K * ld);
       const std::vector<uint16_t> src16 = bf16_bits(src);
       std::vector<uint32_t> got(W * dst_ld, kUntouched), got16(W * dst_ld, kUntouched);
-      kernels::bf16gemm::transpose_pairs(src.data(), ld, K, W, got.data(), dst_ld);
-      kernels::bf16gemm::transpose_pairs(src16.data(), ld, K, W, got16.data(), dst_ld);
+      pairs_of(Isa::avx512bf16).from_f32.transpose_pairs(src.data(), ld, K, W, got.data(), dst_ld);
+      pairs_of(Isa::avx512bf16).from_bf16.transpose_pairs(src16.data(), ld, K, W, got16.data(),
+                                                          dst_ld);
       for (int64_t w = 0; w < W; ++w)
         for (int64_t p = 0; p < dst_ld; ++p) {
           uint32_t want = kUntouched;
@@ -297,8 +303,10 @@ TEST(GemmBf16Packing, GatherPairsStoresEachRowsPairsAcross) {
           std::vector<uint32_t> got(np * dst_ld, kUntouched), got16(np * dst_ld, kUntouched);
           for (int64_t w0 = 0; w0 < W; w0 += per_block ? 16 : W) {
             const int64_t w1 = per_block ? std::min(W, w0 + 16) : W;
-            kernels::bf16gemm::gather_pairs(src.data(), ld, W, K, w0, w1, got.data(), dst_ld);
-            kernels::bf16gemm::gather_pairs(src16.data(), ld, W, K, w0, w1, got16.data(), dst_ld);
+            pairs_of(Isa::avx512bf16).from_f32.gather_pairs(src.data(), ld, W, K, w0, w1, got.data(),
+                                                            dst_ld);
+            pairs_of(Isa::avx512bf16).from_bf16.gather_pairs(src16.data(), ld, W, K, w0, w1,
+                                                             got16.data(), dst_ld);
           }
           const int64_t padded = std::min(dst_ld, (W + 15) / 16 * 16);
           for (int64_t p = 0; p < np; ++p)

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 
 namespace qkv {
@@ -22,7 +23,15 @@ enum class Isa { scalar, avx2, avx512, avx512bf16, amx };
 const char* isa_name(Isa isa);
 std::optional<Isa> parse_isa(const std::string& s);
 
-// The best path this CPU (and OS) supports.
+// Every path this build carries, in the enum's order (scalar first, the
+// most capable last), whether or not this CPU runs it: what tests iterate,
+// so that a path the CPU lacks is reported (skipped by name), never dropped.
+std::span<const Isa> all_isas();
+// The paths of all_isas() that this CPU (and OS) runs, in the same order;
+// never empty (scalar runs anywhere). set_isa accepts exactly these.
+std::span<const Isa> available_isas();
+
+// The best path this CPU (and OS) supports: available_isas()'s last.
 Isa detected_isa();
 // The path the kernels use now: set_isa's, else QKV_ISA's, else detected_isa().
 Isa active_isa();

@@ -1,5 +1,6 @@
 // gemm_bf16.cpp: mixed-precision GEMM (contract in gemm.h). On AVX512-BF16
-// both operands are rounded into pairs (gemm_bf16_kernels.h) and C is cut
+// both operands are rounded into pairs (core/gemm_bf16_kernels.h, the kernels
+// reached through the active path's table, core/isa_kernels.h) and C is cut
 // into micro-tiles of kMR rows x kNR columns, each one thread's whole K sum;
 // on AMX the same pairs feed 32 x 32 blocks of tiles; elsewhere the rounded
 // operands are widened back and handed to sgemm.
@@ -9,8 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/isa_kernels.h"
 #include "model/gemm.h"
-#include "model/gemm_bf16_kernels.h"
 #include "model/gemm_common.h"
 #include "model/layers/nn_common.h"
 #include "qkv/runtime.h"
@@ -19,9 +20,12 @@
 namespace qkv::kernels {
 namespace {
 
+using bf16gemm::AmxGemmKernels;
 using bf16gemm::kMR;
 using bf16gemm::kNR;
 using bf16gemm::pair_word;
+using bf16gemm::PairGemmKernels;
+using bf16gemm::PairPacking;
 using bf16gemm::pairs;
 
 // The packed operands, kept per calling thread and grown, never shrunk: a
@@ -86,34 +90,39 @@ void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
 // (the packing overloads for uint16_t).
 const float* packable(const float* x) { return x; }
 const uint16_t* packable(const bfloat16* x) { return reinterpret_cast<const uint16_t*>(x); }
+// The packings for such elements.
+const PairPacking<float>& packing(const PairGemmKernels& k, const float*) { return k.from_f32; }
+const PairPacking<uint16_t>& packing(const PairGemmKernels& k, const uint16_t*) {
+  return k.from_bf16;
+}
 
 // op(B)'s pairs into b [rows][Np] (rows >= pairs(K)), inside a parallel
 // region: pair rows split between the threads, the columns past N and the
 // rows past pairs(K) zero; ends with a barrier, so every thread may read all
 // of b after it.
 template <class TB>
-void pack_b_pairs(bool trans_b, int64_t N, int64_t K, const TB* B, int64_t ldb, uint32_t* b,
-                  int64_t Np, int64_t rows) {
+void pack_b_pairs(const PairPacking<TB>& pk, bool trans_b, int64_t N, int64_t K, const TB* B,
+                  int64_t ldb, uint32_t* b, int64_t Np, int64_t rows) {
   const int64_t np = pairs(K);
   if (trans_b) {  // B [N, K]: each pair adjacent in a row, gathered across rows
     const int64_t blocks = (N + 15) / 16, padded = blocks * 16;
 #pragma omp for schedule(static) nowait
     for (int64_t blk = 0; blk < blocks; ++blk)
-      bf16gemm::gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
+      pk.gather_pairs(B, ldb, N, K, 16 * blk, std::min(N, 16 * blk + 16), b, Np);
 #pragma omp for schedule(static) nowait
     for (int64_t p = 0; p < np; ++p) std::fill(b + p * Np + padded, b + (p + 1) * Np, 0u);
   } else {
 #pragma omp for schedule(static) nowait
-    for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
+    for (int64_t p = 0; p < np; ++p) pk.interleave_rows(B + 2 * p * ldb, ldb, std::min<int64_t>(2, K - 2 * p), N, b + p * Np, Np);
   }
 #pragma omp for schedule(static)
   for (int64_t p = np; p < rows; ++p) std::fill(b + p * Np, b + (p + 1) * Np, 0u);
 }
 
 template <class TA, class TB>
-void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const TA* A_, int64_t lda, const TB* B_, int64_t ldb, float beta, float* C,
-                   int64_t ldc, const float* bias) {
+void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                   int64_t K, float alpha, const TA* A_, int64_t lda, const TB* B_, int64_t ldb,
+                   float beta, float* C, int64_t ldc, const float* bias) {
   const auto* A = packable(A_);
   const auto* B = packable(B_);
   const int64_t np = pairs(K), Np = (N + kNR - 1) / kNR * kNR;
@@ -131,12 +140,12 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
     // Packing: rows (or pairs) split between the threads.
     if (trans_a) {
 #pragma omp for schedule(static) nowait
-      for (int64_t p = 0; p < np; ++p) bf16gemm::interleave_rows(A + 2 * p * lda, lda, std::min<int64_t>(2, K - 2 * p), M, a + p * M, M);
+      for (int64_t p = 0; p < np; ++p) packing(k, A).interleave_rows(A + 2 * p * lda, lda, std::min<int64_t>(2, K - 2 * p), M, a + p * M, M);
     } else if (!in_place) {
 #pragma omp for schedule(static) nowait
-      for (int64_t r = 0; r < M; ++r) bf16gemm::rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
+      for (int64_t r = 0; r < M; ++r) packing(k, A).rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
-    pack_b_pairs(trans_b, N, K, B, ldb, b, Np, np);
+    pack_b_pairs(packing(k, B), trans_b, N, K, B, ldb, b, Np, np);
     // Tiles row block by row block: a thread's tiles are a contiguous band of
     // C's rows; for op(A) = A that is the band of A it packed above (the same
     // static split) and the rows the row-parallel layers before it wrote on
@@ -147,8 +156,8 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       const int64_t i0 = (t / panels) * kMR, j0 = (t % panels) * kNR;
       const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
       const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
-      bf16gemm::tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
-                     bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
+      k.tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
+             bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
     }
   }
 }
@@ -158,9 +167,9 @@ void on_avx512bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 // pairs gathered across A's rows, transpose_pairs), op(B) as above with zero
 // pair rows up to np16, and C in blocks of 32 x 32 (2 x 2 tiles).
 template <class TA, class TB>
-void on_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-            const TA* A_, int64_t lda, const TB* B_, int64_t ldb, float beta, float* C,
-            int64_t ldc, const float* bias) {
+void on_amx(const PairGemmKernels& k, const AmxGemmKernels& amx, bool trans_a, bool trans_b,
+            int64_t M, int64_t N, int64_t K, float alpha, const TA* A_, int64_t lda, const TB* B_,
+            int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   const auto* A = packable(A_);
   const auto* B = packable(B_);
   const int64_t np = pairs(K), np16 = (np + 15) / 16 * 16, Np = (N + kNR - 1) / kNR * kNR;
@@ -176,23 +185,23 @@ void on_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
     for (int64_t r0 = 0; r0 < M32; r0 += 16) {
       const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
       if (rows > 0 && trans_a)
-        bf16gemm::transpose_pairs(A + r0, lda, K, rows, a + r0 * np16, np16);
+        packing(k, A).transpose_pairs(A + r0, lda, K, rows, a + r0 * np16, np16);
       else if (rows > 0)
-        bf16gemm::rows_to_pairs(A + r0 * lda, lda, rows, K, a + r0 * np16, np16);
+        packing(k, A).rows_to_pairs(A + r0 * lda, lda, rows, K, a + r0 * np16, np16);
       for (int64_t r = r0; r < r0 + 16; ++r)
         std::fill(a + r * np16 + (r < M ? np : 0), a + (r + 1) * np16, 0u);
     }
-    pack_b_pairs(trans_b, N, K, B, ldb, b, Np, np16);
-    bf16gemm::amx_begin();
+    pack_b_pairs(packing(k, B), trans_b, N, K, B, ldb, b, Np, np16);
+    amx.begin();
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < mblocks * nblocks; ++t) {
       const int64_t i0 = (t / nblocks) * 32, j0 = (t % nblocks) * 32;
-      bf16gemm::amx_block(a + i0 * np16, np16, b + j0, Np, np16,
-                          static_cast<int>(std::min<int64_t>(32, M - i0)),
-                          static_cast<int>(std::min<int64_t>(32, N - j0)), alpha, beta,
-                          bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
+      amx.block(a + i0 * np16, np16, b + j0, Np, np16,
+                static_cast<int>(std::min<int64_t>(32, M - i0)),
+                static_cast<int>(std::min<int64_t>(32, N - j0)), alpha, beta,
+                bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
     }
-    bf16gemm::amx_end();
+    amx.end();
   }
 }
 
@@ -207,10 +216,13 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (bias) add_bias(M, N, bias, C, ldc);
     return;
   }
-  if (active_isa() == Isa::amx)
-    on_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-  else if (active_isa() >= Isa::avx512bf16)
-    on_avx512bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  const IsaKernels& k = isa_kernels(active_isa());
+  if (k.gemm_amx)
+    on_amx(*k.gemm_pairs, *k.gemm_amx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+           ldc, bias);
+  else if (k.gemm_pairs)
+    on_avx512bf16(*k.gemm_pairs, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                  bias);
   else
     widened(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }

@@ -1,6 +1,8 @@
 // flash_amx.h: the AMX-BF16 tile kernels of the bf16 prefill
-// (amx/flash_amx.cpp), called only when active_isa() is Isa::amx, and only
-// between amx_tiles_on() and amx_tiles_off() on the calling thread.
+// (amx/flash_amx.cpp), called only when active_isa() is Isa::amx, through
+// the table FlashAmxKernels at the end (the amx path's IsaKernels points at
+// it), and only between amx_tiles_on() and amx_tiles_off() on the calling
+// thread.
 //
 // One AMX instruction multiplies tiles: C [16][16] float32 += A [16][32 bf16]
 // · B [16][16 pairs], where row t of B holds, for each column n, the pair
@@ -56,5 +58,18 @@ void pack_vt_bf16(uint16_t* Vt, int64_t ldt, const uint16_t* V, int64_t ldv, int
 // past the visible end may hold NaN, and 0 x NaN is NaN). Dv % 16 == 0.
 void pv_bf16_amx(float* Ot, uint32_t* P2, int64_t nj, int ncols, const uint16_t* Vt, int64_t ldt,
                  int64_t Dv, const float* alpha, uint16_t* vpad);
+
+// The functions above as the attention calls them, through the path's table
+// (core/isa_kernels.h): each member is the function of the same role.
+struct FlashAmxKernels {
+  decltype(&amx_tiles_on) tiles_on;
+  decltype(&amx_tiles_off) tiles_off;
+  decltype(&qk_bf16_amx) qk;
+  decltype(&pack_vt_bf16) pack_vt;
+  decltype(&pv_bf16_amx) pv;
+};
+
+// kernels/amx/isa_table.cpp.
+extern const FlashAmxKernels flash_amx;
 
 }  // namespace qkv::kernels

@@ -215,9 +215,9 @@ struct F32Tiles {
 }  // namespace
 
 void flash_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
-                    int threads, Isa isa) {
+                    int threads, const IsaKernels& isa) {
   const Ctx c{p,
-              flash_kernels(isa),
+              *isa.flash,
               static_cast<const float*>(in.dout),
               static_cast<const float*>(in.out),
               static_cast<const float*>(in.lse),

@@ -37,9 +37,10 @@ namespace {
 // through p.q, p.k, p.v (rows of any stride); the rest is C-ordered.
 struct Ctx {
   const AttentionProblem& p;
-  const FlashKernels& kern;  // the float32 element-wise kernels (probs, dscores)
-  const uint16_t* dO;        // [B, Hq, N, Dv] bf16
-  const void* O;             // [B, Hq, N, Dv] the forward's out, bf16 or float32
+  const FlashKernels& kern;    // the float32 element-wise kernels (probs, dscores)
+  const FlashBf16Kernels& dp;  // the five products on bf16 pairs
+  const uint16_t* dO;          // [B, Hq, N, Dv] bf16
+  const void* O;               // [B, Hq, N, Dv] the forward's out, bf16 or float32
   bool out_bf16;
   const float* lse;  // [B, Hq, N]
   BackwardGrads g;
@@ -123,8 +124,8 @@ void pack(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, bool kv) {
   pack_pairs_bf16(ws.Qt2, pn.npos, p.D, [&](int r) { return Q + r * p.q.row_stride; });
   pack_pairs_bf16(ws.dOt2, pn.npos, p.Dv, [&](int r) { return dO + r * p.Dv; });
   if (kv) {
-    pack_v_bf16_avx512(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
-    pack_v_bf16_avx512(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
+    c.dp.pack_v(ws.Q2, Q, p.q.row_stride, pn.npos, p.D);
+    c.dp.pack_v(ws.dO2, dO, p.Dv, pn.npos, p.Dv);
   }
 }
 
@@ -147,10 +148,10 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
   // St = scale · K·Qᵀ and dP = V·dOᵀ [nj][kBR]; the mask writes the whole tile.
   for (int x = 0; x < t.n_key; ++x) {
     const TilePart& b = t.by_key[x];
-    qk_bf16_avx512(ws.P + b.r0 * kBR + b.c0, K + b.r0 * ldk, ldk, b.nr, ws.Qt2 + b.c0, p.D, b.nc,
-                   scale);
-    qk_bf16_avx512(ws.dS + b.r0 * kBR + b.c0, V + b.r0 * ldv, ldv, b.nr, ws.dOt2 + b.c0, p.Dv,
-                   b.nc, 1.0f);
+    c.dp.qk(ws.P + b.r0 * kBR + b.c0, K + b.r0 * ldk, ldk, b.nr, ws.Qt2 + b.c0, p.D, b.nc,
+            scale);
+    c.dp.qk(ws.dS + b.r0 * kBR + b.c0, V + b.r0 * ldv, ldv, b.nr, ws.dOt2 + b.c0, p.Dv,
+            b.nc, 1.0f);
   }
   if (!tile_is_interior(p, c.elementwise, pn.b, pn.i0, pn.npos, j0, nj))
     mask_tile(p, TileRows{pn.b, pn.h, pn.i0, pn.npos, pn.npos}, j0, nj, ws.P, ws.dcap);
@@ -170,12 +171,12 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
     for (int x = 0; x < t.n_key; ++x) {
       const TilePart& b = t.by_key[x];
       const int64_t at = b.r0 * kBR + b.c0, w = b.r0 * kPairsBR + b.c0 / 2, t0 = b.c0 / 2;
-      round_rows_bf16_avx512(ws.Pr + at, ws.P + at, b.nr, b.nc);
-      round_rows_bf16_avx512(ws.dSr + at, ws.dS + at, b.nr, b.nc);
-      mac_pairs_bf16_avx512(c.g.dV + (g * p.S + j0 + b.r0) * p.Dv, Pr + w, PairLayout::row_major,
-                            bf16_pairs(b.nc), static_cast<int>(b.nr), ws.dO2 + t0 * p.Dv, p.Dv);
-      mac_pairs_bf16_avx512(c.g.dK + (g * p.S + j0 + b.r0) * p.D, dSr + w, PairLayout::row_major,
-                            bf16_pairs(b.nc), static_cast<int>(b.nr), ws.Q2 + t0 * p.D, p.D);
+      c.dp.round_rows(ws.Pr + at, ws.P + at, b.nr, b.nc);
+      c.dp.round_rows(ws.dSr + at, ws.dS + at, b.nr, b.nc);
+      c.dp.mac_pairs(c.g.dV + (g * p.S + j0 + b.r0) * p.Dv, Pr + w, PairLayout::row_major,
+                     bf16_pairs(b.nc), static_cast<int>(b.nr), ws.dO2 + t0 * p.Dv, p.Dv);
+      c.dp.mac_pairs(c.g.dK + (g * p.S + j0 + b.r0) * p.D, dSr + w, PairLayout::row_major,
+                     bf16_pairs(b.nc), static_cast<int>(b.nr), ws.Q2 + t0 * p.D, p.D);
     }
   }
   if (q) {
@@ -189,15 +190,15 @@ void step(const Ctx& c, const BackwardPanel& pn, const Workspace& ws, int64_t j0
       hi = std::max(hi, t.by_query[x].c0 + t.by_query[x].nc);
     }
     if (lo < hi) {
-      pack_p_bf16_avx512(ws.dS2 + lo / 2 * kBR, ws.dS + lo * kBR, hi - lo, pn.npos);
-      pack_v_bf16_avx512(ws.K2 + lo / 2 * p.D, K + lo * ldk, ldk, hi - lo, p.D);
+      c.dp.pack_p(ws.dS2 + lo / 2 * kBR, ws.dS + lo * kBR, hi - lo, pn.npos);
+      c.dp.pack_v(ws.K2 + lo / 2 * p.D, K + lo * ldk, ldk, hi - lo, p.D);
     }
     for (int x = 0; x < t.n_query; ++x) {
       const TilePart& b = t.by_query[x];
       const int64_t t0 = b.c0 / 2;
-      mac_pairs_bf16_avx512(c.g.dQ + (row0 + b.r0) * p.D, ws.dS2 + t0 * kBR + b.r0,
-                            PairLayout::pair_major, bf16_pairs(b.nc), static_cast<int>(b.nr),
-                            ws.K2 + t0 * p.D, p.D);
+      c.dp.mac_pairs(c.g.dQ + (row0 + b.r0) * p.D, ws.dS2 + t0 * kBR + b.r0,
+                     PairLayout::pair_major, bf16_pairs(b.nc), static_cast<int>(b.nr),
+                     ws.K2 + t0 * p.D, p.D);
     }
   }
 }
@@ -227,11 +228,13 @@ struct Bf16Tiles {
 }  // namespace
 
 void flash_backward_bf16(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
-                         int threads, Isa isa) {
-  if (isa < Isa::avx512bf16)
-    throw Error(std::string("flash_backward_bf16: needs AVX512-BF16, the path is ") + isa_name(isa));
+                         int threads, const IsaKernels& isa) {
+  if (!isa.flash_bf16)
+    throw Error(std::string("flash_backward_bf16: needs AVX512-BF16, the path is ") +
+                isa_name(isa.isa));
   const Ctx c{p,
-              flash_kernels(isa),
+              *isa.flash,
+              *isa.flash_bf16,
               static_cast<const uint16_t*>(in.dout),
               in.out,
               in.out_bf16,

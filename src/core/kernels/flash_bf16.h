@@ -2,7 +2,8 @@
 // inputs, Q·Kᵀ (avx512bf16/flash_avx512bf16.cpp), the prefill's softmax
 // into bf16 pairs (avx512bf16/softmax_avx512bf16.cpp) and P·V
 // (avx512bf16/pv_avx512bf16.cpp), called only when active_isa() is
-// Isa::avx512bf16.
+// Isa::avx512bf16, through the table FlashBf16Kernels at the end (the
+// avx512bf16 and amx paths' IsaKernels point at it).
 //
 // vdpbf16ps multiplies pairs of bf16 and adds both products to a float32
 // lane, so the packed queries hold pairs along D: Qt2[t][i] is the 32-bit
@@ -112,5 +113,22 @@ void mac_pairs_bf16_avx512(float* C, const uint32_t* A2, PairLayout layout, int6
 // words are then pairs along the columns, (c = 2t low, 2t + 1 high), with
 // an odd last column paired with 0.
 void round_rows_bf16_avx512(uint16_t* dst, const float* src, int64_t rows, int ncols);
+
+// The functions above as the attention calls them, through the path's table
+// (core/isa_kernels.h): each member is the function of the same role.
+struct FlashBf16Kernels {
+  decltype(&qk_bf16_avx512) qk;
+  decltype(&qk_rows_bf16_avx512) qk_rows;
+  decltype(&pv_rows_bf16_avx512) pv_rows;
+  decltype(&pack_p_bf16_avx512) pack_p;
+  decltype(&softmax_pairs_bf16_avx512) softmax_pairs;
+  decltype(&pack_v_bf16_avx512) pack_v;
+  decltype(&pv_bf16_avx512) pv;
+  decltype(&mac_pairs_bf16_avx512) mac_pairs;
+  decltype(&round_rows_bf16_avx512) round_rows;
+};
+
+// kernels/avx512bf16/isa_table.cpp.
+extern const FlashBf16Kernels flash_avx512bf16;
 
 }  // namespace qkv::kernels

@@ -135,17 +135,17 @@ void score_tile(const Ctx& c, const Block& blk, const Panel& pn, const TileKV& k
   const AttentionProblem& p = c.p;
   float* St = ws.St;
   if (uses_amx(c, pn))
-    qk_bf16_amx(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
-                reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
-                static_cast<float>(p.scale), ws.kpad);
+    c.amx->qk(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+              reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
+              static_cast<float>(p.scale), ws.kpad);
   else if (uses_dp_bf16(c, pn))  // K [nj, D] bf16 in place, rows ldk apart
-    qk_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
-                   reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
-                   static_cast<float>(p.scale));
+    c.dp->qk(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+             reinterpret_cast<const uint32_t*>(pn.Qp), p.D, pn.rows(),
+             static_cast<float>(p.scale));
   else if (uses_rows_bf16(c, pn))
-    qk_rows_bf16_avx512(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
-                        reinterpret_cast<const uint16_t*>(pn.Qp), p.D, pn.rows(),
-                        static_cast<float>(p.scale));
+    c.dp->qk_rows(St, p.k.row<uint16_t>(blk.b * p.Hkv + blk.g, j0), p.k.row_stride, nj,
+                  reinterpret_cast<const uint16_t*>(pn.Qp), p.D, pn.rows(),
+                  static_cast<float>(p.scale));
   else if (pn.rows() <= kRowsForQkRows)
     c.kern.qk_rows(St, kv.K, kv.ldk, nj, pn.Qp, p.D, pn.rows());
   else
@@ -185,7 +185,7 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
     if (decode && !c.bf16)  // 16 floats to a cache line
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 16) __builtin_prefetch(kv.V + j * kv.ldv + x, 0, 2);
-    if (decode && c.dp_bf16) {  // 32 bf16 to a cache line
+    if (decode && c.dp) {  // 32 bf16 to a cache line
       const uint16_t* v16 = p.v.row<uint16_t>(bg, j0);
       for (int64_t j = 0; j < nj; ++j)
         for (int64_t x = 0; x < p.Dv; x += 32) __builtin_prefetch(v16 + j * p.v.row_stride + x, 0, 2);
@@ -200,25 +200,25 @@ void run_block(const Ctx& c, const Block& blk, Workspace& ws) {
     for (Panel& pn : ws.panels) {
       score_tile(c, blk, pn, kv, j0, nj, ws);
       if (uses_dp_bf16(c, pn)) {
-        softmax_pairs_bf16_avx512(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
+        c.dp->softmax_pairs(ws.P2, ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
         if (uses_amx(c, pn)) {
           const int64_t ldt = vt_row_stride(p.S);
-          pv_bf16_amx(pn.O, ws.P2, nj, pn.rows(), c.v_cols + bg * p.Dv * ldt + j0, ldt, p.Dv,
-                      ws.alpha, ws.vpad);
+          c.amx->pv(pn.O, ws.P2, nj, pn.rows(), c.v_cols + bg * p.Dv * ldt + j0, ldt, p.Dv,
+                    ws.alpha, ws.vpad);
           continue;
         }
         if (!v2) {
-          pack_v_bf16_avx512(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
+          c.dp->pack_v(ws.V2, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj, p.Dv);
           v2 = ws.V2;
         }
-        pv_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), v2, p.Dv, ws.alpha);
+        c.dp->pv(pn.O, ws.P2, nj, pn.rows(), v2, p.Dv, ws.alpha);
         continue;
       }
       c.kern.softmax(ws.St, nj, pn.rows(), pn.m, pn.l, ws.alpha);
       if (uses_rows_bf16(c, pn)) {
-        pack_p_bf16_avx512(ws.P2, ws.St, nj, pn.rows());
-        pv_rows_bf16_avx512(pn.O, ws.P2, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
-                            p.v.row_stride, p.Dv, ws.alpha);
+        c.dp->pack_p(ws.P2, ws.St, nj, pn.rows());
+        c.dp->pv_rows(pn.O, ws.P2, nj, pn.rows(), p.v.row<uint16_t>(bg, j0),
+                      p.v.row_stride, p.Dv, ws.alpha);
       } else {
         c.kern.pv(pn.O, ws.St, nj, pn.rows(), kv.V, kv.ldv, p.Dv, ws.alpha);
       }

@@ -22,6 +22,7 @@
 
 #include "core/attention_problem.h"
 #include "core/kernels/flash_amx.h"
+#include "core/kernels/flash_bf16.h"
 #include "core/kernels/flash_kernels.h"
 #include "core/kernels/flash_tiles.h"
 #include "core/runtime/scratch.h"
@@ -38,10 +39,12 @@ struct Ctx {
   const FlashKernels& kern;
   bool needs_elementwise;  // mask, ALiBi or softcap touch every tile
   bool bf16;               // q, k, v are bfloat16
-  bool dp_bf16;            // bf16 on Isa::avx512bf16 or amx: Q·Kᵀ and P·V by vdpbf16ps
-  // Prefill (and its weights pass) on AMX tiles: bf16, Isa::amx, head sizes
-  // the tiles divide (amx_shape_ok), N past decode's rows.
-  bool amx = false;
+  // bf16 on a path with vdpbf16ps (avx512bf16, amx): Q·Kᵀ and P·V by these
+  // kernels on bf16 pairs; null elsewhere (float32, or bf16 tiles widened).
+  const FlashBf16Kernels* dp;
+  // Prefill (and its weights pass) on AMX tiles: bf16, the amx path, head
+  // sizes the tiles divide (amx_shape_ok), N past decode's rows; else null.
+  const FlashAmxKernels* amx = nullptr;
   // Prefill with vdpbf16ps and several query blocks per head: V's pairs for
   // every head, packed once up front (pack_all_v_pairs), else null.
   const uint32_t* v_pairs = nullptr;
@@ -50,7 +53,7 @@ struct Ctx {
   const uint16_t* v_cols = nullptr;
   // bf16 K and V tiles are widened to float32 into scratch unless vdpbf16ps
   // reads them: K in place, V in place (decode rows) or packed in pairs.
-  bool widens() const { return bf16 && !dp_bf16; }
+  bool widens() const { return bf16 && !dp; }
 };
 
 // The row stride of Ctx::v_cols (pack_all_vt): S rounded up to 32 keys, so
@@ -119,23 +122,24 @@ void make_workspace(const AttentionProblem& p, const Block& blk, float* base, Wo
 // Whether this panel's scores come from qk_bf16_avx512 (prefill panels) or
 // from qk_rows_bf16_avx512 (decode's few rows); either reads K in place.
 inline bool uses_dp_bf16(const Ctx& c, const Panel& pn) {
-  return c.dp_bf16 && pn.rows() > kRowsForQkRows;
+  return c.dp && pn.rows() > kRowsForQkRows;
 }
 inline bool uses_rows_bf16(const Ctx& c, const Panel& pn) {
-  return c.dp_bf16 && pn.rows() <= kRowsForQkRows;
+  return c.dp && pn.rows() <= kRowsForQkRows;
 }
 // Whether a prefill panel runs on AMX tiles: its scores from qk_bf16_amx
 // (the Qt2 of qk_bf16_avx512), its P·V by pv_bf16_amx into a transposed O.
 inline bool uses_amx(const Ctx& c, const Panel& pn) { return c.amx && uses_dp_bf16(c, pn); }
 
-// The tile configuration of the calling thread while AMX kernels run.
+// The tile configuration of the calling thread while AMX kernels run (amx
+// not null).
 struct AmxTiles {
-  bool on;
-  explicit AmxTiles(bool use) : on(use) {
-    if (on) amx_tiles_on();
+  const FlashAmxKernels* amx;
+  explicit AmxTiles(const FlashAmxKernels* use) : amx(use) {
+    if (amx) amx->tiles_on();
   }
   ~AmxTiles() {
-    if (on) amx_tiles_off();
+    if (amx) amx->tiles_off();
   }
   AmxTiles(const AmxTiles&) = delete;
   AmxTiles& operator=(const AmxTiles&) = delete;

@@ -74,13 +74,14 @@ void for_each_v_tile(const AttentionProblem& p, int threads, Pack pack) {
 // odd. Packing per tile repacked each V tile once per query block that read
 // it (2.5% of the samples of the bf16 kernel at N = S = 2048, D = 64); now
 // once, rows no query sees included.
-const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
+const uint32_t* pack_all_v_pairs(const FlashBf16Kernels& dp, const AttentionProblem& p,
+                                 int threads) {
   const int64_t pairs = bf16_pairs(p.S);
   const size_t words = static_cast<size_t>(p.B * p.Hkv * pairs * p.Dv);
   uint32_t* v2 = reinterpret_cast<uint32_t*>(caller_scratch(words));
   for_each_v_tile(p, threads, [&](int64_t bg, int64_t j0, int64_t nj) {
-    pack_v_bf16_avx512(v2 + (bg * pairs + j0 / 2) * p.Dv, p.v.row<uint16_t>(bg, j0),
-                       p.v.row_stride, nj, p.Dv);
+    dp.pack_v(v2 + (bg * pairs + j0 / 2) * p.Dv, p.v.row<uint16_t>(bg, j0),
+              p.v.row_stride, nj, p.Dv);
   });
   return v2;
 }
@@ -88,13 +89,13 @@ const uint32_t* pack_all_v_pairs(const AttentionProblem& p, int threads) {
 // Every (batch, key/value head)'s V transposed, [B * Hkv][Dv][vt_row_stride(S)]
 // bf16 in the caller's scratch: the A tiles of the AMX P·V, once per head
 // even when N <= kBR (each tile of V would be transposed once there anyway).
-const uint16_t* pack_all_vt(const AttentionProblem& p, int threads) {
+const uint16_t* pack_all_vt(const FlashAmxKernels& amx, const AttentionProblem& p, int threads) {
   const int64_t ldt = vt_row_stride(p.S);
   const size_t halves = static_cast<size_t>(p.B * p.Hkv * p.Dv * ldt);
   uint16_t* vt = reinterpret_cast<uint16_t*>(caller_scratch((halves + 1) / 2));
   for_each_v_tile(p, threads, [&](int64_t bg, int64_t j0, int64_t nj) {
-    pack_vt_bf16(vt + bg * p.Dv * ldt + j0, ldt, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj,
-                 p.Dv);
+    amx.pack_vt(vt + bg * p.Dv * ldt + j0, ldt, p.v.row<uint16_t>(bg, j0), p.v.row_stride, nj,
+                p.Dv);
   });
   return vt;
 }
@@ -102,10 +103,10 @@ const uint16_t* pack_all_vt(const AttentionProblem& p, int threads) {
 void prefill(const Ctx& ctx, const OutRows& out, float* lse, int threads) {
   Ctx c = ctx;
   if (c.amx) {
-    c.v_cols = pack_all_vt(c.p, threads);
-  } else if (c.dp_bf16 && c.p.N > kBR) {
+    c.v_cols = pack_all_vt(*c.amx, c.p, threads);
+  } else if (c.dp && c.p.N > kBR) {
     // With one query block per head each V tile is packed once anyway.
-    c.v_pairs = pack_all_v_pairs(c.p, threads);
+    c.v_pairs = pack_all_v_pairs(*c.dp, c.p, threads);
   }
   TeamWorkspaces team(c.p, threads);
   for_each_query_block(c.p, threads, [&](const Block& blk) {
@@ -151,11 +152,11 @@ void weights_pass(const Ctx& c, const float* lse, float* W, int threads) {
 }  // namespace fwd
 
 void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
-                   bool want_lse, int threads, Isa isa) {
+                   bool want_lse, int threads, const IsaKernels& isa) {
   using namespace fwd;
   const bool bf16 = p.dtype == DType::bf16;
-  Ctx c{p, flash_kernels(isa), needs_elementwise(p), bf16, bf16 && isa >= Isa::avx512bf16};
-  c.amx = bf16 && isa == Isa::amx && amx_shape_ok(p.D, p.Dv) && p.N > kDecodeRows;
+  Ctx c{p, *isa.flash, needs_elementwise(p), bf16, bf16 ? isa.flash_bf16 : nullptr};
+  if (bf16 && amx_shape_ok(p.D, p.Dv) && p.N > kDecodeRows) c.amx = isa.flash_amx;
   // The weights pass needs each row's lse even when the caller does not.
   std::vector<float> own_lse;
   float* lse = want_lse ? res.lse.data<float>() : nullptr;

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "core/attention_problem.h"
-#include "qkv/runtime.h"
+#include "core/isa_kernels.h"
 
 namespace qkv::kernels {
 
@@ -12,8 +12,8 @@ namespace qkv::kernels {
 // thread count: every output row is computed by one thread in a fixed order,
 // and the split-KV partials of the decode path merge in a fixed order.
 // q, k and v come from p (rows of any stride, innermost dim contiguous);
-// res's tensors are already sized, C-ordered.
+// res's tensors are already sized, C-ordered. `isa`: the path's kernels.
 void flash_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
-                   bool want_lse, int threads, Isa isa);
+                   bool want_lse, int threads, const IsaKernels& isa);
 
 }  // namespace qkv::kernels

@@ -1,5 +1,6 @@
 // flash_kernels.h: the SIMD micro-kernels of the fast attention path, one
-// table per instruction set, chosen at run time (qkv/runtime.h).
+// table per instruction set, reached through the path's IsaKernels
+// (core/isa_kernels.h), chosen at run time (qkv/runtime.h).
 //
 // The tile layout is "transposed": a score tile St holds keys in rows and
 // queries in columns, St[j][i] = q_i · k_j, so that
@@ -13,7 +14,6 @@
 
 #include <cstdint>
 
-#include "qkv/runtime.h"
 
 namespace qkv::kernels {
 
@@ -93,19 +93,10 @@ struct FlashKernels {
   void (*check_scores)(const float* St, int64_t nj, int ncols, float* acc);
 };
 
-const FlashKernels& scalar_kernels();
-const FlashKernels& avx2_kernels();
-const FlashKernels& avx512_kernels();
-
-inline const FlashKernels& flash_kernels(Isa isa) {
-  switch (isa) {
-    case Isa::amx:         // and amx adds AMX tiles for bf16 prefill (flash_amx.h)
-    case Isa::avx512bf16:  // float32 micro-kernels as avx512; bf16 adds qk_bf16 (flash_bf16.h)
-    case Isa::avx512: return avx512_kernels();
-    case Isa::avx2: return avx2_kernels();
-    case Isa::scalar: break;
-  }
-  return scalar_kernels();
-}
+// The tables of kernels/{scalar,avx2,avx512}/: avx512bf16 and amx use
+// avx512's for float32 (their IsaKernels, core/isa_kernels.h, say which).
+extern const FlashKernels flash_scalar;
+extern const FlashKernels flash_avx2;
+extern const FlashKernels flash_avx512;
 
 }  // namespace qkv::kernels

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/isa_kernels.h"
 #include "core/kernels/flash_backward.h"
 #include "core/kernels/flash_forward.h"
 #include "core/kernels/flash_tiles.h"
@@ -12,27 +13,25 @@
 namespace qkv {
 namespace {
 
-// The fast CPU path for one instruction set: float32 and bfloat16, and only
-// the set active_isa() names (QKV_ISA or set_isa() force one; tests run each).
-template <Isa I>
+// The fast CPU path: float32 and bfloat16, on the kernels of the path
+// active_isa() names (QKV_ISA or set_isa() force one; tests run each).
 bool fast_supports(const AttentionProblem& p) {
-  return (p.dtype == DType::f32 || p.dtype == DType::bf16) && p.scores_fit_f32 &&
-         active_isa() == I;
+  return (p.dtype == DType::f32 || p.dtype == DType::bf16) && p.scores_fit_f32;
 }
 
-template <Isa I>
 void fast_forward(AttentionResult& res, const AttentionProblem& p, bool want_weights,
                   bool want_lse, int threads) {
-  kernels::flash_forward(res, p, want_weights, want_lse, threads, I);
+  kernels::flash_forward(res, p, want_weights, want_lse, threads,
+                         kernels::isa_kernels(active_isa()));
 }
 
-template <Isa I>
 void fast_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs& in,
                    int threads) {
+  const kernels::IsaKernels& isa = kernels::isa_kernels(active_isa());
   if (p.dtype == DType::bf16)
-    kernels::flash_backward_bf16(g, p, in, threads, I);
+    kernels::flash_backward_bf16(g, p, in, threads, isa);
   else
-    kernels::flash_backward(g, p, in, threads, I);
+    kernels::flash_backward(g, p, in, threads, isa);
 }
 
 // Decode reads every visible K and V row once, straight from memory.
@@ -51,20 +50,11 @@ void ref_backward(AttentionGrads& g, const AttentionProblem& p, const BackwardIn
   ref::attention_backward(g, p, in);
 }
 
-template <Isa I>
-AttentionBackend fast(const char* name) {
-  return {name, Kernel::fast, fast_supports<I>, fast_forward<I>, fast_backward<I>, fast_scans_kv};
-}
-
 }  // namespace
 
 const std::vector<AttentionBackend>& attention_backends() {
   static const std::vector<AttentionBackend> table = {
-      fast<Isa::amx>("fast-amx"),
-      fast<Isa::avx512bf16>("fast-avx512bf16"),
-      fast<Isa::avx512>("fast-avx512"),
-      fast<Isa::avx2>("fast-avx2"),
-      fast<Isa::scalar>("fast-scalar"),
+      {"fast", Kernel::fast, fast_supports, fast_forward, fast_backward, fast_scans_kv},
       {"reference", Kernel::reference, ref_supports, ref_forward, ref_backward, ref_scans_kv},
   };
   return table;

@@ -14,7 +14,7 @@
 namespace qkv {
 
 struct AttentionBackend {
-  const char* name;  // "reference", "fast-amx", "fast-avx512bf16", "fast-avx512", "fast-avx2", "fast-scalar"
+  const char* name;  // "reference", "fast" (on active_isa()'s kernels, core/isa_kernels.h)
   Kernel kind;       // the opts.kernel that selects it (automatic takes any)
   // True if this backend can run `p` here and now (its dtype, this CPU's
   // instruction set as chosen by active_isa()).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/isa_kernels.h"
 #include "core/ops/attention_backends.h"
 #include "core/ops/attention_checks.h"
 #include "core/ops/attention_operands.h"
@@ -105,7 +106,7 @@ void backward_bf16(AttentionGrads& g, AttentionProblem& p, const TensorView& q, 
   AttentionGrads g32;
   AttentionGrads& dst = f32_grads ? g : g32;
   const AttentionBackend& backend = select_backend(opts.kernel, p);
-  if (backend.kind == Kernel::fast && active_isa() >= Isa::avx512bf16) {
+  if (backend.kind == Kernel::fast && kernels::isa_kernels(active_isa()).flash_bf16) {
     const DType out_dt = out ? out.dtype() : DType::bf16, dout_dt = dout ? dout.dtype() : DType::bf16;
     double max_dout;
     BackwardInputs in = checked_inputs(p, out, lse, dout, out_dt, DType::f32, dout_dt, opts, &max_dout);

@@ -1,6 +1,7 @@
 // cpu.cpp: run-time choice of the SIMD path (see qkv/runtime.h).
 #include <atomic>
 #include <cstdlib>
+#include <vector>
 
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -66,10 +67,31 @@ bool cpu_can_run(Isa isa) {
 
 constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx};
 
+// "amx, avx512bf16, avx512, avx2 or scalar": every name, most capable first.
+std::string isa_choices() {
+  std::string s;
+  const auto isas = all_isas();
+  for (size_t i = isas.size(); i-- > 0;)
+    s += std::string(isa_name(isas[i])) + (i > 1 ? ", " : i == 1 ? " or " : "");
+  return s;
+}
+
 // -1: not forced by set_isa.
 std::atomic<int> g_forced{-1};
 
 }  // namespace
+
+std::span<const Isa> all_isas() { return kAllIsas; }
+
+std::span<const Isa> available_isas() {
+  static const std::vector<Isa> runnable = [] {
+    std::vector<Isa> v;
+    for (Isa isa : kAllIsas)
+      if (cpu_can_run(isa)) v.push_back(isa);
+    return v;
+  }();
+  return runnable;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -89,13 +111,7 @@ std::optional<Isa> parse_isa(const std::string& s) {
 }
 
 Isa detected_isa() {
-  static const Isa best = [] {
-    Isa b = Isa::scalar;
-    for (Isa isa : kAllIsas)
-      if (cpu_can_run(isa)) b = isa;
-    return b;
-  }();
-  return best;
+  return available_isas().back();
 }
 
 void set_isa(Isa isa) {
@@ -113,7 +129,7 @@ Isa active_isa() {
     if (!env || !*env) return detected_isa();
     const auto isa = parse_isa(env);
     if (!isa)
-      throw Error(std::string("QKV_ISA: expected amx, avx512bf16, avx512, avx2 or scalar, found '") + env + "'");
+      throw Error("QKV_ISA: expected " + isa_choices() + ", found '" + env + "'");
     if (!cpu_can_run(*isa))
       throw Error(std::string("QKV_ISA: this CPU cannot run the ") + env + " path");
     return *isa;

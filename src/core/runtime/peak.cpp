@@ -1,13 +1,13 @@
 #include "qkv/peak.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
 #include <string>
+
+#include "core/isa_kernels.h"
 
 namespace qkv {
 namespace {
@@ -18,84 +18,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Independent accumulator chains per thread. An FMA's result is ready about 4
-// cycles after issue and current cores issue 2 per cycle, so at least 8 chains
-// must be in flight to keep both pipes busy; 12 leaves slack and, with the two
-// constants, still fits in AVX2's 16 registers.
-constexpr int kChains = 12;
-// One block is ~50k FMAs (tens of microseconds), so reading the clock once
-// per block costs nothing measurable. The chain loops are unrolled so the
-// accumulators stay in registers at any optimisation level above -O1 (at
-// -O2 GCC 12 kept them in memory and measured under half the peak).
-constexpr int64_t kBlockIters = 4096;
-
-// Each block runs acc = acc * a + b on every chain; with a < 1 the values
-// settle near b / (1 - a) = 1, never overflowing or going subnormal (which
-// would slow some cores down). The sum is returned so nothing is dead code.
-__attribute__((target("avx512f"))) float fma_block_avx512() {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
-  for (int64_t it = 0; it < kBlockIters; ++it)
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, acc[0]);
-  float s = 0.0f;
-  for (float x : lanes) s += x;
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float fma_block_avx2() {
-  __m256 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
-  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
-  for (int64_t it = 0; it < kBlockIters; ++it)
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-  for (int c = 1; c < kChains; ++c) acc[0] = _mm256_add_ps(acc[0], acc[c]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc[0]);
-  float s = 0.0f;
-  for (float x : lanes) s += x;
-  return s;
-}
-
-// Baseline x86-64 code: a multiply and an add (no FMA below AVX2); the
-// compiler may pack the chains into SSE2 vectors, as it may in scalar kernels.
-float fma_block_scalar() {
-  float acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = static_cast<float>(c);
-  for (int64_t it = 0; it < kBlockIters; ++it)
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * 0.999f + 0.001f;
-  float s = 0.0f;
-  for (float x : acc) s += x;
-  return s;
-}
-
-struct FmaBlock {
-  float (*run)();
-  int lanes;  // floats per vector
-};
-
-FmaBlock fma_block_for(Isa isa) {
-  switch (isa) {
-    case Isa::amx:
-    case Isa::avx512bf16:  // the float32 FMA peak: the yardstick stays fp32 FMAs
-    case Isa::avx512: return {fma_block_avx512, 16};
-    case Isa::avx2: return {fma_block_avx2, 8};
-    case Isa::scalar: break;
-  }
-  return {fma_block_scalar, 1};
-}
-
 }  // namespace
 
 double measure_fma_gflops(Isa isa, int threads, double seconds) {
-  const FmaBlock block = fma_block_for(isa);
-  const double flops_per_block = 2.0 * kChains * block.lanes * kBlockIters;
+  const kernels::FmaProbe& probe = *kernels::isa_kernels(isa).fma;
+  const double flops_per_block = 2.0 * kernels::kFmaChains * probe.lanes * kernels::kFmaBlockIters;
   // The best of a few short trials: a peak is what the machine can do, and
   // on a shared machine one trial may lose a time slice to another process.
   constexpr int kTrials = 5;
@@ -107,13 +34,13 @@ double measure_fma_gflops(Isa isa, int threads, double seconds) {
     {
       // Warm-up, so every thread is running and clocks have ramped before
       // any thread starts its timed loop.
-      for (const auto t0 = Clock::now(); seconds_since(t0) < 0.005;) sink += block.run();
+      for (const auto t0 = Clock::now(); seconds_since(t0) < 0.005;) sink += probe.block();
 #pragma omp barrier
       const auto t0 = Clock::now();
       int64_t blocks = 0;
       double elapsed = 0.0;
       do {
-        sink += block.run();
+        sink += probe.block();
         ++blocks;
         elapsed = seconds_since(t0);
       } while (elapsed < seconds / kTrials);

@@ -74,10 +74,7 @@ struct V {
 
 }  // namespace
 
-const FlashKernels& avx2_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
-                              widen_bf16, check_scores};
-  return k;
-}
+constinit const FlashKernels flash_avx2{qk, qk_rows, softmax, pv, weights,
+                                 probs, dscores, mac, widen_bf16, check_scores};
 
 }  // namespace qkv::kernels

@@ -15,10 +15,7 @@ namespace {
 
 }  // namespace
 
-const FlashKernels& avx512_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
-                              widen_bf16, check_scores};
-  return k;
-}
+constinit const FlashKernels flash_avx512{qk, qk_rows, softmax, pv, weights,
+                                   probs, dscores, mac, widen_bf16, check_scores};
 
 }  // namespace qkv::kernels

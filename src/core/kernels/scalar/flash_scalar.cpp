@@ -111,10 +111,7 @@ void check_scores(const float* St, int64_t nj, int ncols, float* acc) {
 
 }  // namespace
 
-const FlashKernels& scalar_kernels() {
-  static const FlashKernels k{qk, qk_rows, softmax, pv, weights, probs, dscores, mac,
-                              widen_bf16, check_scores};
-  return k;
-}
+constinit const FlashKernels flash_scalar{qk, qk_rows, softmax, pv, weights,
+                                   probs, dscores, mac, widen_bf16, check_scores};
 
 }  // namespace qkv::kernels

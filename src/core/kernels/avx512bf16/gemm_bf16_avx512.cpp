@@ -1,13 +1,13 @@
 // gemm_bf16_avx512.cpp: gemm_bf16's packing and micro-kernel on AVX512-BF16
-// (contract in gemm_bf16_kernels.h). Compiled with -mavx512bf16; called
-// only when the CPU has it.
+// (contract in core/gemm_bf16_kernels.h). Compiled with -mavx512bf16; called
+// only through the table of a path that has it.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "core/simd/bf16_pairs_avx512.h"
-#include "model/gemm_bf16_kernels.h"
-#include "model/gemm_bf16_store.h"
+#include "core/gemm_bf16_kernels.h"
+#include "core/kernels/avx512bf16/gemm_bf16_store.h"
 #include "qkv/tensor.h"
 
 namespace qkv::kernels::bf16gemm {
@@ -101,8 +101,6 @@ void transpose(const T* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst, in
     }
   }
 }
-
-}  // namespace
 
 void rows_to_pairs(const float* src, int64_t ld, int64_t R, int64_t K, uint32_t* dst,
                    int64_t dst_ld) {
@@ -203,5 +201,12 @@ void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32
     default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
   }
 }
+
+}  // namespace
+
+constinit const PairGemmKernels pair_gemm_avx512bf16{
+    {rows_to_pairs, interleave_rows, gather_pairs, transpose_pairs},
+    {rows_to_pairs, interleave_rows, gather_pairs, transpose_pairs},
+    tile};
 
 }  // namespace qkv::kernels::bf16gemm

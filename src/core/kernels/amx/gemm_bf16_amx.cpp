@@ -1,13 +1,14 @@
 // gemm_bf16_amx.cpp: gemm_bf16's block of C on AMX tiles (contract in
-// gemm_bf16_kernels.h). Compiled with -mamx-tile -mamx-bf16 and the AVX-512
-// flags; called only when active_isa() is Isa::amx.
+// core/gemm_bf16_kernels.h). Compiled with -mamx-tile -mamx-bf16 and the
+// AVX-512 flags; called only through the amx path's table.
 #include <immintrin.h>
 
+#include "core/gemm_bf16_kernels.h"
+#include "core/kernels/avx512bf16/gemm_bf16_store.h"
 #include "core/simd/amx_tiles.h"
-#include "model/gemm_bf16_kernels.h"
-#include "model/gemm_bf16_store.h"
 
 namespace qkv::kernels::bf16gemm {
+namespace {
 
 void amx_begin() { amx::tiles_on(); }
 void amx_end() { amx::tiles_off(); }
@@ -33,5 +34,9 @@ void amx_block(const uint32_t* a, int64_t a_ld, const uint32_t* b, int64_t b_ld,
               bias != nullptr, bv);
   }
 }
+
+}  // namespace
+
+constinit const AmxGemmKernels amx_gemm{amx_begin, amx_end, amx_block};
 
 }  // namespace qkv::kernels::bf16gemm
