@@ -55,7 +55,7 @@ struct ParamInfo {
 
 // Keys and values of the tokens decoded so far, per layer: the KV cache of
 // generation. It owns its buffers and is made for one model shape (by
-// GPT::new_cache, or from the model's config); decode_step refuses a cache
+// GPT::new_cache, or from the model's config); decode refuses a cache
 // made for another shape or element type, and refuses to append past the
 // context, with a qkv::Error naming what differs.
 class KVCache {
@@ -150,7 +150,7 @@ class BasicGPT {
   Tensor attention_maps(const int32_t* tokens, int64_t n);
 
   // Threads for everything the model runs (attention, layers, GEMM; 0 = all
-  // cores): forward, backward, decode_step and attention_maps each run
+  // cores): forward, backward, decode and attention_maps each run
   // under a ThreadScope of this count, the one place it is set.
   void set_threads(int threads);
   int threads() const { return attn_opts_.threads; }
@@ -162,7 +162,7 @@ class BasicGPT {
   // scores, softmax, output and gradients). Weights, gradients, the
   // activations between layers, LayerNorm, GELU and the loss stay float32:
   // the weights are the float32 "master" copy the optimiser updates.
-  // DType::f32, the default, is float32 throughout; decode_step always is.
+  // DType::f32, the default, is float32 throughout; decode always is.
   // Throws qkv::Error for another dtype, or bf16 on BasicGPT<double>.
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_; }
