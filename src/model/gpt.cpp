@@ -46,8 +46,7 @@ BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg) {
 
 template <class T>
 void BasicGPT<T>::set_threads(int threads) {
-  if (threads < 0)
-    throw Error("gpt: threads must be 0 (all cores) or a positive count, found " + std::to_string(threads));
+  check_threads(threads);
   attn_opts_.threads = threads;
 }
 
