@@ -157,6 +157,8 @@ def _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, so
     if not isinstance(kernel, str):
         raise TypeError(f"kernel: expected a str, found {type(kernel).__name__} {kernel!r}")
     mask = None if attn_mask is None else _arg(attn_mask, "attn_mask", torch_in)
+    if _is_torch(mask) and str(mask.dtype) == "torch.bfloat16":
+        mask = mask.float()  # exact: the library adds float32 or float64 masks
     if window is not None:
         if not isinstance(window, (tuple, list)):
             raise TypeError(f"window: expected (left, right), found {type(window).__name__} "
@@ -422,7 +424,7 @@ class GPT:
 _TRAIN_INTS = ("context", "layers", "heads", "kv_heads", "embd", "batch", "iters", "warmup",
                "eval_interval", "eval_iters", "log_interval", "threads", "stop_at")
 _TRAIN_FLOATS = ("lr", "min_lr", "beta1", "beta2", "weight_decay", "grad_clip")
-_TRAIN_BOOLS = ("rope", "bias", "resume")
+_TRAIN_BOOLS = ("rope", "bias", "resume", "force")
 
 
 def _train_option(name: str, value: Any) -> Any:
@@ -459,7 +461,8 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     embd, rope, bias, batch, iters, warmup, eval_interval, eval_iters,
     log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
     threads, kernel, dtype ("float32", or "bf16": mixed precision, as
-    ``qkv train --dtype bf16``), resume, stop_at. kv_heads defaults to heads.
+    ``qkv train --dtype bf16``), resume, force (start over where `out_dir`
+    holds a trained run), stop_at. kv_heads defaults to heads.
 
     progress, if given, is called on this thread with each line the trainer logs
     (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs

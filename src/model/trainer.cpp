@@ -69,6 +69,7 @@ void TrainOptions::validate() const {
   };
   need(!text_path.empty(), "text_path is empty");
   need(!out_dir.empty(), "out_dir is empty");
+  need(!(resume && force), "resume and force exclude each other (continue the run, or start it over)");
   need(batch >= 1, "batch must be at least 1, found " + std::to_string(batch));
   need(iters >= 0, "iters must be at least 0, found " + std::to_string(iters));
   need(eval_interval >= 1, "eval_interval must be at least 1, found " + std::to_string(eval_interval));

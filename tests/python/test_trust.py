@@ -125,6 +125,12 @@ def test_config_that_disagrees_with_the_weights_is_refused(tmp_path):
         qkv.GPT.load(tmp_path / "m")
 
 
+def test_resume_and_force_together_are_refused(tmp_path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    with pytest.raises(ValueError, match="resume and force exclude each other"):
+        qkv.train(tmp_path / "t.txt", tmp_path / "m", resume=True, force=True, iters=1)
+
+
 def test_resume_with_other_options_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(TEXT)
     qkv.train(tmp_path / "t.txt", tmp_path / "m", iters=4, **TINY)
@@ -240,6 +246,16 @@ def test_bad_options_name_the_argument(kw, exc, what):
     q, k, v = (t.numpy() for t in qkv64())
     with pytest.raises(exc, match=what):
         qkv.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def test_bfloat16_mask_is_read_as_its_values():
+    q = torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(3))
+    m = torch.randn(5, 5, generator=torch.Generator().manual_seed(4)).bfloat16()
+    want = qkv.scaled_dot_product_attention(q, q, q, attn_mask=m.float())
+    assert torch.equal(qkv.scaled_dot_product_attention(q, q, q, attn_mask=m), want)
+    qb = q.bfloat16()
+    want = qkv.scaled_dot_product_attention(qb, qb, qb, attn_mask=m.float())
+    assert torch.equal(qkv.scaled_dot_product_attention(qb, qb, qb, attn_mask=m), want)
 
 
 def test_sparse_tensor_is_a_type_error():
