@@ -52,8 +52,7 @@ def _arg(x: Any, what: str, torch_in: bool) -> Any:
     A torch tensor whose negative or conjugate bit is set stores values that
     are not its values (``z.conj().imag`` holds -imag), and DLPack hands over
     the storage: such a tensor is materialised first, so it reads as what it
-    means. A tensor that requires grad, read while autograd records, would
-    silently lose its gradient here: that is an error pointing at qkv.torch."""
+    means."""
     if isinstance(x, np.ndarray):
         return _numpy_arg(x, what)
     if _is_torch(x):
@@ -66,11 +65,6 @@ def _arg(x: Any, what: str, torch_in: bool) -> Any:
                             "not a vmap-able torch op (give the batch as a leading dim instead)")
         if x.is_sparse or x.layout != _torch_strided():
             raise TypeError(f"{what}: expected a dense (strided) tensor, found layout {x.layout}")
-        if x.requires_grad and _grad_enabled():
-            raise ValueError(
-                f"{what}: requires grad, and qkv.scaled_dot_product_attention records no "
-                "gradient; use qkv.torch.scaled_dot_product_attention (differentiable in "
-                "query, key and value), or pass a detached tensor")
         x = x.detach() if x.requires_grad else x
         if x.is_neg():
             x = x.resolve_neg()
@@ -80,6 +74,16 @@ def _arg(x: Any, what: str, torch_in: bool) -> Any:
     if hasattr(x, "__dlpack__"):
         return x
     raise TypeError(f"{what}: expected a NumPy array or a DLPack tensor, got {type(x).__name__}")
+
+
+def _refuse_grad(x: Any, what: str) -> None:
+    """A tensor that requires grad, read by the forward while autograd
+    records, would silently lose its gradient (no graph is built here)."""
+    if _is_torch(x) and x.requires_grad and _grad_enabled():
+        raise ValueError(
+            f"{what}: requires grad, and qkv.scaled_dot_product_attention records no "
+            "gradient; use qkv.torch.scaled_dot_product_attention (differentiable in "
+            "query, key and value), or pass a detached tensor")
 
 
 def _numpy_arg(x: np.ndarray, what: str) -> np.ndarray:
@@ -237,6 +241,8 @@ def scaled_dot_product_attention(
     The GIL is released while the kernel runs.
     """
     torch_in = _is_torch(query)
+    for x, what in ((query, "query"), (key, "key"), (value, "value"), (attn_mask, "attn_mask")):
+        _refuse_grad(x, what)
     q = _arg(query, "query", torch_in)
     k = _arg(key, "key", torch_in)
     v = _arg(value, "value", torch_in)

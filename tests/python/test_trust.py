@@ -71,8 +71,15 @@ def test_plain_call_on_tensors_that_require_grad_is_refused():
         qkv.scaled_dot_product_attention(q @ w, k, v)
     with pytest.raises(ValueError, match="key: requires grad"):
         qkv.scaled_dot_product_attention(q, k @ w, v)
+    with pytest.raises(ValueError, match="attn_mask: requires grad"):
+        qkv.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(5, 5, dtype=torch.float64,
+                                                                        requires_grad=True))
     with torch.no_grad():  # no graph being recorded: nothing is lost
         qkv.scaled_dot_product_attention(q @ w, k, v)
+    # The backward computes gradients explicitly: its inputs may require grad.
+    qr = q.clone().requires_grad_()
+    out, lse = qkv.scaled_dot_product_attention(qr.detach(), k, v, return_lse=True)
+    qkv.attention_backward(qr, k, v, out, lse, out)
 
 
 def test_mask_that_requires_grad_is_refused_under_qkv_torch():
