@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -125,6 +126,58 @@ TEST_P(FusedScan, KeysNoQueryCanSeeAreNotRead) {
 INSTANTIATE_TEST_SUITE_P(Isas, FusedScan,
                          ::testing::ValuesIn(all_isas()),
                          qkv::test::isa_test_name);
+
+// Every size and option check comes before the finiteness scan, which reads
+// every element: a broadcast view of 2^36 rows (one real element) is refused
+// at once by the size of its result, not scanned for minutes first; and a
+// bad option is refused before a NaN is looked for.
+TEST(CheckOrder, SizesAndOptionsBeforeTheScan) {
+  const double one = 0.0;
+  const TensorView q(&one, DType::f64, {1, 1, int64_t{1} << 36, 1}, {0, 0, 0, 0});
+  const double kv[3] = {0.0, 0.0, 0.0};
+  const TensorView k(kv, DType::f64, {1, 1, 3, 1}), v(kv, DType::f64, {1, 1, 3, 1});
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    attention(q, k, v, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out [1, 1, 68719476736, 1] float64 would take"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+
+  const double nan = std::nan("");
+  const TensorView qn(&nan, DType::f64, {1, 1, 1, 1});
+  AttentionOptions o;
+  o.softcap = -1;
+  try {
+    attention(qn, k, v, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("softcap"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckOrder, ThreadsAreCappedInTheLibrary) {
+  const double x[4] = {1, 2, 3, 4};
+  const TensorView t(x, DType::f64, {1, 1, 2, 2});
+  for (int threads : {max_threads() + 1, 40000, 100000}) {
+    AttentionOptions o;
+    o.threads = threads;
+    try {
+      attention(t, t, t, o);
+      FAIL() << threads;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("threads: expected an integer from 0 (all cores) to "),
+                std::string::npos) << e.what();
+    }
+    EXPECT_THROW(ThreadScope scope(threads), Error);
+    EXPECT_THROW(check_threads(threads), Error);
+  }
+  EXPECT_NO_THROW(check_threads(max_threads()));
+  EXPECT_NO_THROW(check_threads(0));
+  EXPECT_THROW(check_threads(-1), Error);
+}
 
 }  // namespace
 }  // namespace qkv

@@ -193,3 +193,16 @@ TEST(HeatmapText, RejectsBadInputs) {
   const double inf = std::numeric_limits<double>::infinity();
   expect_error([&] { qkv::heatmap_text(&inf, 1, 1, {}, {}, true); }, "is inf");
 }
+
+TEST(HeatmapText, BidiControlsInLabelsShowAsGlyphsNotAct) {
+  const std::vector<double> w = {1.0};
+  // U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 LEFT-TO-RIGHT ISOLATE, U+200F RLM, U+061C ALM.
+  for (const std::string bidi : {"\u202e", "\u2066", "\u200f", "\u061c"}) {
+    const std::string s = qkv::heatmap_text(w.data(), 1, 1, {"ab" + bidi + "cd"}, {"k"}, false);
+    EXPECT_EQ(s.find(bidi), std::string::npos) << s;
+    EXPECT_NE(s.find("ab?cd"), std::string::npos) << s;
+  }
+  // Other multi-byte characters pass as they are.
+  const std::string s = qkv::heatmap_text(w.data(), 1, 1, {"é€😀"}, {"k"}, false);
+  EXPECT_NE(s.find("é€😀"), std::string::npos) << s;
+}

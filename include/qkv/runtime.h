@@ -10,6 +10,7 @@
 // from Sapphire Rapids on; Linux 5.16+ grants the tile state on request).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,12 +43,33 @@ void set_isa(Isa isa);
 // OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
 int default_threads();
 
+// The most threads any call accepts: 4 x the machine's online cores. More
+// only oversubscribes the cores, and far more (40000, 100000) makes the
+// OpenMP runtime abort or crash the process, so every entry (attention, the
+// model, training, the command line, Python) refuses it here.
+int max_threads();
+
+// Throws qkv::Error "<what>: expected an integer from 0 (all cores) to
+// max_threads() ..., found <threads>" unless 0 <= threads <= max_threads().
+void check_threads(int64_t threads, const std::string& what = "threads");
+
+// The machine's physical memory in bytes (sysconf), 0 when unknown.
+double machine_memory_bytes();
+
+// Refuses a request before any of it is allocated: when `bytes` (what `what`
+// needs, e.g. "--weights [2, 100000, 100000] float32") exceed the machine's
+// memory, returns the one-line reason ("... would take 74.5 GiB, more than this
+// machine's 23.5 GiB of memory"); otherwise "". A double, so that sizes whose
+// product overflows 64 bits are still compared correctly. The caller throws
+// UsageError when the sizes came from options, qkv::Error when from files.
+std::string memory_shortfall(const std::string& what, double bytes);
+
 // Runs the calling thread's OpenMP regions (attention, the layers, the GEMM,
 // the optimizer) on `threads` threads (0 = leave the count as it is: all
 // cores unless an outer scope or OMP_NUM_THREADS says otherwise) while it lives, then
 // restores the count it found. OpenMP keeps that count per calling thread,
 // so no other thread of the program is affected: the library never sets a
-// process-wide thread count. Throws qkv::Error for a negative count.
+// process-wide thread count. Throws qkv::Error for a count check_threads refuses.
 class ThreadScope {
  public:
   explicit ThreadScope(int threads);

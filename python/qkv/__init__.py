@@ -39,9 +39,6 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_CAUSAL = ("top-left", "bottom-right")
-
-
 def _is_torch(x: Any) -> bool:
     # No import of torch: a tensor's class lives in the torch module.
     return type(x).__module__.startswith("torch")
@@ -50,44 +47,143 @@ def _is_torch(x: Any) -> bool:
 def _arg(x: Any, what: str, torch_in: bool) -> Any:
     """The object handed to the extension: NumPy arrays as they are, torch
     tensors detached (a view, no copy) after a device check, anything else
-    with __dlpack__ as it is; other values are a TypeError."""
+    with __dlpack__ as it is; other values are a TypeError.
+
+    A torch tensor whose negative or conjugate bit is set stores values that
+    are not its values (``z.conj().imag`` holds -imag), and DLPack hands over
+    the storage: such a tensor is materialised first, so it reads as what it
+    means."""
     if isinstance(x, np.ndarray):
-        return x
+        return _numpy_arg(x, what)
     if _is_torch(x):
         if x.device.type != "cpu":
             raise TypeError(
                 f"{what}: tensor is on device '{x.device}'; qkv runs on the CPU, "
                 f"move it there first ({what}.cpu())")
-        return x.detach() if x.requires_grad else x
+        if _is_vmapped(x):
+            raise TypeError(f"{what}: a batched tensor of torch.func.vmap; qkv's attention is "
+                            "not a vmap-able torch op (give the batch as a leading dim instead)")
+        if x.is_sparse or x.layout != _torch_strided():
+            raise TypeError(f"{what}: expected a dense (strided) tensor, found layout {x.layout}")
+        x = x.detach() if x.requires_grad else x
+        if x.is_neg():
+            x = x.resolve_neg()
+        if x.is_conj():
+            x = x.resolve_conj()
+        return x
     if hasattr(x, "__dlpack__"):
         return x
     raise TypeError(f"{what}: expected a NumPy array or a DLPack tensor, got {type(x).__name__}")
 
 
+def _refuse_grad(x: Any, what: str) -> None:
+    """A tensor that requires grad, read by the forward while autograd
+    records, would silently lose its gradient (no graph is built here)."""
+    if _is_torch(x) and x.requires_grad and _grad_enabled():
+        raise ValueError(
+            f"{what}: requires grad, and qkv.scaled_dot_product_attention records no "
+            "gradient; use qkv.torch.scaled_dot_product_attention (differentiable in "
+            "query, key and value), or pass a detached tensor")
+
+
+def _numpy_arg(x: np.ndarray, what: str) -> np.ndarray:
+    """A NumPy array as the extension takes it. Big-endian floats are
+    converted to native order (the command line reads them too); dtypes no
+    array protocol can hand over (object, structured, datetime, strings,
+    longdouble) are a TypeError naming the argument."""
+    if x.dtype.kind not in "biufc" or x.dtype.itemsize > (16 if x.dtype.kind == "c" else 8):
+        raise TypeError(f"{what}: dtype {x.dtype} is not supported (expected float32 or float64"
+                        f"{', or bool' if what == 'attn_mask' else ''})")
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
+def _is_vmapped(x: Any) -> bool:
+    try:
+        import torch._C._functorch as functorch
+        return bool(functorch.is_batchedtensor(x)) or bool(functorch.is_functorch_wrapped_tensor(x))
+    except (ImportError, AttributeError):
+        return False
+
+
+def _check_ranks(q: Any, k: Any, v: Any) -> None:
+    """[N, D] inputs are one head, as in PyTorch, only when all three are 2-D."""
+    ranks = tuple(getattr(x, "ndim", None) for x in (q, k, v))
+    if 2 in ranks and ranks != (2, 2, 2):
+        raise ValueError(
+            "query, key, value: expected all three 2-D ([N, D], one head) or all at least 3-D "
+            f"([..., H, N, D]), found {q.ndim}-D, {k.ndim}-D and {v.ndim}-D")
+
+
+def _torch_strided() -> Any:
+    import torch  # only reached with a torch tensor in hand
+    return torch.strided
+
+
+def _grad_enabled() -> bool:
+    import torch
+    return torch.is_grad_enabled()
+
+
+def _int(x: Any, what: str, bits: int = 64) -> int:
+    """An integer argument: Python or NumPy integers (not bool, not float, not
+    str), within a signed `bits`-bit integer (the C++ side's type)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{what}: expected an integer, found {type(x).__name__} {x!r}")
+    if not -2**(bits - 1) <= int(x) < 2**(bits - 1):
+        raise ValueError(f"{what}: expected an integer of at most {bits} bits, found {int(x)}")
+    return int(x)
+
+
+def _float(x: Any, what: str) -> float:
+    """A real-number argument: int or float (Python or NumPy), not bool or str."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what}: expected a number, found {type(x).__name__} {x!r}")
+    return float(x)
+
+
+def _seq(x: Any, what: str) -> list:
+    """A sequence argument as a list: a list, tuple or 1-D array; a str is refused
+    (it would read as its characters)."""
+    if isinstance(x, (str, bytes)) or not (hasattr(x, "tolist") or isinstance(x, (list, tuple))):
+        raise TypeError(f"{what}: expected a sequence, found {type(x).__name__} {x!r}")
+    items = x.tolist() if hasattr(x, "tolist") else list(x)
+    if not isinstance(items, list):
+        raise TypeError(f"{what}: expected a sequence, found a scalar {items!r}")
+    return items
+
+
 def _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap, kernel,
              threads, torch_in):
-    if causal not in _CAUSAL:
-        raise ValueError(f"causal: expected 'top-left' or 'bottom-right', got {causal!r}")
+    if not isinstance(causal, str):
+        raise TypeError(f"causal: expected a str, found {type(causal).__name__} {causal!r}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected a str, found {type(kernel).__name__} {kernel!r}")
     mask = None if attn_mask is None else _arg(attn_mask, "attn_mask", torch_in)
+    if _is_torch(mask) and str(mask.dtype) == "torch.bfloat16":
+        mask = mask.float()  # exact: the library adds float32 or float64 masks
     if window is not None:
+        if not isinstance(window, (tuple, list)):
+            raise TypeError(f"window: expected (left, right), found {type(window).__name__} "
+                            f"{window!r}")
         if len(window) != 2:
-            raise ValueError(f"window: expected (left, right), got {window!r}")
-        window = (-1 if window[0] is None else int(window[0]),
-                  -1 if window[1] is None else int(window[1]))
+            raise ValueError(f"window: expected (left, right), found {len(window)} values "
+                             f"{tuple(window)!r}")
+        window = tuple(-1 if w is None else _int(w, f"window[{i}]") for i, w in enumerate(window))
     return dict(
         attn_mask=mask,
-        causal=causal if is_causal else "none",
+        causal=causal,
+        is_causal=bool(is_causal),
         window=window,
-        key_lengths=[] if key_lengths is None else [int(x) for x in _tolist(key_lengths)],
-        alibi_slopes=[] if alibi_slopes is None else [float(x) for x in _tolist(alibi_slopes)],
-        softcap=0.0 if softcap is None else float(softcap),
+        key_lengths=[] if key_lengths is None else
+        [_int(x, "key_lengths[%d]" % i) for i, x in enumerate(_seq(key_lengths, "key_lengths"))],
+        alibi_slopes=[] if alibi_slopes is None else
+        [_float(x, "alibi_slopes[%d]" % i) for i, x in enumerate(_seq(alibi_slopes, "alibi_slopes"))],
+        softcap=0.0 if softcap is None else _float(softcap, "softcap"),
         kernel=kernel,
-        threads=int(threads),
+        threads=_int(threads, "threads", 32),
     )
-
-
-def _tolist(x: Any) -> list:
-    return x.tolist() if hasattr(x, "tolist") else list(x)
 
 
 def _unsqueeze(x: Any) -> Any:
@@ -145,9 +241,12 @@ def scaled_dot_product_attention(
     The GIL is released while the kernel runs.
     """
     torch_in = _is_torch(query)
+    for x, what in ((query, "query"), (key, "key"), (value, "value"), (attn_mask, "attn_mask")):
+        _refuse_grad(x, what)
     q = _arg(query, "query", torch_in)
     k = _arg(key, "key", torch_in)
     v = _arg(value, "value", torch_in)
+    _check_ranks(q, k, v)
     _check_gqa(q, k, enable_gqa)
     opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
                     kernel, threads, torch_in)
@@ -155,7 +254,7 @@ def scaled_dot_product_attention(
     if flat:
         q, k, v = _unsqueeze(q), _unsqueeze(k), _unsqueeze(v)
     out, weights, lse = _qkv.attention(
-        q, k, v, scale=None if scale is None else float(scale),
+        q, k, v, scale=None if scale is None else _float(scale, "scale"),
         return_weights=bool(return_weights), return_lse=bool(return_lse), torch_out=torch_in,
         **opts)
     if flat:
@@ -184,6 +283,7 @@ def attention_backward(query, key, value, out, lse, grad_out, attn_mask=None,
     q = _arg(query, "query", torch_in)
     k = _arg(key, "key", torch_in)
     v = _arg(value, "value", torch_in)
+    _check_ranks(q, k, v)
     _check_gqa(q, k, enable_gqa)
     opts = _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, softcap,
                     kernel, threads, torch_in)
@@ -193,13 +293,26 @@ def attention_backward(query, key, value, out, lse, grad_out, attn_mask=None,
     if flat:
         q, k, v, out, lse, grad_out = (_unsqueeze(x) for x in (q, k, v, out, lse, grad_out))
     grads = _qkv.attention_backward(
-        q, k, v, out, lse, grad_out, scale=None if scale is None else float(scale),
+        q, k, v, out, lse, grad_out, scale=None if scale is None else _float(scale, "scale"),
         torch_out=torch_in, **opts)
     return tuple(_squeeze(g) for g in grads) if flat else grads
 
 
 def _tokens(model: "_qkv.Model", tokens: Union[str, Sequence[int]]) -> List[int]:
-    return model.encode(tokens) if isinstance(tokens, str) else [int(t) for t in tokens]
+    if isinstance(tokens, str):
+        return model.encode(_text(tokens, "tokens"))
+    return [_int(t, "tokens[%d]" % i, 32) for i, t in enumerate(_seq(tokens, "tokens"))]
+
+
+def _text(s: Any, what: str) -> str:
+    """A str argument that is valid Unicode (a lone surrogate cannot be UTF-8)."""
+    if not isinstance(s, str):
+        raise TypeError(f"{what}: expected a str, found {type(s).__name__} {s!r}")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what}: not valid Unicode text ({e.reason} at index {e.start})") from None
+    return s
 
 
 class GPT:
@@ -221,15 +334,17 @@ class GPT:
 
     def encode(self, text: str) -> List[int]:
         """Token ids of `text` (the model's character vocabulary)."""
-        return self._m.encode(text)
+        return self._m.encode(_text(text, "text"))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of token ids."""
-        return self._m.decode([int(i) for i in ids])
+        return self._m.decode([_int(t, "ids[%d]" % i, 32) for i, t in enumerate(_seq(ids, "ids"))])
 
     def set_threads(self, threads: int = 0, kernel: str = "auto") -> None:
         """Threads for everything the model runs (0 = all cores) and its attention kernel."""
-        self._m.set_threads(int(threads), kernel)
+        if not isinstance(kernel, str):
+            raise TypeError(f"kernel: expected a str, found {type(kernel).__name__} {kernel!r}")
+        self._m.set_threads(_int(threads, "threads", 32), kernel)
 
     def logits(self, tokens: Union[str, Sequence[int]]) -> np.ndarray:
         """Next-token logits after each prefix of `tokens` (text or ids):
@@ -257,7 +372,11 @@ class GPT:
             if on_token is not None:
                 on_token(s)
 
-        self._m.generate(prompt, int(tokens), float(temperature), int(top_k), int(seed),
+        seed = _int(seed, "seed", 65)
+        if seed < 0:
+            raise ValueError(f"seed: expected an integer in [0, 2**64), found {seed}")
+        self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
+                         _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
                          bool(use_cache), piece)
         return "".join(pieces)
 
@@ -268,11 +387,23 @@ class GPT:
         q: "queue.Queue[Any]" = queue.Queue()
         done = object()
         failure: List[BaseException] = []
+        stop = threading.Event()
+
+        class _Stopped(Exception):
+            pass
+
+        def put(piece: str) -> None:
+            # Raised inside generate's callback, this ends the C++ loop at its next token.
+            if stop.is_set():
+                raise _Stopped()
+            q.put(piece)
 
         def run() -> None:
             try:
                 self.generate(prompt, tokens, temperature, top_k, seed, use_cache=use_cache,
-                              on_token=q.put)
+                              on_token=put)
+            except _Stopped:
+                pass
             except BaseException as e:  # handed to the consumer
                 failure.append(e)
             finally:
@@ -280,14 +411,49 @@ class GPT:
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        while True:
-            item = q.get()
-            if item is done:
-                break
-            yield item
-        t.join()
+        # Leaving the loop early (break, an exception, the generator collected)
+        # closes this generator: the worker is told to stop and is joined, so
+        # no generation outlives its iterator.
+        try:
+            while True:
+                item = q.get()
+                if item is done:
+                    break
+                yield item
+        finally:
+            stop.set()
+            t.join()
         if failure:
             raise failure[0]
+
+
+_TRAIN_INTS = ("context", "layers", "heads", "kv_heads", "embd", "batch", "iters", "warmup",
+               "eval_interval", "eval_iters", "log_interval", "threads", "stop_at")
+_TRAIN_FLOATS = ("lr", "min_lr", "beta1", "beta2", "weight_decay", "grad_clip")
+_TRAIN_BOOLS = ("rope", "bias", "resume", "force")
+
+
+def _train_option(name: str, value: Any) -> Any:
+    """One train() option in the Python type the extension takes; the library
+    checks the values (ranges, combinations)."""
+    if name in _TRAIN_INTS:
+        return _int(value, name, 32 if name == "threads" else 64)
+    if name in _TRAIN_FLOATS:
+        return _float(value, name)
+    if name in _TRAIN_BOOLS:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected True or False, found {type(value).__name__} {value!r}")
+        return bool(value)
+    if name == "seed":
+        seed = _int(value, name)
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed: expected an integer in [0, 2**64), found {seed}")
+        return seed
+    if name in ("kernel", "dtype"):
+        if not isinstance(value, str):
+            raise TypeError(f"{name}: expected a str, found {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"train() got an unexpected keyword argument '{name}'")
 
 
 def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], *,
@@ -301,7 +467,8 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     embd, rope, bias, batch, iters, warmup, eval_interval, eval_iters,
     log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
     threads, kernel, dtype ("float32", or "bf16": mixed precision, as
-    ``qkv train --dtype bf16``), resume, stop_at. kv_heads defaults to heads.
+    ``qkv train --dtype bf16``), resume, force (start over where `out_dir`
+    holds a trained run), stop_at. kv_heads defaults to heads.
 
     progress, if given, is called on this thread with each line the trainer logs
     (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs
@@ -310,6 +477,7 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     final_train_loss, final_val_loss, interrupted and next_iter.
     """
     text_path, out_dir = os.fspath(text_path), os.fspath(out_dir)
+    options = {k: _train_option(k, v) for k, v in options.items()}
     if "heads" in options and "kv_heads" not in options:
         options["kv_heads"] = options["heads"]  # as `qkv train`: no GQA unless asked
     result: Dict[str, Any] = {}
@@ -343,16 +511,18 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
             progress(entry)
         seen = max(seen, len(complete))
 
+    # Ctrl-C or an exception from the progress callback: the trainer writes
+    # a checkpoint and stops, and the run's lock is released before it is
+    # raised here, so no training goes on behind the caller's back.
     try:
         while worker.is_alive():
             worker.join(0.05)
             poll()
-    except KeyboardInterrupt:
+        poll()
+    except BaseException:
         _qkv.request_stop()
         worker.join()
-        poll()
         raise
-    poll()
     if failure:
         raise failure[0]
     return result

@@ -32,6 +32,16 @@ def _shape(size: Size) -> Tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
+def _seed(seed, bits: int) -> int:
+    """A seed qkv's generator takes: an integer in [0, 2**bits). NumPy takes
+    larger ones too, but this stream reproduces NumPy's only in that range."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: expected an integer, found {type(seed).__name__} {seed!r}")
+    if not 0 <= int(seed) < 2**bits:
+        raise ValueError(f"seed: expected an integer in [0, 2**{bits}), found {int(seed)}")
+    return int(seed)
+
+
 def _draw(fill, size: Size):
     shape = _shape(size)
     flat = fill(int(np.prod(shape, dtype=np.int64)))
@@ -42,7 +52,7 @@ class Generator:
     """``np.random.default_rng(seed)``: PCG64 seeded by SeedSequence, NumPy's ziggurat."""
 
     def __init__(self, seed: int):
-        self._g = _qkv.NumpyGenerator(int(seed))
+        self._g = _qkv.NumpyGenerator(_seed(seed, 64))
 
     def random(self, size: Size = None):
         """Generator.random: floats in [0, 1)."""
@@ -71,7 +81,7 @@ class RandomState:
     legacy polar Box-Muller gauss (its spare value kept between calls, as NumPy does)."""
 
     def __init__(self, seed: int):
-        self._s = _qkv.NumpyRandomState(int(seed))
+        self._s = _qkv.NumpyRandomState(_seed(seed, 32))
 
     def randn(self, *shape: int):
         """np.random.randn(*shape); a float with no arguments."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 import qkv as _qkv
 
@@ -35,7 +36,11 @@ class Attention(torch.autograd.Function):
         ctx.options = options
         return out
 
+    # The backward is qkv's kernel, not torch operations: a second derivative
+    # (create_graph=True, e.g. a gradient penalty) cannot flow through it, so
+    # it is refused rather than silently wrong.
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad_out):  # type: ignore[override]
         query, key, value, out, lse = ctx.saved_tensors
         dq, dk, dv = _qkv.attention_backward(query, key, value, out, lse, grad_out,
@@ -56,5 +61,8 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             raise TypeError(f"qkv.torch.scaled_dot_product_attention: {bad} is not supported "
                             "(use qkv.scaled_dot_product_attention)")
         options.pop(bad, None)
+    if (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()):
+        raise ValueError("attn_mask: requires grad, but masks get no gradient here (only query, "
+                         "key and value do); pass attn_mask.detach()")
     opts = dict(options, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     return Attention.apply(query, key, value, attn_mask, opts)

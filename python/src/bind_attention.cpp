@@ -29,6 +29,7 @@ namespace {
 struct OptionArgs {
   std::optional<Array> mask;
   std::string causal;
+  bool is_causal;
   std::optional<double> scale;
   std::optional<std::pair<int64_t, int64_t>> window;
   std::vector<int64_t> key_lengths;
@@ -40,11 +41,17 @@ struct OptionArgs {
 
 qkv::AttentionOptions options(const OptionArgs& a, qkv::TensorView& mask_view) {
   qkv::AttentionOptions o;
+  // PyTorch's is_causal picks the mask; causal only its flavour, so a
+  // flavour without is_causal (bottom-right ignored: a non-causal result)
+  // or "none" with it is refused rather than silently dropped.
   const auto causal = qkv::parse_causal(a.causal);
-  if (!causal)
+  if (!causal || (a.is_causal && *causal == qkv::Causal::none))
     throw nb::value_error(
-        ("causal: expected 'none', 'top-left' or 'bottom-right', got '" + a.causal + "'").c_str());
-  o.causal = *causal;
+        ("causal: expected 'top-left' or 'bottom-right', found '" + a.causal + "'").c_str());
+  if (!a.is_causal && *causal == qkv::Causal::bottom_right)
+    throw nb::value_error("causal: 'bottom-right' needs is_causal=True (without it no causal "
+                          "mask applies)");
+  o.causal = a.is_causal ? *causal : qkv::Causal::none;
   const auto kernel = qkv::parse_kernel(a.kernel);
   if (!kernel)
     throw nb::value_error(
@@ -84,7 +91,7 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention",
       [](const Array& qa, const Array& ka, const Array& va, std::optional<Array> mask,
-         std::string causal, std::optional<double> scale,
+         std::string causal, bool is_causal, std::optional<double> scale,
          std::optional<std::pair<int64_t, int64_t>> window, std::vector<int64_t> key_lengths,
          std::vector<double> alibi_slopes, double softcap, bool return_weights, bool return_lse,
          std::string kernel, int threads, bool torch_out) {
@@ -95,8 +102,8 @@ void bind_attention(nb::module_& m) {
         same_dtype(q, v, "value");
         qkv::TensorView mask_view;
         qkv::AttentionOptions o =
-            options({std::move(mask), causal, scale, window, key_lengths, alibi_slopes, softcap,
-                     kernel, threads},
+            options({std::move(mask), causal, is_causal, scale, window, key_lengths,
+                     alibi_slopes, softcap, kernel, threads},
                     mask_view);
         o.return_weights = return_weights;
         o.return_lse = return_lse;
@@ -124,7 +131,7 @@ void bind_attention(nb::module_& m) {
                               maybe(r.lse, return_lse, fw));
       },
       nb::arg("query"), nb::arg("key"), nb::arg("value"), nb::arg("attn_mask").none(),
-      nb::arg("causal"), nb::arg("scale").none(), nb::arg("window").none(),
+      nb::arg("causal"), nb::arg("is_causal"), nb::arg("scale").none(), nb::arg("window").none(),
       nb::arg("key_lengths"), nb::arg("alibi_slopes"), nb::arg("softcap"),
       nb::arg("return_weights"), nb::arg("return_lse"), nb::arg("kernel"), nb::arg("threads"),
       nb::arg("torch_out"),
@@ -134,7 +141,8 @@ void bind_attention(nb::module_& m) {
       "attention_backward",
       [](const Array& qa, const Array& ka, const Array& va, const Array& outa, const Array& lsea,
          const Array& douta, std::optional<Array> mask, std::string causal,
-         std::optional<double> scale, std::optional<std::pair<int64_t, int64_t>> window,
+         bool is_causal, std::optional<double> scale,
+         std::optional<std::pair<int64_t, int64_t>> window,
          std::vector<int64_t> key_lengths, std::vector<double> alibi_slopes, double softcap,
          std::string kernel, int threads, bool torch_out) {
         const qkv::TensorView q = view_of(qa, "query"), k = view_of(ka, "key"),
@@ -152,8 +160,8 @@ void bind_attention(nb::module_& m) {
         }
         qkv::TensorView mask_view;
         const qkv::AttentionOptions o =
-            options({std::move(mask), causal, scale, window, key_lengths, alibi_slopes, softcap,
-                     kernel, threads},
+            options({std::move(mask), causal, is_causal, scale, window, key_lengths,
+                     alibi_slopes, softcap, kernel, threads},
                     mask_view);
         qkv::AttentionGrads g;
         {
@@ -166,7 +174,7 @@ void bind_attention(nb::module_& m) {
       },
       nb::arg("query"), nb::arg("key"), nb::arg("value"), nb::arg("out"), nb::arg("lse"),
       nb::arg("grad_out"), nb::arg("attn_mask").none(), nb::arg("causal"),
-      nb::arg("scale").none(), nb::arg("window").none(), nb::arg("key_lengths"),
+      nb::arg("is_causal"), nb::arg("scale").none(), nb::arg("window").none(), nb::arg("key_lengths"),
       nb::arg("alibi_slopes"), nb::arg("softcap"), nb::arg("kernel"), nb::arg("threads"),
       nb::arg("torch_out"), "qkv::attention_backward_into: (dq, dk, dv).");
 

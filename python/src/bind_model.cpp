@@ -68,6 +68,7 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
     else if (k == "kernel") o.kernel = kernel_of(nb::cast<std::string>(value));
     else if (k == "dtype") o.dtype = train_dtype(nb::cast<std::string>(value));
     else if (k == "resume") o.resume = nb::cast<bool>(value);
+    else if (k == "force") o.force = nb::cast<bool>(value);
     else if (k == "stop_at") o.stop_at = i64();
     else throw nb::type_error(("train() got an unexpected keyword argument '" + k + "'").c_str());
   }

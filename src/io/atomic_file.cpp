@@ -100,8 +100,13 @@ FileSet::~FileSet() {
 }
 
 void FileSet::stage(const std::string& path, std::initializer_list<std::string_view> parts) {
-  Staged s{path, follow_symlinks(path), ""};
   struct stat st;
+  // A device, FIFO or socket is written in place through the path itself:
+  // /dev/stdout on a pipe is a link to /proc/self/fd/1, a magic link whose
+  // text ("pipe:[123]") names nothing, so it cannot be followed by name.
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return write_in_place(path, path, parts);
+  Staged s{path, follow_symlinks(path), ""};
   if (stat(s.target.c_str(), &st) == 0) {
     // Refused now rather than at the rename, so that no other file of the
     // set has been replaced by then.

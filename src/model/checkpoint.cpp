@@ -171,7 +171,35 @@ void save_checkpoint(const std::string& dir, const GPT& model, const CharTokeniz
   files.commit();  // the resume point last, as the commit record
 }
 
+namespace {
+
+// model.safetensors records the config it was written with (qkv_config);
+// config.json is only a readable copy. One edited to disagree (heads 2 -> 4
+// keeps every tensor's shape) would load and silently change the logits, so
+// the weights' own record is the truth and any field that differs is named.
+void check_config_matches_weights(const GPTConfig& config, const std::string& dir) {
+  const std::string wpath = dir + "/model.safetensors";
+  const auto meta = read_safetensors_metadata(wpath);
+  const auto rec = meta.find("qkv_config");
+  if (rec == meta.end()) return;  // written by another program: config.json alone describes it
+  const GPTConfig recorded = config_from_json(rec->second, wpath + " (qkv_config)");
+  const json want = json::parse(config_to_json(recorded)), have = json::parse(config_to_json(config));
+  std::string diffs;
+  for (const auto& [key, value] : want.items()) {
+    const auto it = have.find(key);
+    if (it == have.end() || *it != value)
+      diffs += std::string(diffs.empty() ? "" : ", ") + key + " " +
+               (it == have.end() ? std::string("missing") : it->dump()) + " (weights: " + value.dump() + ")";
+  }
+  if (!diffs.empty())
+    throw Error("'" + dir + "/config.json': disagrees with the config recorded in '" + wpath +
+                "': " + diffs + "; the weights were trained with theirs");
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::string& dir) {
+  if (dir.empty()) throw Error("model directory: expected a path, found an empty string");
   LoadedModel m{config_from_json(read_text(dir + "/config.json"), dir + "/config.json"),
                 CharTokenizer::from_json(read_text(dir + "/vocab.json"), dir + "/vocab.json"),
                 {}};
@@ -193,6 +221,7 @@ LoadedModel load_model(const std::string& dir) {
     throw Error("'" + dir + "/config.json': describes a model of " + sizes + ", but '" + wpath +
                 "' has only " + std::to_string(static_cast<uint64_t>(file_bytes)) + " bytes");
   }
+  check_config_matches_weights(m.config, dir);
   const GPT shape_only(m.config);
   m.weights.assign(static_cast<size_t>(shape_only.num_params()), 0.0f);
   for (const ParamInfo& p : shape_only.params()) {

@@ -59,8 +59,7 @@ const T* BasicGPT<T>::logits() const {
 
 template <class T>
 void BasicGPT<T>::set_threads(int threads) {
-  if (threads < 0)
-    throw Error("gpt: threads must be 0 (all cores) or a positive count, found " + std::to_string(threads));
+  check_threads(threads);
   attn_opts_.threads = threads;
 }
 

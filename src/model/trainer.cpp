@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,7 @@ void TrainOptions::validate() const {
   };
   need(!text_path.empty(), "text_path is empty");
   need(!out_dir.empty(), "out_dir is empty");
+  need(!(resume && force), "resume and force exclude each other (continue the run, or start it over)");
   need(batch >= 1, "batch must be at least 1, found " + std::to_string(batch));
   need(iters >= 0, "iters must be at least 0, found " + std::to_string(iters));
   need(eval_interval >= 1, "eval_interval must be at least 1, found " + std::to_string(eval_interval));
@@ -82,7 +84,7 @@ void TrainOptions::validate() const {
   need(std::isfinite(adam.grad_clip) && adam.grad_clip >= 0, "grad_clip must be finite and >= 0 (0 = off)");
   need(dtype == DType::f32 || dtype == DType::bf16,
        std::string("dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
-  need(threads >= 0, "threads must be 0 (all cores) or a positive count, found " + std::to_string(threads));
+  check_threads(threads);
   need(ranks >= 1 && rank >= 0 && rank < ranks, "rank " + std::to_string(rank) + " of " + std::to_string(ranks));
   need(batch % ranks == 0, "batch " + std::to_string(batch) + " must divide by the " +
                                std::to_string(ranks) + " ranks (each takes an equal share)");
@@ -139,6 +141,59 @@ TrainOptions TrainOptions::from_json(const std::string& text, const std::string&
   return o;
 }
 
+namespace {
+
+std::string shortest(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+std::string shortest(int64_t x) { return std::to_string(x); }
+std::string shortest(uint64_t x) { return std::to_string(x); }
+std::string shortest(bool x) { return x ? "true" : "false"; }
+std::string shortest(DType x) { return dtype_name(x); }
+
+// A resumed run continues with the checkpoint's options. One given with a
+// value other than its default and the checkpoint's would be silently
+// ignored (a resume asked for 20 iterations running 0), so it is refused,
+// named by its field.
+void refuse_conflicts_with_checkpoint(const TrainOptions& given, const TrainOptions& saved) {
+  const TrainOptions def;
+  std::string conflicts;
+  auto check = [&](const char* field, auto g, auto d, auto s) {
+    if (g != d && g != s)
+      conflicts += std::string(conflicts.empty() ? "" : ", ") + field + " " + shortest(g) +
+                   " (checkpoint: " + shortest(s) + ")";
+  };
+  check("layers", given.model.layers, def.model.layers, saved.model.layers);
+  check("heads", given.model.heads, def.model.heads, saved.model.heads);
+  check("kv_heads", given.model.kv_heads, def.model.kv_heads, saved.model.kv_heads);
+  check("embd", given.model.embd, def.model.embd, saved.model.embd);
+  check("context", given.model.context, def.model.context, saved.model.context);
+  check("rope", given.model.rope, def.model.rope, saved.model.rope);
+  check("bias", given.model.bias, def.model.bias, saved.model.bias);
+  check("batch", given.batch, def.batch, saved.batch);
+  check("iters", given.iters, def.iters, saved.iters);
+  check("warmup", given.warmup, def.warmup, saved.warmup);
+  check("eval_interval", given.eval_interval, def.eval_interval, saved.eval_interval);
+  check("eval_iters", given.eval_iters, def.eval_iters, saved.eval_iters);
+  check("log_interval", given.log_interval, def.log_interval, saved.log_interval);
+  check("lr", given.lr, def.lr, saved.lr);
+  check("min_lr", given.min_lr, def.min_lr, saved.min_lr);
+  check("beta1", given.adam.beta1, def.adam.beta1, saved.adam.beta1);
+  check("beta2", given.adam.beta2, def.adam.beta2, saved.adam.beta2);
+  check("weight_decay", given.adam.weight_decay, def.adam.weight_decay, saved.adam.weight_decay);
+  check("grad_clip", given.adam.grad_clip, def.adam.grad_clip, saved.adam.grad_clip);
+  check("seed", given.seed, def.seed, saved.seed);
+  check("dtype", given.dtype, def.dtype, saved.dtype);
+  if (!conflicts.empty())
+    throw Error("resume: the checkpoint in '" + given.out_dir +
+                "' continues with its own options; these differ: " + conflicts +
+                ". Drop them, or start afresh with force");
+}
+
+}  // namespace
+
 TrainOptions saved_train_options(const std::string& out_dir) {
   std::error_code ec;
   if (!fs::exists(out_dir + "/train_state.safetensors", ec))
@@ -186,6 +241,7 @@ TrainResult train(const TrainOptions& given) {
     // The run continues with the options it started with; only where the
     // files are, how it reports and how many threads run may differ.
     TrainOptions saved = saved_train_options(o.out_dir);
+    refuse_conflicts_with_checkpoint(o, saved);
     st = load_train_state(o.out_dir);
     if (saved.text_hash != o.text_hash)
       throw Error("--resume: '" + o.text_path + "' is not the text the checkpoint in '" +

@@ -13,7 +13,10 @@ namespace {
 
 // The page around the data. Tokens reach the DOM through textContent only,
 // so no token can inject markup; the JSON sits in a non-executed script
-// element with "</" escaped.
+// element with every '<', '>' and '&' written as a \u escape (the same string
+// to JSON.parse). Escaping only "</" was not enough: "<!--<script>" in a
+// title opens a script-data escape state in the HTML parser, and the page
+// rendered nothing.
 constexpr const char* kHead = R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -146,9 +149,15 @@ void write_attention_html(const std::string& path, const AttentionPage& page) {
   const nlohmann::json data = {{"title", page.title}, {"tokens", page.tokens},
                                {"layer_ids", layer_ids}, {"head_ids", head_ids},
                                {"weights", std::move(weights)}};
-  std::string text = data.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
-  for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3)
-    text.replace(at, 2, "<\\/");
+  const std::string json = data.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+  std::string text;
+  text.reserve(json.size());
+  for (char c : json) {
+    if (c == '<') text += "\\u003c";
+    else if (c == '>') text += "\\u003e";
+    else if (c == '&') text += "\\u0026";
+    else text += c;
+  }
   write_file_atomic(path, {kHead, text, kTail});
 }
 

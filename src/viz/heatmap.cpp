@@ -1,6 +1,7 @@
 // The terminal heatmap, and the checks both heatmap views share.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -58,7 +59,17 @@ std::vector<std::string> display_glyphs(const std::string& s) {
     bool ok = n > 0 && i + n <= s.size();
     for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
     if (ok && c == 0xc2) ok = static_cast<unsigned char>(s[i + 1]) >= 0xa0;
-    out.push_back(ok ? s.substr(i, n) : "?");
+    bool bidi = false;
+    if (ok && n > 1) {
+      // Bidirectional controls (U+061C, U+200E-F, U+202A-E, U+2066-9) would
+      // reorder the rest of the terminal line: a prompt's right-to-left
+      // override shows as one '?', it does not act.
+      uint32_t cp = c & (0x7f >> n);
+      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+      bidi = cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+             (cp >= 0x2066 && cp <= 0x2069);
+    }
+    out.push_back(ok && !bidi ? s.substr(i, n) : "?");
     i += ok ? n : 1;
   }
   return out;

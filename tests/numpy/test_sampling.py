@@ -99,6 +99,17 @@ def test_a_config_without_gelu_runs_the_tanh_form(run, tmp_path_factory, qkv_bin
     cfg = json.loads((model / "config.json").read_text())
     assert cfg.pop("gelu") == "exact"  # new models: nanoGPT's GELU
     (model / "config.json").write_text(json.dumps(cfg))
+    # The weights record their config too (metadata "qkv_config"); an old
+    # checkpoint's record has no "gelu" either.
+    raw = (model / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    recorded = json.loads(header["__metadata__"]["qkv_config"])
+    del recorded["gelu"]
+    header["__metadata__"]["qkv_config"] = json.dumps(recorded)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (model / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
     ck = Checkpoint(model)
     prompt = "a dog sat on the cat"
     got = logits(run, model, prompt, tmp_path)

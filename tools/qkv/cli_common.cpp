@@ -8,9 +8,11 @@
 #include <cstring>
 #include <iostream>
 #include <cstdlib>
+#include <filesystem>
 
 #include "qkv/files.h"
 #include "qkv/npy.h"
+#include "qkv/runtime.h"
 
 namespace qkv::cli {
 
@@ -40,46 +42,76 @@ void stage_npy_arg(FileSet& files, const std::string& arg, const std::string& pa
 
 namespace {
 
-int machine_cores() {
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
 [[noreturn]] void bad_threads(const std::string& opt, const std::string& value) {
   throw UsageError(opt + ": expected an integer from 0 (all cores) to " +
-                   std::to_string(max_threads()) + " (4 x this machine's " +
-                   std::to_string(machine_cores()) + " cores), found '" + value + "'");
+                   std::to_string(qkv::max_threads()) + ", found '" + value + "'");
 }
 
 }  // namespace
-
-int max_threads() { return 4 * machine_cores(); }
 
 int parse_threads(const std::string& opt, const std::string& value) {
   int64_t n = 0;
   const char* end = value.data() + value.size();
   const auto [ptr, ec] = std::from_chars(value.data(), end, n);
-  if (ec != std::errc() || ptr != end || n < 0 || n > max_threads()) bad_threads(opt, value);
+  if (ec != std::errc() || ptr != end) bad_threads(opt, value);
+  check_threads(opt, n);
   return static_cast<int>(n);
 }
 
 void check_threads(const std::string& opt, int64_t value) {
-  if (value < 0 || value > max_threads()) bad_threads(opt, std::to_string(value));
+  try {
+    qkv::check_threads(value, opt);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
-double machine_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+namespace {
+
+// The path with links and ".." resolved as far as it exists (weakly_canonical).
+std::filesystem::path resolved(const std::string& p) {
+  std::error_code ec;
+  std::filesystem::path r = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  return ec ? std::filesystem::absolute(p).lexically_normal() : r;
 }
 
-std::string memory_shortfall(const std::string& what, double bytes) {
-  const double have = machine_memory_bytes();
-  if (have <= 0.0 || bytes <= have) return "";
-  char buf[160];
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  std::snprintf(buf, sizeof buf, " would take %.4g GiB, more than this machine's %.1f GiB of memory",
-                bytes / kGiB, have / kGiB);
-  return what + buf;
+// Whether `inner` is `outer` or lies somewhere under it.
+bool within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin(), o = outer.begin();
+  for (; o != outer.end(); ++i, ++o) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // a trailing "/"
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+// /dev/stdout and friends: writing there never touches a file of ours.
+bool is_stream(const std::filesystem::path& p) {
+  std::error_code ec;
+  return p.string().rfind("/dev/", 0) == 0 || p.string().rfind("/proc/", 0) == 0 ||
+         std::filesystem::is_character_file(p, ec) || std::filesystem::is_fifo(p, ec);
+}
+
+}  // namespace
+
+void refuse_overlapping_paths(const std::vector<PathArg>& inputs, const std::vector<PathArg>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const PathArg& out = outputs[i];
+    if (out.path.empty()) continue;
+    const auto o = resolved(out.path);
+    if (is_stream(o)) continue;
+    for (const PathArg& in : inputs) {
+      if (in.path.empty()) continue;
+      const auto p = resolved(in.path);
+      if (within(o, p) || within(p, o))
+        throw UsageError(out.option + ": '" + out.path + "' would overwrite what " + in.option +
+                         " '" + in.path + "' holds; write it somewhere else");
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && resolved(outputs[j].path) == o)
+        throw UsageError(outputs[j].option + ", " + out.option + ": both name '" + out.path +
+                         "'; give each output its own file");
+  }
 }
 
 namespace {

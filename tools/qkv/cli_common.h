@@ -9,10 +9,12 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "qkv/files.h"
+#include "qkv/runtime.h"
 #include "qkv/tensor.h"
 
 namespace qkv::cli {
@@ -33,14 +35,22 @@ Tensor load_npy_arg(const std::string& arg, const std::string& path);
 // Writes `t` to the file given to option `arg`; errors name the option.
 void save_npy_arg(const std::string& arg, const std::string& path, const Tensor& t);
 
+// A path a command reads or writes, named by its option ("--model").
+struct PathArg {
+  std::string option, path;
+};
+
+// Refuses (UsageError) a set of paths where writing one output would
+// destroy what the command reads or another output: an output that is an
+// input, lies inside an input directory (or holds an input, for a directory
+// output), or names the same file as another output. Paths are compared
+// after resolving links and "..", so "D/./model.safetensors" or a link to
+// D's file is caught too. Empty paths (options not given) are skipped.
+void refuse_overlapping_paths(const std::vector<PathArg>& inputs, const std::vector<PathArg>& outputs);
+
 // Stages `t` in `files` for the file given to option `arg`; errors name the
 // option. Nothing is written at `path` until files.commit().
 void stage_npy_arg(FileSet& files, const std::string& arg, const std::string& path, const Tensor& t);
-
-// The most threads any command accepts: 4 x the machine's cores. More only
-// oversubscribes the cores, and far more (50000) makes the OpenMP runtime
-// fail or crash, so a larger --threads is a usage error.
-int max_threads();
 
 // `value` of option `opt` (e.g. "--threads") as a thread count in
 // [0, max_threads()], 0 meaning all cores; otherwise a UsageError naming the
@@ -71,16 +81,9 @@ void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
   for (const char* name : names) cmd->get_option(name)->check(integer_of_type<T>());
 }
 
-// The machine's physical memory in bytes (sysconf), 0 when unknown.
-double machine_memory_bytes();
-
-// Refuses a request before any of it is allocated: when `bytes` (what `what`
-// needs, e.g. "--weights [2, 100000, 100000] float32") exceed the machine's
-// memory, returns the one-line reason ("... would take 74.5 GiB, more than this
-// machine's 23.5 GiB of memory"); otherwise "". A double, so that sizes whose
-// product overflows 64 bits are still compared correctly. The caller throws
-// UsageError when the sizes came from options, qkv::Error when from files.
-std::string memory_shortfall(const std::string& what, double bytes);
+// machine_memory_bytes and memory_shortfall: qkv/runtime.h.
+using qkv::machine_memory_bytes;
+using qkv::memory_shortfall;
 
 // Throws qkv::Error "cannot write to stdout: <reason>" once anything written
 // to std::cout or stdout has failed (a full disk, a closed pipe): a command

@@ -184,6 +184,9 @@ ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::st
 
 int run_explain(ExplainArgs& a, const CLI::App& cmd) {
   check_form(a, cmd);
+  refuse_overlapping_paths({{"--model", a.model.model_dir}, {"--q", a.q}, {"--k", a.k}, {"--v", a.v},
+                            {"--mask", a.mask}},
+                           {{"--png", a.png}, {"--html", a.model.html}, {"--weights-npy", a.model.weights_npy}});
   if (!a.model.model_dir.empty()) {
     a.model.png = a.png;
     a.model.color = !a.no_color && stdout_wants_color();

@@ -26,6 +26,7 @@ int run_export(const ExportArgs& a) {
   if (a.to != "nanogpt")
     throw UsageError("--to: expected \"nanogpt\" (the only format qkv exports), found \"" + a.to + "\"");
   if (a.out.empty()) throw UsageError("--out: expected a file, found an empty string");
+  refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   const Model m = Model::load(a.model_dir);
   const GPTConfig& c = m.config();
   const std::string cfg = "'" + a.model_dir + "/config.json': ";

@@ -40,6 +40,12 @@ int run_import(const ImportArgs& a) {
     throw UsageError("--from: expected \"nanogpt\" (the only format qkv imports), found \"" + a.from + "\"");
   if (a.heads < 1) throw UsageError("--heads: expected nanoGPT's n_head, a count >= 1, found " + std::to_string(a.heads));
   if (a.out.empty()) throw UsageError("--out: expected a directory, found an empty string");
+  // The files import writes: an input may live in --out (nanoGPT's own out
+  // directory, say), but must not be one of them.
+  refuse_overlapping_paths({{"--weights", a.weights}, {"--vocab-text", a.vocab_text}},
+                           {{"--out", a.out + "/model.safetensors"},
+                            {"--out", a.out + "/config.json"},
+                            {"--out", a.out + "/vocab.json"}});
 
   std::ifstream in(a.vocab_text, std::ios::binary);
   if (!in || std::filesystem::is_directory(a.vocab_text))
@@ -136,6 +142,10 @@ int run_import(const ImportArgs& a) {
   fs::create_directories(a.out, ec);
   if (ec) throw Error("--out: cannot create '" + a.out + "': " + ec.message());
   model.save(a.out);
+  // A training run's resume point left in --out belongs to another model: a
+  // later `qkv train --resume` would silently bring that model back.
+  fs::remove(a.out + "/train_state.safetensors", ec);
+  if (ec) throw Error("--out: cannot remove the old training state in '" + a.out + "': " + ec.message());
   std::cout << "imported nanoGPT model: " << cfg.layers << " layers, " << cfg.heads << " heads, embd "
             << cfg.embd << ", context " << cfg.context << ", vocab " << cfg.vocab
             << " (no unknown token), bias " << (cfg.bias ? "on" : "off") << ", GELU exact -> " << a.out

@@ -16,6 +16,7 @@ struct LogitsArgs {
 };
 
 int run_logits(const LogitsArgs& a) {
+  refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   Model m = Model::load(a.model_dir);
   const Prompt p = encode_prompt("qkv logits", m.tokenizer(), a.prompt);
   check_prompt_fits(p, m.config().context);

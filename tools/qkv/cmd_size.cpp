@@ -20,6 +20,9 @@ struct SizeArgs {
   int64_t batch = 1;
   std::string dtype = "f32";
   bool json = false, no_bias = false;
+  // Whether an option was given at all: 0 is a value to refuse, not "unset".
+  const CLI::App* cmd = nullptr;
+  bool given(const char* opt) const { return cmd->count(opt) > 0; }
 };
 
 // 124439808 -> "124.4M"; 8030261248 -> "8.03B".
@@ -47,9 +50,14 @@ std::string bytes_str(double b) {
 
 // The shapes asked for: named presets, one custom shape, or all presets.
 std::vector<ModelShape> shapes_from(const SizeArgs& a) {
-  const bool custom = a.layers || a.embd || a.heads || a.kv_heads || a.vocab || a.ffn || a.no_bias;
+  bool custom = a.no_bias;
+  for (const char* opt : {"--layers", "--embd", "--heads", "--kv-heads", "--vocab", "--ffn"})
+    custom = custom || a.given(opt);
   if (custom && !a.presets.empty())
     throw UsageError("give preset names or --layers/--embd/--heads/--vocab, not both");
+  if (!custom && a.given("--arch"))
+    throw UsageError("--arch: sets the block layout of a custom shape (--layers, --embd, --heads, "
+                     "--vocab); a preset has its own");
   std::vector<ModelShape> out;
   if (custom) {
     ModelShape m;
@@ -64,9 +72,9 @@ std::vector<ModelShape> shapes_from(const SizeArgs& a) {
     m.layers = need(a.layers, "--layers");
     m.embd = need(a.embd, "--embd");
     m.heads = need(a.heads, "--heads");
-    m.kv_heads = a.kv_heads ? a.kv_heads : m.heads;
+    m.kv_heads = a.given("--kv-heads") ? need(a.kv_heads, "--kv-heads") : m.heads;
     m.vocab = need(a.vocab, "--vocab");
-    m.context = a.context ? a.context : 1024;  // the position table's length
+    m.context = a.given("--context") ? a.context : 1024;  // the position table's length
     m.ffn = a.ffn;
     m.bias = m.arch != Arch::llama && !a.no_bias;
     m.learned_positions = m.arch != Arch::llama;
@@ -95,14 +103,15 @@ int run_size(const SizeArgs& a) {
   if (a.dtype != "f32" && a.dtype != "bf16")
     throw UsageError("--dtype: expected f32 or bf16, found '" + a.dtype + "'");
   if (a.batch < 1) throw UsageError("--batch: expected a count >= 1, found " + std::to_string(a.batch));
-  if (a.context < 0) throw UsageError("--context: expected a count >= 1, found " + std::to_string(a.context));
+  if (a.given("--context") && a.context < 1)
+    throw UsageError("--context: expected a count >= 1, found " + std::to_string(a.context));
   const double elem = a.dtype == "f32" ? 4.0 : 2.0;
   const std::vector<ModelShape> shapes = shapes_from(a);
 
   nlohmann::json rows = nlohmann::json::array();
   for (const ModelShape& m : shapes) {
     // --context sets the tokens attended to and cached, not the model.
-    const int64_t context = a.context ? a.context : m.context;
+    const int64_t context = a.given("--context") ? a.context : m.context;
     const ModelSize s = model_size(m, context);
     const double ctx = static_cast<double>(context) * static_cast<double>(a.batch);
     rows.push_back({{"model", m.name}, {"arch", arch_name(m.arch)}, {"layers", m.layers},
@@ -164,6 +173,9 @@ Runner add_size(CLI::App& app) {
                 "a custom gpt/bert shape without Linear and LayerNorm biases (qkv's and "
                 "nanoGPT's default)");
   cmd->add_flag("--json", a->json, "a JSON array, one object per model, nothing else on stdout");
+  check_integers<int64_t>(cmd, {"--layers", "--embd", "--heads", "--kv-heads", "--vocab", "--ffn",
+                                "--context", "--batch"});
+  a->cmd = cmd;
   return [a] { return run_size(*a); };
 }
 

@@ -259,7 +259,15 @@ int run_train(TrainArgs& a) {
   o.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   if (o.resume) refuse_conflicts_with_checkpoint(a);
   o.kernel = *parse_kernel(a.kernel);
-  o.on_progress = progress_printer(o, !a.no_progress && isatty(STDERR_FILENO));
+  // A resumed run goes on with its checkpoint's options: the summary and the
+  // progress lines show those, not this command line's defaults.
+  TrainOptions shown = o;
+  if (o.resume) {
+    const TrainOptions saved = saved_train_options(o.out_dir);
+    shown.model = saved.model, shown.batch = saved.batch, shown.iters = saved.iters;
+    shown.dtype = saved.dtype;
+  }
+  o.on_progress = progress_printer(shown, !a.no_progress && isatty(STDERR_FILENO));
   catch_stop_signals();
   o.stop_requested = &g_stop_signal;
 #ifdef QKV_HAVE_MPI
@@ -315,9 +323,11 @@ Runner add_train(CLI::App& app) {
                   "LayerNorm, GELU and loss)")
       ->check(CLI::IsMember({"float32", "bf16"}))
       ->capture_default_str();
-  cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
+  CLI::Option* resume =
+      cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
   cmd->add_flag("--force", o.force,
-                "start afresh even if --out holds a trained run (its checkpoint is overwritten)");
+                "start afresh even if --out holds a trained run (its checkpoint is overwritten)")
+      ->excludes(resume);  // continuing and starting over at once: one of them would be ignored
   cmd->add_option("--stop-at", o.stop_at,
                   "stop after the checkpoint of this iteration (a multiple of --eval-interval), "
                   "to continue later with --resume");

@@ -31,12 +31,31 @@ void require_float(const TensorView& t, const char* name) {
                 dtype_name(t.dtype()));
 }
 
+// The results are allocated before any work: sizes the machine cannot hold
+// are refused here, with the sizes, rather than by std::bad_alloc later.
+void check_result_memory(const AttentionProblem& p, const AttentionOptions& opts) {
+  const double rows = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.N);
+  const double stats = static_cast<double>(dtype_size(p.stats_dtype()));
+  double bytes = rows * static_cast<double>(p.Dv) * static_cast<double>(dtype_size(p.out_dtype));
+  auto with = [&](std::initializer_list<int64_t> tail) {
+    Shape s = p.lead;
+    s.insert(s.end(), tail);
+    return shape_str(s);
+  };
+  std::string what = "out " + with({p.Hq, p.N, p.Dv});
+  if (opts.return_weights) {
+    bytes += rows * static_cast<double>(p.S) * stats;
+    what += " and weights " + with({p.Hq, p.N, p.S});
+  }
+  if (opts.return_lse) bytes += rows * stats;
+  const std::string refused = memory_shortfall(what + " " + dtype_name(p.out_dtype), bytes);
+  if (!refused.empty()) throw Error(refused);
+}
+
 }  // namespace
 
 int resolve_threads(int requested) {
-  if (requested < 0)
-    throw Error("threads: expected 0 (all cores) or a positive count, found " +
-                std::to_string(requested));
+  check_threads(requested);
   return requested > 0 ? requested : default_threads();
 }
 
@@ -77,16 +96,17 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   p.Hq = q.dim(-3), p.N = q.dim(-2), p.D = q.dim(-1);
   p.Hkv = k.dim(-3), p.S = k.dim(-2);
   p.Dv = v.dim(-1);
+  // Empty dims first: an empty k is named as k, not as v disagreeing with it.
+  if (p.D == 0) throw Error("q: head dim D must be at least 1, found shape " + shape_str(q.shape()));
+  if (p.Dv == 0) throw Error("v: head dim Dv must be at least 1, found shape " + shape_str(v.shape()));
+  if (p.N == 0) throw Error("q: query length N must be at least 1, found shape " + shape_str(q.shape()));
+  if (p.S == 0) throw Error("k: key length S must be at least 1, found shape " + shape_str(k.shape()));
   if (k.dim(-1) != p.D)
     throw Error("k: expected head dim D = " + std::to_string(p.D) + " (from q), found " +
                 std::to_string(k.dim(-1)) + " in shape " + shape_str(k.shape()));
   if (v.dim(-3) != p.Hkv || v.dim(-2) != p.S)
     throw Error("v: expected [..., Hkv=" + std::to_string(p.Hkv) + ", S=" + std::to_string(p.S) +
                 ", Dv] (from k), found " + shape_str(v.shape()));
-  if (p.D == 0) throw Error("q: head dim D must be at least 1, found shape " + shape_str(q.shape()));
-  if (p.Dv == 0) throw Error("v: head dim Dv must be at least 1, found shape " + shape_str(v.shape()));
-  if (p.N == 0) throw Error("q: query length N must be at least 1, found shape " + shape_str(q.shape()));
-  if (p.S == 0) throw Error("k: key length S must be at least 1, found shape " + shape_str(k.shape()));
   if (p.Hq == 0 || p.Hkv == 0)
     throw Error("q, k: head counts must be at least 1, found Hq = " + std::to_string(p.Hq) +
                 " and Hkv = " + std::to_string(p.Hkv));
@@ -98,14 +118,6 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
   for (const Arg& a : {Arg{&q, "q", ""}, Arg{&k, "k", ""}, Arg{&v, "v", ""}})
     if (!a.t->raw())
       throw Error(std::string(a.name) + ": null data for shape " + shape_str(a.t->shape()));
-  double max_q = 0.0, max_k = 0.0;
-  if (opts.check_finite) {
-    max_q = check_finite(q, "q");
-    if (kv_timing == KvScanTiming::now) {
-      max_k = check_finite(k, "k");
-      check_finite(v, "v");
-    }
-  }
 
   p.scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.D)));
   if (!std::isfinite(p.scale))
@@ -147,6 +159,18 @@ AttentionProblem check_attention_args(const TensorView& q, const TensorView& k,
     p.alibi_slopes = &opts.alibi_slopes;
   }
   if (opts.mask) p.mask = bind_mask(opts.mask, p);
+  check_result_memory(p, opts);
+  // The finiteness scan reads every input element: it comes after every
+  // check of sizes and options, so a bad request fails at once rather than
+  // after minutes of scanning (a broadcast view of 2^36 rows).
+  double max_q = 0.0, max_k = 0.0;
+  if (opts.check_finite) {
+    max_q = check_finite(q, "q");
+    if (kv_timing == KvScanTiming::now) {
+      max_k = check_finite(k, "k");
+      check_finite(v, "v");
+    }
+  }
   // Whether float32 scores are safe (scores_fit above); with the k scan
   // deferred, q's part only until finish_kv_checks.
   if (opts.check_finite && (p.dtype == DType::f32 || p.dtype == DType::bf16)) {

@@ -1,5 +1,6 @@
 // cpu.cpp: run-time choice of the SIMD path (see qkv/runtime.h).
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -139,9 +140,41 @@ Isa active_isa() {
 
 int default_threads() { return omp_get_max_threads(); }
 
+namespace {
+
+int machine_cores() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+int max_threads() { return 4 * machine_cores(); }
+
+void check_threads(int64_t threads, const std::string& what) {
+  if (threads < 0 || threads > max_threads())
+    throw Error(what + ": expected an integer from 0 (all cores) to " + std::to_string(max_threads()) +
+                " (4 x this machine's " + std::to_string(machine_cores()) + " cores), found '" +
+                std::to_string(threads) + "'");
+}
+
+double machine_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+std::string memory_shortfall(const std::string& what, double bytes) {
+  const double have = machine_memory_bytes();
+  if (have <= 0.0 || bytes <= have) return "";
+  char buf[160];
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::snprintf(buf, sizeof buf, " would take %.4g GiB, more than this machine's %.1f GiB of memory",
+                bytes / kGiB, have / kGiB);
+  return what + buf;
+}
+
 ThreadScope::ThreadScope(int threads) : saved_(omp_get_max_threads()) {
-  if (threads < 0)
-    throw Error("threads: expected 0 (all cores) or a positive count, found " + std::to_string(threads));
+  check_threads(threads);
   if (threads > 0) omp_set_num_threads(threads);
 }
 
