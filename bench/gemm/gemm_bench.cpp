@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/peak.h"
+#include "support/peak.h"
 #include "qkv/tensor.h"
 
 #if defined(QKV_BENCH_QKV)

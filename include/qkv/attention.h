@@ -168,9 +168,4 @@ void attention_backward_into(AttentionGrads& g, const TensorView& q, const Tenso
                              const TensorView& v, const TensorView& out, const TensorView& lse,
                              const TensorView& dout, const AttentionOptions& opts = {});
 
-// How many inputs (q, k, v, out, lse, dout) the op has copied in this process
-// because their last dim was strided; tests read it before and after a call
-// to prove that a view was read in place (the Python package's zero-copy test).
-int64_t input_copies();
-
 }  // namespace qkv

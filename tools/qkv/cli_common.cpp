@@ -9,7 +9,7 @@
 #include <iostream>
 #include <cstdlib>
 
-#include "qkv/files.h"
+#include "support/files.h"
 #include "qkv/npy.h"
 
 namespace qkv::cli {

@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "qkv/files.h"
+#include "support/files.h"
 #include "qkv/tensor.h"
 
 namespace qkv::cli {

@@ -6,7 +6,7 @@
 
 #include "cli_common.h"
 #include "model_prompt.h"
-#include "qkv/attention_page.h"
+#include "support/attention_page.h"
 #include "qkv/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/heatmap.h"

@@ -1,4 +1,4 @@
-// qkv/files.h: writing files so that readers never see one half-written,
+// io/files.h: writing files so that readers never see one half-written,
 // and a set of files so that either all of them are replaced or none.
 #pragma once
 
