@@ -13,25 +13,27 @@
 #include <optional>
 #include <string>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
 // In order of capability: a path runs on any CPU that runs a later one.
 enum class Isa { scalar, avx2, avx512, avx512bf16, amx };
 
 // "scalar", "avx2", "avx512", "avx512bf16", "amx".
-const char* isa_name(Isa isa);
-std::optional<Isa> parse_isa(const std::string& s);
+QKV_API const char* isa_name(Isa isa);
+QKV_API std::optional<Isa> parse_isa(const std::string& s);
 
 // The best path this CPU (and OS) supports.
-Isa detected_isa();
+QKV_API Isa detected_isa();
 // The path the kernels use now: set_isa's, else QKV_ISA's, else detected_isa().
-Isa active_isa();
+QKV_API Isa active_isa();
 // Forces a path; throws qkv::Error if the CPU cannot run it.
-void set_isa(Isa isa);
+QKV_API void set_isa(Isa isa);
 
 // Threads used when an option asks for 0 ("all"): the number of cores
 // OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
-int default_threads();
+QKV_API int default_threads();
 
 // Runs the calling thread's OpenMP regions (attention, the layers, the GEMM,
 // the optimizer) on `threads` threads (0 = leave the count as it is: all
@@ -39,7 +41,7 @@ int default_threads();
 // restores the count it found. OpenMP keeps that count per calling thread,
 // so no other thread of the program is affected: the library never sets a
 // process-wide thread count. Throws qkv::Error for a negative count.
-class ThreadScope {
+class QKV_API ThreadScope {
  public:
   explicit ThreadScope(int threads);
   ~ThreadScope();
