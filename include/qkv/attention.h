@@ -130,7 +130,7 @@ struct AttentionResult {
 // Kernel::fast takes float32 and bfloat16 (float64 with fast is an error;
 // automatic sends float64 to the reference kernel).
 QKV_API AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                          const AttentionOptions& opts = {});
+                                  const AttentionOptions& opts = {});
 
 // The shapes attention() would return for these arguments, after the same
 // checks (it throws qkv::Error as attention() would); nothing is computed or
@@ -141,13 +141,13 @@ struct AttentionShapes {
   Shape lse;      // [..., Hq, N]
 };
 QKV_API AttentionShapes attention_shapes(const TensorView& q, const TensorView& k,
-                                 const TensorView& v, const AttentionOptions& opts = {});
+                                         const TensorView& v, const AttentionOptions& opts = {});
 
 // The same, writing into `res`: tensors already of the right dtype and shape
 // are reused, so a loop of same-shaped calls (decoding, benchmarking)
 // allocates nothing.
 QKV_API void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
-                    const TensorView& v, const AttentionOptions& opts = {});
+                            const TensorView& v, const AttentionOptions& opts = {});
 
 // Gradients of out = attention(q, k, v, opts).
 struct AttentionGrads {
@@ -166,7 +166,8 @@ struct AttentionGrads {
 // out, lse and dout may be strided views too (copied once if they are not
 // C-ordered); the gradients are C-ordered Tensors of q's, k's and v's shapes.
 QKV_API void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
-                             const TensorView& v, const TensorView& out, const TensorView& lse,
-                             const TensorView& dout, const AttentionOptions& opts = {});
+                                     const TensorView& v, const TensorView& out,
+                                     const TensorView& lse, const TensorView& dout,
+                                     const AttentionOptions& opts = {});
 
 }  // namespace qkv

@@ -38,7 +38,7 @@ QKV_API void save_model(const std::string& dir, const GPT& model, const CharToke
 // DIR/model.safetensors and DIR/train_state.safetensors (the resume point:
 // weights, AdamW's moments, `next_iter` and the training options), all or none.
 QKV_API void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
-                     AdamW& opt, int64_t next_iter, const std::string& options_json);
+                             AdamW& opt, int64_t next_iter, const std::string& options_json);
 
 // Reads what save_checkpoint wrote (train_state aside); every missing, truncated or tampered file is a
 // qkv::Error naming it.

@@ -21,8 +21,8 @@ namespace qkv {
 // shade ramp " .:-=+*#%@". Up to 40 columns each cell also shows the weight
 // in percent; wider matrices get one character of shade per cell.
 QKV_API std::string heatmap_text(const double* w, int64_t rows, int64_t cols,
-                         const std::vector<std::string>& row_labels,
-                         const std::vector<std::string>& col_labels, bool color);
+                                 const std::vector<std::string>& row_labels,
+                                 const std::vector<std::string>& col_labels, bool color);
 
 // One attention head's weights; `w` is borrowed, not owned.
 struct HeatmapPanel {
@@ -38,6 +38,6 @@ struct HeatmapPanel {
 // labels on both axes, a title per panel and a 0..1 colour bar at the right.
 // Text is ASCII; other characters are drawn as '?'. Written atomically.
 QKV_API void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
-                       int per_row = 4);
+                               int per_row = 4);
 
 }  // namespace qkv

@@ -18,7 +18,8 @@ struct AdamWConfig {
 
 // lr at iteration `it` (0-based): linear warm-up over `warmup` iterations,
 // then cosine decay from `lr` to `min_lr` at `decay_iters`, then `min_lr`.
-QKV_API double learning_rate(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_iters);
+QKV_API double learning_rate(int64_t it, double lr, double min_lr, int64_t warmup,
+                             int64_t decay_iters);
 
 class QKV_API AdamW {
  public:

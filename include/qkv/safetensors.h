@@ -37,8 +37,8 @@ namespace qkv {
 // distinct, valid UTF-8 and not "__metadata__". Atomic: the file at `path` is
 // either the old one or the complete new one.
 QKV_API void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
 
 // All the tensors in the file, by name.
 QKV_API std::map<std::string, Tensor> read_safetensors(const std::string& path);
@@ -50,9 +50,10 @@ QKV_API std::map<std::string, std::string> read_safetensors_metadata(const std::
 // In-memory forms of the above (for tests and fuzzing): the bytes
 // write_safetensors would put in the file, and a decoder of a whole file held
 // in memory; `name_for_errors` stands in for the path in messages.
-QKV_API std::string safetensors_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+QKV_API std::string safetensors_bytes(
+    const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
 QKV_API std::map<std::string, Tensor> parse_safetensors(const std::string& bytes,
-                                                const std::string& name_for_errors);
+                                                        const std::string& name_for_errors);
 
 }  // namespace qkv

@@ -33,7 +33,7 @@ struct SampleOptions {
 // lowest id on ties: greedy decoding. Returns probabilities [V] summing to 1,
 // zero outside the set. Throws qkv::Error on options out of range.
 QKV_API std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
-                                     int32_t excluded);
+                                             int32_t excluded);
 
 // The first token whose cumulative probability exceeds u in [0, 1) (inverse
 // CDF); a one-hot `probs` gives its token whatever u.
@@ -47,6 +47,6 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 // cached path by rebuilding its cache for the cropped window. Each token is
 // drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
 QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
-                            const std::function<void(const std::string&)>& on_token);
+                                    const std::function<void(const std::string&)>& on_token);
 
 }  // namespace qkv

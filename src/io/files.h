@@ -48,7 +48,8 @@ class QKV_API FileSet {
 };
 
 // One file on its own: a FileSet of one.
-QKV_API void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts);
+QKV_API void write_file_atomic(const std::string& path,
+                               std::initializer_list<std::string_view> parts);
 
 // The prefix of every temporary's name (".qkv-tmp.<pid>.<n>"), so that a
 // directory's owner can recognise and remove those a killed writer left.
@@ -60,7 +61,7 @@ inline constexpr std::string_view kTempPrefix = ".qkv-tmp.";
 QKV_API void stage_npy(FileSet& files, const std::string& path, const Tensor& t);
 // What write_safetensors writes, staged.
 QKV_API void stage_safetensors(FileSet& files, const std::string& path,
-                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                               const std::map<std::string, std::string>& metadata);
 
 }  // namespace qkv
