@@ -1,12 +1,15 @@
 # CheckLayers.cmake: fails if a file includes a header of a layer above its
 # own (run by CTest as the "layering" test; the header lists come from
-# CMakeLists.txt). Layers, lowest first: core, io, model, viz, mpi, then the
-# users on top (tools/, python/, examples/), which see include/qkv/ only.
+# CMakeLists.txt). Layers, lowest first: core, io, model, viz, mpi; then the
+# command's support library (src/support/) and the Python package's test
+# hooks (python/src/testing.cpp), which may read the library's private
+# headers; then the users on top (tools/qkv/, python/, examples/), which see
+# include/qkv/ and src/support/ only.
 # Inside core, the reference never includes the kernels it checks, and the
 # kernels never include the op that calls them.
 #   cmake -DSOURCE_DIR=... -DCORE_HEADERS=... -DIO_HEADERS=... -DMODEL_HEADERS=...
 #         -DVIZ_HEADERS=... -P CheckLayers.cmake
-set(levels core io model viz mpi top)
+set(levels core io model viz mpi support top)
 
 function(level_of_layer layer out)
   list(FIND levels ${layer} i)
@@ -38,6 +41,12 @@ function(check_file file layer)
         if(theirs GREATER mine)
           set(bad "${public_${h}} is above ${layer}")
         endif()
+      endif()
+    elseif(inc MATCHES "^support/")
+      if(layer STREQUAL top AND NOT rel MATCHES "^tools/")
+        set(bad "the command's support library is the command's own")
+      elseif(NOT layer MATCHES "^(support|top)$")
+        set(bad "support is above ${layer}")
       endif()
     elseif(inc MATCHES "^(core|io|model|viz|mpi)/")
       set(owner ${CMAKE_MATCH_1})
@@ -71,8 +80,15 @@ foreach(layer IN ITEMS core io model viz mpi)
     check_file(${f} ${layer})
   endforeach()
 endforeach()
+set(support_files ${SOURCE_DIR}/python/src/testing.cpp)
+file(GLOB_RECURSE files ${SOURCE_DIR}/src/support/*.cpp ${SOURCE_DIR}/src/support/*.h)
+list(APPEND support_files ${files})
+foreach(f IN LISTS support_files)
+  check_file(${f} support)
+endforeach()
 file(GLOB_RECURSE files ${SOURCE_DIR}/tools/*.cpp ${SOURCE_DIR}/tools/*.h
                         ${SOURCE_DIR}/examples/*.cpp ${SOURCE_DIR}/python/*.cpp)
+list(REMOVE_ITEM files ${support_files})
 foreach(f IN LISTS files)
   check_file(${f} top)
 endforeach()

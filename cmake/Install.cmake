@@ -1,6 +1,7 @@
 # Install and export: `cmake --install` puts the public headers, each layer's
 # static and shared library, the CMake package (qkvConfig.cmake with the
-# components core, io, model, viz) and pkg-config files under the prefix.
+# components built: core, io, model, viz, mpi) and pkg-config files under the
+# prefix.
 #
 #   find_package(qkv REQUIRED COMPONENTS core)   -> qkv::core, qkv::core_static
 #   pkg-config --cflags --libs qkv               -> core; qkv-io, qkv-model, qkv-viz
@@ -18,7 +19,9 @@ foreach(layer IN LISTS QKV_LAYERS)
   list(TRANSFORM QKV_${LAYER}_HEADERS PREPEND include/qkv/ OUTPUT_VARIABLE headers)
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qkv COMPONENT ${layer})
 endforeach()
-install(TARGETS qkv_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(QKV_BUILD_CLI)
+  install(TARGETS qkv_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 
 configure_package_config_file(cmake/qkvConfig.cmake.in
   ${PROJECT_BINARY_DIR}/qkvConfig.cmake INSTALL_DESTINATION ${QKV_CMAKE_DIR})

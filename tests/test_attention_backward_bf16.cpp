@@ -34,6 +34,7 @@
 
 #include "backward_cases.h"
 #include "core/ops/attention_checks.h"
+#include "core/ops/attention_operands.h"
 #include "qkv/attention.h"
 #include "qkv/runtime.h"
 #include "strided.h"

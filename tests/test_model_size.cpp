@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "qkv/gpt.h"
-#include "qkv/model_size.h"
+#include "support/model_size.h"
 
 namespace qkv {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "qkv/files.h"
+#include "io/files.h"
 #include "numpy/npy_fixtures.h"
 
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 // MLP up, (512, 128) MLP down, (128, 65) the tied LM head. The binary is built
 // once per backend (OpenBLAS and BLIS both export cblas_sgemm, so they cannot
 // share one), times each case at 1 and 2 threads, and prints GFLOP/s against
-// the FMA peak the same binary measures (src/core/runtime/peak.cpp).
+// the FMA peak the same binary measures (src/support/peak.cpp).
 //
 // Fixed seed, a warm-up, then the best of kTrials trials, each as many calls
 // as fill ~25 ms. The best, not the median: on a shared machine another job
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/peak.h"
+#include "support/peak.h"
 #include "qkv/tensor.h"
 
 #if defined(QKV_BENCH_QKV)

@@ -72,6 +72,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 #include "qkv/view.h"
 
@@ -80,9 +81,9 @@ namespace qkv {
 enum class Causal { none, top_left, bottom_right };
 
 // "none", "top-left", "bottom-right".
-const char* causal_name(Causal c);
+QKV_API const char* causal_name(Causal c);
 // Inverse of causal_name; std::nullopt for anything else.
-std::optional<Causal> parse_causal(const std::string& s);
+QKV_API std::optional<Causal> parse_causal(const std::string& s);
 
 // Which implementation runs. Both give the same results within float32
 // rounding; automatic picks fast for float32, the reference for float64.
@@ -90,8 +91,8 @@ std::optional<Causal> parse_causal(const std::string& s);
 enum class Kernel { reference, fast, automatic };
 
 // "reference", "fast", "auto".
-const char* kernel_name(Kernel k);
-std::optional<Kernel> parse_kernel(const std::string& s);
+QKV_API const char* kernel_name(Kernel k);
+QKV_API std::optional<Kernel> parse_kernel(const std::string& s);
 
 struct SlidingWindow {
   int64_t left = -1;   // keys before the diagonal a query may see; -1 = all
@@ -128,8 +129,8 @@ struct AttentionResult {
 //
 // Kernel::fast takes float32 and bfloat16 (float64 with fast is an error;
 // automatic sends float64 to the reference kernel).
-AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                          const AttentionOptions& opts = {});
+QKV_API AttentionResult attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const AttentionOptions& opts = {});
 
 // The shapes attention() would return for these arguments, after the same
 // checks (it throws qkv::Error as attention() would); nothing is computed or
@@ -139,14 +140,14 @@ struct AttentionShapes {
   Shape weights;  // [..., Hq, N, S]
   Shape lse;      // [..., Hq, N]
 };
-AttentionShapes attention_shapes(const TensorView& q, const TensorView& k,
-                                 const TensorView& v, const AttentionOptions& opts = {});
+QKV_API AttentionShapes attention_shapes(const TensorView& q, const TensorView& k,
+                                         const TensorView& v, const AttentionOptions& opts = {});
 
 // The same, writing into `res`: tensors already of the right dtype and shape
 // are reused, so a loop of same-shaped calls (decoding, benchmarking)
 // allocates nothing.
-void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
-                    const TensorView& v, const AttentionOptions& opts = {});
+QKV_API void attention_into(AttentionResult& res, const TensorView& q, const TensorView& k,
+                            const TensorView& v, const AttentionOptions& opts = {});
 
 // Gradients of out = attention(q, k, v, opts).
 struct AttentionGrads {
@@ -164,13 +165,9 @@ struct AttentionGrads {
 // rows give zero gradients. Results are bitwise identical for any thread count.
 // out, lse and dout may be strided views too (copied once if they are not
 // C-ordered); the gradients are C-ordered Tensors of q's, k's and v's shapes.
-void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
-                             const TensorView& v, const TensorView& out, const TensorView& lse,
-                             const TensorView& dout, const AttentionOptions& opts = {});
-
-// How many inputs (q, k, v, out, lse, dout) the op has copied in this process
-// because their last dim was strided; tests read it before and after a call
-// to prove that a view was read in place (the Python package's zero-copy test).
-int64_t input_copies();
+QKV_API void attention_backward_into(AttentionGrads& g, const TensorView& q, const TensorView& k,
+                                     const TensorView& v, const TensorView& out,
+                                     const TensorView& lse, const TensorView& dout,
+                                     const AttentionOptions& opts = {});
 
 }  // namespace qkv

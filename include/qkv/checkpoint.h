@@ -20,24 +20,25 @@
 
 #include <string>
 
+#include "qkv/export.h"
 #include "qkv/optim.h"
 #include "qkv/gpt.h"
 #include "qkv/tokenizer.h"
 
 namespace qkv {
 
-GPTConfig config_from_json(const std::string& json, const std::string& name_for_errors);
-std::string config_to_json(const GPTConfig& cfg);
+QKV_API GPTConfig config_from_json(const std::string& json, const std::string& name_for_errors);
+QKV_API std::string config_to_json(const GPTConfig& cfg);
 
 // Writes a model on its own (no training state): DIR/config.json,
 // DIR/vocab.json and DIR/model.safetensors, all or none; what load_model reads.
-void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok);
+QKV_API void save_model(const std::string& dir, const GPT& model, const CharTokenizer& tok);
 
 // Writes the whole checkpoint: DIR/config.json, DIR/vocab.json,
 // DIR/model.safetensors and DIR/train_state.safetensors (the resume point:
 // weights, AdamW's moments, `next_iter` and the training options), all or none.
-void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
-                     AdamW& opt, int64_t next_iter, const std::string& options_json);
+QKV_API void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
+                             AdamW& opt, int64_t next_iter, const std::string& options_json);
 
 // Reads what save_checkpoint wrote (train_state aside); every missing, truncated or tampered file is a
 // qkv::Error naming it.
@@ -46,10 +47,10 @@ struct LoadedModel {
   CharTokenizer tokenizer;
   std::vector<float> weights;  // in GPT::params() order
 };
-LoadedModel load_model(const std::string& dir);
+QKV_API LoadedModel load_model(const std::string& dir);
 
 // Copies loaded weights into a model built from the same config.
-void set_weights(GPT& model, const std::vector<float>& weights);
+QKV_API void set_weights(GPT& model, const std::vector<float>& weights);
 
 struct TrainState {
   int64_t next_iter = 0;
@@ -57,6 +58,6 @@ struct TrainState {
   std::string options_json;
   std::vector<float> weights, m, v;  // equal lengths; the caller checks them against its model
 };
-TrainState load_train_state(const std::string& dir);
+QKV_API TrainState load_train_state(const std::string& dir);
 
 }  // namespace qkv

@@ -18,11 +18,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/trainer.h"
 
 namespace qkv {
 
-class GradientSum {
+class QKV_API GradientSum {
  public:
   explicit GradientSum(MPI_Comm comm);
   int rank() const { return rank_; }
@@ -44,6 +45,6 @@ class GradientSum {
 // gradient and loss sums, and rank 0 alone writing logs and checkpoints.
 // `sum` must outlive the training. Throws qkv::Error if o.batch does not
 // divide by the number of ranks.
-TrainOptions data_parallel(TrainOptions o, GradientSum& sum);
+QKV_API TrainOptions data_parallel(TrainOptions o, GradientSum& sum);
 
 }  // namespace qkv

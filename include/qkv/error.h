@@ -10,9 +10,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
-class Error : public std::runtime_error {
+class QKV_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };

@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/export.h"
 #include "qkv/nn.h"
 
 namespace qkv {
 
-struct GPTConfig {
+struct QKV_API GPTConfig {
   int64_t vocab = 0;
   int64_t context = 64;  // maximum sequence length T (block_size)
   int64_t layers = 4;
@@ -58,7 +59,7 @@ struct ParamInfo {
 // GPT::new_cache, or from the model's config); decode refuses a cache
 // made for another shape or element type, and refuses to append past the
 // context, with a qkv::Error naming what differs.
-class KVCache {
+class QKV_API KVCache {
  public:
   // An empty cache for a model of this config (validated) and element type
   // (float32 for GPT, float64 for BasicGPT<double>).
@@ -197,8 +198,8 @@ class BasicGPT {
   std::unique_ptr<Work> work_;  // heavy and address-stable
 };
 
-extern template class BasicGPT<float>;
-extern template class BasicGPT<double>;
+extern template class QKV_API BasicGPT<float>;
+extern template class QKV_API BasicGPT<double>;
 
 // The model that trains, samples and is saved in checkpoints.
 using GPT = BasicGPT<float>;

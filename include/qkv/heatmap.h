@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
 // Terminal view: column labels on top (vertical when they do not fit across),
@@ -18,9 +20,9 @@ namespace qkv {
 // 256-colour background blocks, light (0) to dark (1); color=false uses the
 // shade ramp " .:-=+*#%@". Up to 40 columns each cell also shows the weight
 // in percent; wider matrices get one character of shade per cell.
-std::string heatmap_text(const double* w, int64_t rows, int64_t cols,
-                         const std::vector<std::string>& row_labels,
-                         const std::vector<std::string>& col_labels, bool color);
+QKV_API std::string heatmap_text(const double* w, int64_t rows, int64_t cols,
+                                 const std::vector<std::string>& row_labels,
+                                 const std::vector<std::string>& col_labels, bool color);
 
 // One attention head's weights; `w` is borrowed, not owned.
 struct HeatmapPanel {
@@ -35,7 +37,7 @@ struct HeatmapPanel {
 // a square coloured with a viridis-like map (dark purple 0 to yellow 1), token
 // labels on both axes, a title per panel and a 0..1 colour bar at the right.
 // Text is ASCII; other characters are drawn as '?'. Written atomically.
-void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
-                       int per_row = 4);
+QKV_API void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
+                               int per_row = 4);
 
 }  // namespace qkv

@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "qkv/checkpoint.h"
+#include "qkv/export.h"
 #include "qkv/gpt.h"
 #include "qkv/sampler.h"
 #include "qkv/tokenizer.h"
 
 namespace qkv {
 
-class Model {
+class QKV_API Model {
  public:
   // Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
   // truncated or inconsistent file is a qkv::Error naming it.

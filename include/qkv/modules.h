@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "qkv/attention.h"
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -23,9 +24,9 @@ class NumpyGenerator;  // qkv/rng.h
 
 // a [..., M, K] · b [K, P] -> [..., M, P] in a's dtype. A 1-D a [K] gives [P],
 // as in NumPy. Throws qkv::Error if K differs or either is not float.
-Tensor matmul(const Tensor& a, const Tensor& b);
+QKV_API Tensor matmul(const Tensor& a, const Tensor& b);
 
-struct Linear {
+struct QKV_API Linear {
   Tensor weight;  // [in, out]: y = x·W, the lessons' orientation (PyTorch stores Wᵀ)
   Tensor bias;    // [out], or empty for no bias
 
@@ -40,7 +41,7 @@ struct Linear {
 
 // One attention head, lesson 5: project x to q, k, v (no bias) and attend
 // with scale 1/sqrt(Dh), causal top-left unless `causal` is false.
-struct Head {
+struct QKV_API Head {
   Linear query, key, value;  // each weight [C, Dh]
   bool causal = true;
 
@@ -56,7 +57,7 @@ struct Head {
 // group, in GQA, is the set of heads / kv_heads query heads that read one
 // key/value head; qkv::attention indexes the shared head, so K and V are
 // projected once per key/value head and never repeated.
-struct MultiHeadAttention {
+struct QKV_API MultiHeadAttention {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // Hq, Hkv, Dh
   Linear wq;  // [C, Hq*Dh]
   Linear wk;  // [C, Hkv*Dh]

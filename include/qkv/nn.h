@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"  // bfloat16
 
 namespace qkv::nn {
@@ -54,40 +55,44 @@ enum class Grad { accumulate, overwrite };
 // Each output sums its C products first and adds the bias last (NumPy's
 // x @ W + b). float runs on the GEMM backend (see model/gemm.h).
 template <class T>
-void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT, int64_t C,
-                    int64_t OC, WeightLayout layout = WeightLayout::out_in,
-                    Matmul matmul = Matmul::f32);
+QKV_API void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT,
+                            int64_t C, int64_t OC, WeightLayout layout = WeightLayout::out_in,
+                            Matmul matmul = Matmul::f32);
 // dinp [BT, C] += dout · weight (= under dinp_mode overwrite);  dweight [OC, C] += doutᵀ · inp
 // and dbias [OC] += Σ dout (= under param_mode overwrite). Weight [OC, C] (out_in) only; dbias may be null (no bias). Under
 // Matmul::bf16 both GEMMs round their operands (dout, weight, inp); the
 // bias gradient sums dout in float32.
 template <class T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t BT, int64_t C, int64_t OC, Matmul matmul = Matmul::f32,
-                     Grad dinp_mode = Grad::accumulate, Grad param_mode = Grad::accumulate);
+QKV_API void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                             const T* weight, int64_t BT, int64_t C, int64_t OC,
+                             Matmul matmul = Matmul::f32, Grad dinp_mode = Grad::accumulate,
+                             Grad param_mode = Grad::accumulate);
 // Mixed precision with the input already in bfloat16 (rounded by the layer
 // that made it: LayerNorm or GELU with a bfloat16 out): Matmul::bf16 on
 // float32 weights and gradients. The same bits as the float32-input calls
 // with Matmul::bf16 on the values inp was rounded from; the GEMMs read half
 // the bytes, and the forward's, for C even, packs no input at all.
-void linear_forward(float* out, const bfloat16* inp, const float* weight, const float* bias,
-                    int64_t BT, int64_t C, int64_t OC, WeightLayout layout = WeightLayout::out_in);
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const bfloat16* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
-                     Grad dinp_mode = Grad::accumulate, Grad param_mode = Grad::accumulate);
+QKV_API void linear_forward(float* out, const bfloat16* inp, const float* weight, const float* bias,
+                            int64_t BT, int64_t C, int64_t OC,
+                            WeightLayout layout = WeightLayout::out_in);
+QKV_API void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const bfloat16* inp, const float* weight, int64_t BT, int64_t C,
+                             int64_t OC, Grad dinp_mode = Grad::accumulate,
+                             Grad param_mode = Grad::accumulate);
 
 // out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
 // mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t BT, int64_t C);
+QKV_API void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
+                               const T* bias, int64_t BT, int64_t C);
 // The float32 forward with out rounded to bfloat16 (the input of a bf16
 // Linear layer under mixed precision): the float32 values, rounded once.
-void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t BT, int64_t C);
+QKV_API void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
+                               const float* weight, const float* bias, int64_t BT, int64_t C);
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t BT, int64_t C);
+QKV_API void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                                const T* weight, const T* mean, const T* rstd, int64_t BT,
+                                int64_t C);
 
 // Which GELU:
 //   exact  x Φ(x) = 0.5 x (1 + erf(x / √2)): PyTorch's nn.GELU(), nanoGPT's
@@ -97,38 +102,38 @@ enum class Gelu { exact, tanh };
 
 // out [N] = gelu(inp [N]), in the given form.
 template <class T>
-void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
+QKV_API void gelu_forward(T* out, const T* inp, int64_t N, Gelu form);
 // The float32 forward with out rounded to bfloat16 (as layernorm_forward's).
-void gelu_forward(bfloat16* out, const float* inp, int64_t N, Gelu form);
+QKV_API void gelu_forward(bfloat16* out, const float* inp, int64_t N, Gelu form);
 // dinp [N] += gelu'(inp) · dout (= under Grad::overwrite).
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,
-                   Grad dinp_mode = Grad::accumulate);
+QKV_API void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,
+                           Grad dinp_mode = Grad::accumulate);
 
 // out [B*T, C] = wte[tokens[b,t]] + wpe[t]; wte [V, C], wpe [maxT, C]
 // (wpe may be null: no learned positions, e.g. with RoPE). With wpe null it
 // is a pure gather of rows (a token table, or a position table indexed by
 // position). Token ids are not checked here: callers check them once.
 template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                       int64_t Tn, int64_t C);
+QKV_API void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                               int64_t Tn, int64_t C);
 template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                        int64_t Tn, int64_t C);
+QKV_API void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                                int64_t Tn, int64_t C);
 
 // probs [BT, V] = softmax(logits); losses [BT] = -log probs[target].
 template <class T>
-void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
-                          int64_t BT, int64_t V);
+QKV_API void crossentropy_forward(T* losses, T* probs, const T* logits, const int32_t* targets,
+                                  int64_t BT, int64_t V);
 // dlogits [BT, V] += (probs - onehot(target)) * dloss, dloss the gradient of
 // the loss w.r.t. each row's loss (1 / BT for a mean).
 template <class T>
-void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,
-                           int64_t BT, int64_t V);
+QKV_API void crossentropy_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss,
+                                   int64_t BT, int64_t V);
 
 // out = a + b, N elements (the residual stream); out may be a or b.
 template <class T>
-void residual_forward(T* out, const T* a, const T* b, int64_t N);
+QKV_API void residual_forward(T* out, const T* a, const T* b, int64_t N);
 
 // ---- attention's data movements ---------------------------------------------
 
@@ -137,23 +142,23 @@ void residual_forward(T* out, const T* a, const T* b, int64_t N);
 // the layout qkv::attention takes. row = H*D and col0 = 0 for a plain
 // projection (split_qkv below takes the GPT's fused c_attn row).
 template <class T>
-void split_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
-                 int64_t col0);
+QKV_API void split_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                         int64_t row, int64_t col0);
 // The inverse: src [B, H, T, D] -> dst [B, T, row], columns col0 .. col0 + H*D.
 // Being a permutation, each is the other's backward.
 template <class T>
-void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t row,
-                 int64_t col0);
+QKV_API void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                         int64_t row, int64_t col0);
 // The GPT's fused c_attn row [q heads | k heads | v heads], src [B, T,
 // (Hq + 2 Hkv) D] -> q [B, Hq, T, D], k and v [B, Hkv, T, D]: the three
 // split_heads calls in one pass (one parallel region instead of three).
 template <class T>
-void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq, int64_t Hkv,
-               int64_t D);
+QKV_API void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq,
+                       int64_t Hkv, int64_t D);
 // Its inverse (and backward): q, k, v -> dst [B, T, (Hq + 2 Hkv) D].
 template <class T>
-void merge_qkv(T* dst, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t Hq,
-               int64_t Hkv, int64_t D);
+QKV_API void merge_qkv(T* dst, const T* q, const T* k, const T* v, int64_t B, int64_t Tn,
+                       int64_t Hq, int64_t Hkv, int64_t D);
 
 // Rotary position embedding (RoPE, Su et al. 2021), half-split pairs (GPT-NeoX,
 // Hugging Face LLaMA; see qkv/positional.h): with theta_i = 1 / base^(2i/D),
@@ -161,7 +166,7 @@ void merge_qkv(T* dst, const T* q, const T* k, const T* v, int64_t B, int64_t Tn
 // The cos and sin of every angle for positions first .. first + positions - 1
 // are computed once, in double, when the table is built: a model builds one
 // per (context, head dim) and every step reuses it.
-class RopeTable {
+class QKV_API RopeTable {
  public:
   RopeTable() = default;
   // Throws qkv::Error if positions < 0, first < 0, D is odd or < 2, or base
@@ -189,12 +194,12 @@ class RopeTable {
 // Throws qkv::Error if D differs from the table's or the positions
 // pos0 .. pos0 + T - 1 are not all in it.
 template <class T>
-void rope_forward(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn, int64_t D,
-                  int64_t pos0 = 0);
+QKV_API void rope_forward(T* out, const T* inp, const RopeTable& table, int64_t R, int64_t Tn,
+                          int64_t D, int64_t pos0 = 0);
 // dinp = RoPE⁻¹(dout): a rotation's backward is the rotation back (by -angle),
 // the transpose of its matrix. In place when dinp == dout.
 template <class T>
-void rope_backward(T* dinp, const T* dout, const RopeTable& table, int64_t R, int64_t Tn,
-                   int64_t D, int64_t pos0 = 0);
+QKV_API void rope_backward(T* dinp, const T* dout, const RopeTable& table, int64_t R, int64_t Tn,
+                           int64_t D, int64_t pos0 = 0);
 
 }  // namespace qkv::nn

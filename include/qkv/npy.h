@@ -12,20 +12,21 @@
 
 #include <string>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
 
-Tensor read_npy(const std::string& path);
+QKV_API Tensor read_npy(const std::string& path);
 
 // Decodes a whole .npy file held in memory; `name_for_errors` stands in for
 // the path in messages.
-Tensor parse_npy(const std::string& bytes, const std::string& name_for_errors);
+QKV_API Tensor parse_npy(const std::string& bytes, const std::string& name_for_errors);
 
 // The bytes write_npy would put in the file.
-std::string npy_bytes(const Tensor& t);
+QKV_API std::string npy_bytes(const Tensor& t);
 
 // Atomic: the file at `path` is either the old one or the complete new one.
-void write_npy(const std::string& path, const Tensor& t);
+QKV_API void write_npy(const std::string& path, const Tensor& t);
 
 }  // namespace qkv

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/gpt.h"
 
 namespace qkv {
@@ -17,9 +18,10 @@ struct AdamWConfig {
 
 // lr at iteration `it` (0-based): linear warm-up over `warmup` iterations,
 // then cosine decay from `lr` to `min_lr` at `decay_iters`, then `min_lr`.
-double learning_rate(int64_t it, double lr, double min_lr, int64_t warmup, int64_t decay_iters);
+QKV_API double learning_rate(int64_t it, double lr, double min_lr, int64_t warmup,
+                             int64_t decay_iters);
 
-class AdamW {
+class QKV_API AdamW {
  public:
   AdamW(const GPT& model, const AdamWConfig& cfg);
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -21,10 +22,10 @@ class NumpyGenerator;  // qkv/rng.h
 // computed literally in that form (a division, not exp(-log(10000)·2i/C)).
 // For odd C the last column is a sine with no cosine partner. PE[0] is
 // [0, 1, 0, 1, ...]. Throws qkv::Error if T < 0 or C < 1.
-Tensor sinusoidal_encoding(int64_t T, int64_t C);
+QKV_API Tensor sinusoidal_encoding(int64_t T, int64_t C);
 
 // GPT-2's learned position table (wpe).
-struct LearnedPositionEmbedding {
+struct QKV_API LearnedPositionEmbedding {
   Tensor table;  // [T_max, C]
 
   // table ~ N(0, 0.02^2), float64, like NumPy's rng.normal(0.0, 0.02, (T_max, C)).
@@ -37,7 +38,7 @@ struct LearnedPositionEmbedding {
 };
 
 // GPT-2's token table (wte): one learned row per vocabulary id.
-struct TokenEmbedding {
+struct QKV_API TokenEmbedding {
   Tensor table;  // [vocab, C]
 
   // table ~ N(0, 0.02^2), float64, like NumPy's rng.normal(0.0, 0.02, (vocab, C)).
@@ -68,6 +69,6 @@ struct TokenEmbedding {
 // (qkv/nn.h), cos and sin in double, each result rounded once to x's dtype.
 // This one-off call builds a table for its positions pos0 .. pos0 + T - 1;
 // a model builds its table once and keeps it.
-Tensor apply_rope(const Tensor& x, int64_t pos0 = 0, double base = 10000.0);
+QKV_API Tensor apply_rope(const Tensor& x, int64_t pos0 = 0, double base = 10000.0);
 
 }  // namespace qkv

@@ -31,19 +31,21 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/export.h"
 
 namespace qkv {
 
 // The rows [begin, end) of the global sequence held by `rank` of `ranks`,
 // in local order (its early chunk, then its late chunk).
-std::vector<std::pair<int64_t, int64_t>> ring_partition(int64_t length, int rank, int ranks);
-int64_t ring_local_length(int64_t length, int rank, int ranks);
+QKV_API std::vector<std::pair<int64_t, int64_t>> ring_partition(int64_t length, int rank,
+                                                                int ranks);
+QKV_API int64_t ring_local_length(int64_t length, int rank, int ranks);
 
 // This rank's rows of a global tensor [..., L, X] along dim -2 (a copy), and
 // the inverse: every rank's rows gathered back into the global tensor on
 // every rank (MPI_Allgatherv). For loading inputs and checking results.
-Tensor ring_scatter(const Tensor& global, MPI_Comm comm);
-Tensor ring_gather(const Tensor& local, int64_t length, MPI_Comm comm);
+QKV_API Tensor ring_scatter(const Tensor& global, MPI_Comm comm);
+QKV_API Tensor ring_gather(const Tensor& local, int64_t length, MPI_Comm comm);
 
 // Where one call's time went on this rank, for benchmarks and scaling
 // models: compute (the attention blocks and merges), wait (blocked in MPI
@@ -67,14 +69,14 @@ struct RingAttentionOptions {
 // Forward: fills res.out [..., Hq, n, Dv] and res.lse [..., Hq, n] (the
 // global log-sum-exp of each local query row, which the backward needs).
 // Collective: every rank of opts.comm calls it with the same options.
-void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor& k, const Tensor& v,
-                            const RingAttentionOptions& opts);
+QKV_API void ring_attention_forward(AttentionResult& res, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const RingAttentionOptions& opts);
 
 // Backward: given the forward's out and lse and dout = dLoss/dout (local
 // rows), fills this rank's dq, dk, dv. The key/value gradients travel
 // around the ring with their block and arrive home after P steps.
-void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, const Tensor& dout,
-                             const RingAttentionOptions& opts);
+QKV_API void ring_attention_backward(AttentionGrads& g, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                                     const Tensor& dout, const RingAttentionOptions& opts);
 
 }  // namespace qkv

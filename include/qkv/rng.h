@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <random>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
-class NumpyGenerator {
+class QKV_API NumpyGenerator {
  public:
   // Any seed NumPy accepts as a single non-negative Python int below 2^64.
   explicit NumpyGenerator(uint64_t seed);
@@ -43,7 +45,7 @@ class NumpyGenerator {
   u128 inc_ = 0;  // odd; fixed by the seed
 };
 
-class NumpyRandomState {
+class QKV_API NumpyRandomState {
  public:
   // np.random.seed(seed) for an int seed in [0, 2^32): MT19937's init_genrand.
   explicit NumpyRandomState(uint32_t seed);

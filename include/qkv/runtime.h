@@ -15,46 +15,48 @@
 #include <span>
 #include <string>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
 // In order of capability: a path runs on any CPU that runs a later one.
 enum class Isa { scalar, avx2, avx512, avx512bf16, amx };
 
 // "scalar", "avx2", "avx512", "avx512bf16", "amx".
-const char* isa_name(Isa isa);
-std::optional<Isa> parse_isa(const std::string& s);
+QKV_API const char* isa_name(Isa isa);
+QKV_API std::optional<Isa> parse_isa(const std::string& s);
 
 // Every path this build carries, in the enum's order (scalar first, the
 // most capable last), whether or not this CPU runs it: what tests iterate,
 // so that a path the CPU lacks is reported (skipped by name), never dropped.
-std::span<const Isa> all_isas();
+QKV_API std::span<const Isa> all_isas();
 // The paths of all_isas() that this CPU (and OS) runs, in the same order;
 // never empty (scalar runs anywhere). set_isa accepts exactly these.
-std::span<const Isa> available_isas();
+QKV_API std::span<const Isa> available_isas();
 
 // The best path this CPU (and OS) supports: available_isas()'s last.
-Isa detected_isa();
+QKV_API Isa detected_isa();
 // The path the kernels use now: set_isa's, else QKV_ISA's, else detected_isa().
-Isa active_isa();
+QKV_API Isa active_isa();
 // Forces a path; throws qkv::Error if the CPU cannot run it.
-void set_isa(Isa isa);
+QKV_API void set_isa(Isa isa);
 
 // Threads used when an option asks for 0 ("all"): the number of cores
 // OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
-int default_threads();
+QKV_API int default_threads();
 
 // The most threads any call accepts: 4 x the machine's online cores. More
 // only oversubscribes the cores, and far more (40000, 100000) makes the
 // OpenMP runtime abort or crash the process, so every entry (attention, the
 // model, training, the command line, Python) refuses it here.
-int max_threads();
+QKV_API int max_threads();
 
 // Throws qkv::Error "<what>: expected an integer from 0 (all cores) to
 // max_threads() ..., found <threads>" unless 0 <= threads <= max_threads().
-void check_threads(int64_t threads, const std::string& what = "threads");
+QKV_API void check_threads(int64_t threads, const std::string& what = "threads");
 
 // The machine's physical memory in bytes (sysconf), 0 when unknown.
-double machine_memory_bytes();
+QKV_API double machine_memory_bytes();
 
 // Refuses a request before any of it is allocated: when `bytes` (what `what`
 // needs, e.g. "--weights [2, 100000, 100000] float32") exceed the machine's
@@ -62,7 +64,7 @@ double machine_memory_bytes();
 // machine's 23.5 GiB of memory"); otherwise "". A double, so that sizes whose
 // product overflows 64 bits are still compared correctly. The caller throws
 // UsageError when the sizes came from options, qkv::Error when from files.
-std::string memory_shortfall(const std::string& what, double bytes);
+QKV_API std::string memory_shortfall(const std::string& what, double bytes);
 
 // Runs the calling thread's OpenMP regions (attention, the layers, the GEMM,
 // the optimizer) on `threads` threads (0 = leave the count as it is: all
@@ -70,7 +72,7 @@ std::string memory_shortfall(const std::string& what, double bytes);
 // restores the count it found. OpenMP keeps that count per calling thread,
 // so no other thread of the program is affected: the library never sets a
 // process-wide thread count. Throws qkv::Error for a count check_threads refuses.
-class ThreadScope {
+class QKV_API ThreadScope {
  public:
   explicit ThreadScope(int threads);
   ~ThreadScope();

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -35,23 +36,24 @@ namespace qkv {
 // writer has them) padded with spaces to a multiple of 8 bytes. Names must be
 // distinct, valid UTF-8 and not "__metadata__". Atomic: the file at `path` is
 // either the old one or the complete new one.
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+QKV_API void write_safetensors(const std::string& path,
+                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
 
 // All the tensors in the file, by name.
-std::map<std::string, Tensor> read_safetensors(const std::string& path);
+QKV_API std::map<std::string, Tensor> read_safetensors(const std::string& path);
 
 // The "__metadata__" map (empty when absent). Validates the whole header
 // against the file's size as read_safetensors does, without reading the data.
-std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+QKV_API std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 // In-memory forms of the above (for tests and fuzzing): the bytes
 // write_safetensors would put in the file, and a decoder of a whole file held
 // in memory; `name_for_errors` stands in for the path in messages.
-std::string safetensors_bytes(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
-std::map<std::string, Tensor> parse_safetensors(const std::string& bytes,
-                                                const std::string& name_for_errors);
+QKV_API std::string safetensors_bytes(
+    const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+QKV_API std::map<std::string, Tensor> parse_safetensors(const std::string& bytes,
+                                                        const std::string& name_for_errors);
 
 }  // namespace qkv

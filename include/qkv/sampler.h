@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/gpt.h"
 #include "qkv/tokenizer.h"
 
@@ -31,12 +32,12 @@ struct SampleOptions {
 // temperature 0 all the mass goes to the likeliest surviving token, the
 // lowest id on ties: greedy decoding. Returns probabilities [V] summing to 1,
 // zero outside the set. Throws qkv::Error on options out of range.
-std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
-                                     int32_t excluded);
+QKV_API std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
+                                             int32_t excluded);
 
 // The first token whose cumulative probability exceeds u in [0, 1) (inverse
 // CDF); a one-hot `probs` gives its token whatever u.
-int32_t pick_token(const std::vector<double>& probs, double u);
+QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 
 // Generates opts.tokens tokens after the prompt, calling on_token with the
 // text of each as it is produced, and returns the generated ids. With or
@@ -45,7 +46,7 @@ int32_t pick_token(const std::vector<double>& probs, double u);
 // context, both crop to the last `context` tokens (as nanoGPT does), the
 // cached path by rebuilding its cache for the cropped window. Each token is
 // drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
-std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
-                            const std::function<void(const std::string&)>& on_token);
+QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
+                                    const std::function<void(const std::string&)>& on_token);
 
 }  // namespace qkv

@@ -1,6 +1,7 @@
 // qkv/softmax.h: numerically stable softmax over the last axis.
 #pragma once
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -9,6 +10,6 @@ namespace qkv {
 // -inf entries get weight 0; a row that is all -inf gives all zeros (never
 // NaN); +inf or NaN in x is rejected with qkv::Error. Accumulates in double;
 // the result has x's dtype (float32 or float64).
-Tensor softmax(const Tensor& x);
+QKV_API Tensor softmax(const Tensor& x);
 
 }  // namespace qkv

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "qkv/export.h"
 
 namespace qkv {
 
@@ -56,15 +57,15 @@ inline bfloat16 bf16_from_float(float f) {
 using Shape = std::vector<int64_t>;
 
 // "float32", "float64", "bool" (NumPy's names), "bfloat16" (PyTorch's).
-const char* dtype_name(DType dt);
-size_t dtype_size(DType dt);
+QKV_API const char* dtype_name(DType dt);
+QKV_API size_t dtype_size(DType dt);
 // "[2, 3, 4]"; "[]" for a scalar.
-std::string shape_str(const Shape& shape);
+QKV_API std::string shape_str(const Shape& shape);
 // Product of the dims; throws qkv::Error if a dim is negative or it overflows.
-int64_t shape_numel(const Shape& shape);
+QKV_API int64_t shape_numel(const Shape& shape);
 // The index of flat element i of a C-ordered `shape`, as "[0, 2, 1]" (for
 // error messages that point at one element).
-std::string index_str(const Shape& shape, int64_t i);
+QKV_API std::string index_str(const Shape& shape, int64_t i);
 
 namespace detail {
 // Tensor storage: 64-byte aligned (whole cache lines, aligned SIMD loads),
@@ -93,11 +94,18 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
 
-class Tensor {
+class QKV_API Tensor {
  public:
   Tensor() = default;
   // Zero-filled (false for bool).
   Tensor(DType dtype, Shape shape);
+  // Defined in the library: copying and freeing go through its allocator
+  // (detail::storage_alloc), which the shared library does not export.
+  Tensor(const Tensor&);
+  Tensor(Tensor&&) noexcept;
+  Tensor& operator=(const Tensor&);
+  Tensor& operator=(Tensor&&) noexcept;
+  ~Tensor();
 
   // Copies `values` (row-major) into a new tensor of the given shape.
   template <class T>

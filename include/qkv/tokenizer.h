@@ -24,9 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
-class CharTokenizer {
+class QKV_API CharTokenizer {
  public:
   // The vocabulary of `utf8`. Throws qkv::Error on invalid UTF-8 and on
   // empty text ("no characters").

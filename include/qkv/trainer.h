@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "qkv/export.h"
 #include "qkv/gpt.h"
 #include "qkv/optim.h"
 
@@ -37,7 +38,7 @@ struct TrainProgress {
   int64_t params = 0, vocab = 0, text_tokens = 0, first_iter = 0;
 };
 
-struct TrainOptions {
+struct QKV_API TrainOptions {
   std::string text_path, out_dir;
   GPTConfig model;  // vocab is taken from the text
   int64_t batch = 12, iters = 2000;
@@ -93,7 +94,7 @@ struct TrainResult {
 // The options a checkpoint in `out_dir` was trained with (what --resume
 // continues), for a caller that wants to compare before resuming. Throws
 // qkv::Error when there is no checkpoint.
-TrainOptions saved_train_options(const std::string& out_dir);
+QKV_API TrainOptions saved_train_options(const std::string& out_dir);
 
 // Trains and writes DIR/{model.safetensors, config.json, vocab.json,
 // train_state.safetensors, log.jsonl}. Throws qkv::Error on bad input.
@@ -108,6 +109,6 @@ TrainOptions saved_train_options(const std::string& out_dir);
 // iteration, the options) in one file written atomically, after the model
 // files. A kill at any moment leaves the last committed resume point whole;
 // model.safetensors may be one checkpoint newer, which sampling does not mind.
-TrainResult train(const TrainOptions& opts);
+QKV_API TrainResult train(const TrainOptions& opts);
 
 }  // namespace qkv

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -22,9 +23,9 @@ using Strides = std::vector<int64_t>;
 
 // The strides of a C-ordered (row-major) array of this shape: [S*D, D, 1]
 // for [N, S, D].
-Strides c_strides(const Shape& shape);
+QKV_API Strides c_strides(const Shape& shape);
 
-class TensorView {
+class QKV_API TensorView {
  public:
   // A null view: no data (an absent mask).
   TensorView() = default;

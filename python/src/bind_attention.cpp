@@ -3,9 +3,7 @@
 // q, k, v (and out, lse, dout for the backward) are read where they lie:
 // view_of() passes the caller's pointer and strides, and the op itself reads
 // any input whose last dim is contiguous in place (qkv/attention.h). The
-// pointers handed to the op are recorded for the tests (last_pointers), next
-// to the op's own count of copied inputs (input_copies), which together show
-// that the kernel read the caller's buffer.
+// pointers handed to the op are recorded for the tests (testing.h).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -19,6 +17,7 @@
 
 #include "arrays.h"
 #include "qkv/attention.h"
+#include "testing.h"
 
 namespace qkvpy {
 
@@ -79,8 +78,6 @@ void same_dtype(const qkv::TensorView& q, const qkv::TensorView& x, const char* 
     throw nb::type_error("query: dtype bool is not supported (expected float32 or float64)");
 }
 
-std::vector<uintptr_t> g_last_pointers;  // the data pointers the last call gave the op
-
 nb::object maybe(qkv::Tensor& t, bool want, Framework fw) {
   return want ? wrap(std::move(t), fw) : nb::none();
 }
@@ -107,9 +104,7 @@ void bind_attention(nb::module_& m) {
                     mask_view);
         o.return_weights = return_weights;
         o.return_lse = return_lse;
-        g_last_pointers = {reinterpret_cast<uintptr_t>(q.raw()),
-                           reinterpret_cast<uintptr_t>(k.raw()),
-                           reinterpret_cast<uintptr_t>(v.raw())};
+        record_inputs(q, k, v);
         // Outputs from the pool when a dropped result fits ([..., Hq, N] from q,
         // Dv from v, S from k); a wrong guess (bad shapes) just allocates.
         qkv::AttentionResult r;
@@ -177,12 +172,6 @@ void bind_attention(nb::module_& m) {
       nb::arg("is_causal"), nb::arg("scale").none(), nb::arg("window").none(), nb::arg("key_lengths"),
       nb::arg("alibi_slopes"), nb::arg("softcap"), nb::arg("kernel"), nb::arg("threads"),
       nb::arg("torch_out"), "qkv::attention_backward_into: (dq, dk, dv).");
-
-  m.def("input_copies", &qkv::input_copies,
-        "How many inputs the op has copied in this process (strided last dim).");
-  m.def(
-      "last_pointers", [] { return g_last_pointers; },
-      "The data pointers of query, key and value the last attention() call gave the op.");
 }
 
 }  // namespace qkvpy

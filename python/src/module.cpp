@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include "qkv/error.h"
+#include "testing.h"
 
 namespace nb = nanobind;
 
@@ -26,4 +27,5 @@ NB_MODULE(_qkv, m) {
   qkvpy::bind_attention(m);
   qkvpy::bind_model(m);
   qkvpy::bind_lesson(m);
+  qkvpy::bind_testing(m);
 }

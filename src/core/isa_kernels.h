@@ -43,8 +43,19 @@ struct IsaKernels {
 // through isa_kernels().
 extern const IsaKernels isa_scalar, isa_avx2, isa_avx512, isa_avx512bf16, isa_amx;
 
-// The table of `isa`'s path (whether or not this CPU runs it: a caller runs
-// only active_isa()'s).
-const IsaKernels& isa_kernels(Isa isa);
-
 }  // namespace qkv::kernels
+
+namespace qkv {
+
+// The table of `isa`'s path (whether or not this CPU runs it: a caller runs
+// only active_isa()'s). Not installed, but exported (QKV_API) from
+// libqkv_core.so, outside the kernels namespace the export check keeps
+// private: the bf16 GEMM (qkv::model) and the FMA peak probe (the CLI's
+// support library) read the tables from above core.
+QKV_API const kernels::IsaKernels& isa_kernels(Isa isa);
+
+namespace kernels {
+using qkv::isa_kernels;
+}  // namespace kernels
+
+}  // namespace qkv

@@ -74,6 +74,12 @@ Tensor::Tensor(DType dtype, Shape shape)
   storage_.assign(static_cast<size_t>(numel_) * dtype_size(dtype_), std::byte{0});
 }
 
+Tensor::Tensor(const Tensor&) = default;
+Tensor::Tensor(Tensor&&) noexcept = default;
+Tensor& Tensor::operator=(const Tensor&) = default;
+Tensor& Tensor::operator=(Tensor&&) noexcept = default;
+Tensor::~Tensor() = default;
+
 int64_t Tensor::dim(int i) const {
   const int r = rank();
   const int j = i < 0 ? i + r : i;

@@ -1,4 +1,4 @@
-#include "qkv/files.h"
+#include "io/files.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -6,7 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include "qkv/export.h"
+
 namespace qkv {
+
+// Not installed, but exported (QKV_API) from libqkv_io.so: the layers above
+// (model, viz) read their JSON files with it.
 
 // Parses `text` as exactly one JSON value (surrounding whitespace allowed,
 // no comments). Also refuses what nlohmann::json would otherwise accept
@@ -18,9 +23,9 @@ namespace qkv {
 // Throws qkv::Error with a one-line message and no file name, e.g.
 //   "not valid JSON at line 1, column 9: syntax error while parsing ..." or
 //   "duplicate key \"dtype\" (inside \"wte\")"; callers add the name.
-nlohmann::json parse_json_strict(std::string_view text, int max_depth);
+QKV_API nlohmann::json parse_json_strict(std::string_view text, int max_depth);
 
 // A JSON value for a message: compact, ASCII only, cut to `limit` characters.
-std::string json_excerpt(const nlohmann::json& j, size_t limit = 60);
+QKV_API std::string json_excerpt(const nlohmann::json& j, size_t limit = 60);
 
 }  // namespace qkv

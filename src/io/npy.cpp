@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "qkv/files.h"
+#include "io/files.h"
 #include "io/byte_source.h"
 #include "io/npy_header.h"
 #include "qkv/view.h"

@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "qkv/files.h"
+#include "io/files.h"
 #include "io/byte_source.h"
 #include "io/json_strict.h"
 #include "io/npy_header.h"  // quoted()

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/files.h"
+#include "io/files.h"
 #include "io/json_strict.h"
 #include "qkv/safetensors.h"
 

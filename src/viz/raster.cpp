@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "qkv/files.h"
+#include "io/files.h"
 #include "qkv/error.h"
 #include "viz/heatmap_common.h"
 

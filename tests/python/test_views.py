@@ -1,6 +1,6 @@
 """Zero copy: the kernel reads the caller's buffers. The op counts every input
 it copies (qkv::input_copies(), a strided last dim only) and the extension
-records the data pointers it handed to the op (_qkv.last_pointers())."""
+records the data pointers it handed to the op (_qkv._testing.last_pointers())."""
 
 import numpy as np
 import torch
@@ -21,10 +21,10 @@ def rng():
 def test_numpy_inputs_are_read_in_place():
     r = rng()
     q, k, v = r.random((2, 4, 6, 16)), r.random((2, 4, 9, 16)), r.random((2, 4, 9, 8))
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     qkv.scaled_dot_product_attention(q, k, v)
-    assert _qkv.input_copies() == before
-    assert _qkv.last_pointers() == [q.ctypes.data, k.ctypes.data, v.ctypes.data]
+    assert _qkv._testing.input_copies() == before
+    assert _qkv._testing.last_pointers() == [q.ctypes.data, k.ctypes.data, v.ctypes.data]
 
 
 def test_kv_cache_slice_is_read_in_place():
@@ -34,10 +34,10 @@ def test_kv_cache_slice_is_read_in_place():
     length = 37
     k, v = cache_k[:, :, :length], cache_v[:, :, :length]
     assert not k.flags["C_CONTIGUOUS"]
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     out = qkv.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-    assert _qkv.input_copies() == before
-    assert _qkv.last_pointers()[1:] == [cache_k.ctypes.data, cache_v.ctypes.data]
+    assert _qkv._testing.input_copies() == before
+    assert _qkv._testing.last_pointers()[1:] == [cache_k.ctypes.data, cache_v.ctypes.data]
     np.testing.assert_allclose(out, ref(q, k, v, enable_gqa=True), rtol=1e-13)
 
 
@@ -45,39 +45,39 @@ def test_transposed_heads_are_read_in_place():
     # [B, N, H, D] (a fused projection's layout) viewed as [B, H, N, D]
     r = rng()
     q, k, v = (r.random((2, 5, 3, 8)).transpose(0, 2, 1, 3) for _ in range(3))
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     out = qkv.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert _qkv.input_copies() == before
-    assert _qkv.last_pointers()[0] == q.ctypes.data
+    assert _qkv._testing.input_copies() == before
+    assert _qkv._testing.last_pointers()[0] == q.ctypes.data
     np.testing.assert_allclose(out, ref(q, k, v, is_causal=True), rtol=1e-13)
 
 
 def test_torch_tensors_are_read_in_place():
     q, k, v = torch.rand(2, 8, 3, 16), torch.rand(2, 2, 40, 16)[:, :, :30], torch.rand(2, 2, 30, 16)
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     out = qkv.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     assert isinstance(out, torch.Tensor)
-    assert _qkv.input_copies() == before
-    assert _qkv.last_pointers() == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
+    assert _qkv._testing.input_copies() == before
+    assert _qkv._testing.last_pointers() == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_requires_grad_tensors_are_read_in_place():
     q = torch.rand(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     with torch.no_grad():  # recording a graph, the call is refused (test_trust.py)
         qkv.scaled_dot_product_attention(q, q, q)
-    assert _qkv.input_copies() == before
-    assert _qkv.last_pointers()[0] == q.data_ptr()
+    assert _qkv._testing.input_copies() == before
+    assert _qkv._testing.last_pointers()[0] == q.data_ptr()
 
 
 def test_fortran_order_is_copied_once_each_and_correct():
     r = rng()
     q, k, v = (np.asfortranarray(r.random((2, 3, 7, 5))) for _ in range(3))
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     out = qkv.scaled_dot_product_attention(q, k, v, is_causal=True, causal="bottom-right")
-    assert _qkv.input_copies() == before + 3
+    assert _qkv._testing.input_copies() == before + 3
     np.testing.assert_allclose(out, ref(q, k, v, is_causal=True, causal="bottom-right"),
                                rtol=1e-13)
 
@@ -88,9 +88,9 @@ def test_negative_and_broadcast_strides():
     k = np.broadcast_to(r.random((1, 9, 4)), (2, 9, 4))  # one key set for both heads: stride 0
     v = r.random((2, 9, 4))
     mask = np.broadcast_to(r.random((6, 9)) < 0.8, (2, 6, 9))
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     out = qkv.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert _qkv.input_copies() == before
+    assert _qkv._testing.input_copies() == before
     np.testing.assert_allclose(out, ref(q, k, v, attn_mask=np.ascontiguousarray(mask)),
                                rtol=1e-13)
 
@@ -139,10 +139,10 @@ def test_two_dim_inputs_are_one_head():
     out, w, lse = qkv.scaled_dot_product_attention(q, k, v, is_causal=True, causal="bottom-right",
                                                    return_weights=True, return_lse=True)
     assert out.shape == (4, 2) and w.shape == (4, 6) and lse.shape == (4,)
-    before = _qkv.input_copies()
+    before = _qkv._testing.input_copies()
     o3 = qkv.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True,
                                           causal="bottom-right")
-    assert _qkv.input_copies() == before
+    assert _qkv._testing.input_copies() == before
     np.testing.assert_array_equal(out, o3[0])
     t = torch.from_numpy(q)
     torch.testing.assert_close(qkv.scaled_dot_product_attention(t, t, t),

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "qkv/files.h"
+#include "support/files.h"
 #include "qkv/npy.h"
 #include "qkv/runtime.h"
 

@@ -13,8 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "qkv/files.h"
 #include "qkv/runtime.h"
+#include "support/files.h"
 #include "qkv/tensor.h"
 
 namespace qkv::cli {

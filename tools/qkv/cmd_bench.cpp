@@ -21,7 +21,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "qkv/runtime.h"
-#include "qkv/peak.h"
+#include "support/peak.h"
 
 namespace qkv::cli {
 namespace {

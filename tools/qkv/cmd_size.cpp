@@ -8,7 +8,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "qkv/model_size.h"
+#include "support/model_size.h"
 
 namespace qkv::cli {
 namespace {

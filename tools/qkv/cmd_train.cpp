@@ -12,9 +12,9 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "qkv/model_size.h"
-#include "qkv/peak.h"
-#include "qkv/plot.h"
+#include "support/model_size.h"
+#include "support/peak.h"
+#include "support/plot.h"
 #include "qkv/runtime.h"
 #include "qkv/trainer.h"
 #ifdef QKV_HAVE_MPI

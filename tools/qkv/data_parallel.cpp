@@ -6,7 +6,7 @@
 
 #include "cli_common.h"
 #include "qkv/data_parallel.h"
-#include "qkv/plot.h"
+#include "support/plot.h"
 
 namespace qkv::cli {
 

@@ -6,8 +6,8 @@
 
 #include "cli_common.h"
 #include "model_prompt.h"
-#include "qkv/attention_page.h"
 #include "qkv/model.h"
+#include "support/attention_page.h"
 #include "qkv/error.h"
 #include "qkv/heatmap.h"
 

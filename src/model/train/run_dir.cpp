@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "qkv/error.h"
-#include "qkv/files.h"
+#include "io/files.h"
 
 namespace qkv::run_dir {
 

@@ -26,7 +26,7 @@ class RunLock {
 };
 
 // Temporaries that killed runs left behind (".qkv-tmp.<pid>.<n>", see
-// qkv/files.h): removed, unless the process that writes them runs.
+// io/files.h): removed, unless the process that writes them runs.
 void remove_stale_temporaries(const std::string& dir);
 
 // log.jsonl, one JSON object per line. On resume, lines from iterations at

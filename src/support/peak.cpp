@@ -1,4 +1,4 @@
-#include "qkv/peak.h"
+#include "support/peak.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-// qkv/attention_page.h: a model's attention as one self-contained HTML page.
+// support/attention_page.h: a model's attention as one self-contained HTML page.
 //
 // The page needs no network and no files beside it: the weights travel
 // inside it as JSON, a small script draws them. Hovering (or clicking, or

@@ -1,5 +1,5 @@
 // model_size.cpp: parameter, FLOP and KV-cache counts (rules in the header).
-#include "qkv/model_size.h"
+#include "support/model_size.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-// qkv/peak.h: this machine's measured limits, the yardsticks `qkv bench`
+// support/peak.h: this machine's measured limits, the yardsticks `qkv bench`
 // reports its numbers against (a fraction of a measured peak, not of a
 // datasheet figure, since a VM's clocks and memory are whatever they are).
 #pragma once

@@ -1,4 +1,4 @@
-// qkv/model_size.h: what a transformer costs before it is built: parameters,
+// support/model_size.h: what a transformer costs before it is built: parameters,
 // FLOPs per token and the KV cache, for qkv's own GPT and for the published
 // models the lessons compare (BERT-base, GPT-2 small, Llama 3 8B and 70B).
 //

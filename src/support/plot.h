@@ -1,4 +1,4 @@
-// qkv/plot.h: the training loss curve as a PNG.
+// support/plot.h: the training loss curve as a PNG.
 #pragma once
 
 #include <string>

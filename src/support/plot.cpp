@@ -1,4 +1,4 @@
-#include "qkv/plot.h"
+#include "support/plot.h"
 
 #include <algorithm>
 #include <cmath>

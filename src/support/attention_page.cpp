@@ -1,12 +1,12 @@
-// attention_page.cpp: the HTML attention viewer (qkv/attention_page.h).
-#include "qkv/attention_page.h"
+// attention_page.cpp: the HTML attention viewer (support/attention_page.h).
+#include "support/attention_page.h"
 
 #include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/files.h"
+#include "io/files.h"
 
 namespace qkv {
 namespace {

@@ -1,4 +1,4 @@
-// qkv/files.h: writing files so that readers never see one half-written,
+// io/files.h: writing files so that readers never see one half-written,
 // and a set of files so that either all of them are replaced or none.
 #pragma once
 
@@ -9,9 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
+
+// Not installed, but exported (QKV_API) from libqkv_io.so: the layers above
+// (model's checkpoints, viz's pictures) and the command write through it.
 
 // Files replaced together. stage() writes each file's bytes to a temporary in
 // its target's directory and fsyncs it; commit() renames them all over their
@@ -26,7 +30,7 @@ namespace qkv {
 //   a named pipe): written in place when staged, never replaced, and a failed
 //   write (/dev/full) is an error.
 // Errors are qkv::Error "cannot write 'PATH': reason".
-class FileSet {
+class QKV_API FileSet {
  public:
   FileSet() = default;
   FileSet(const FileSet&) = delete;
@@ -44,7 +48,8 @@ class FileSet {
 };
 
 // One file on its own: a FileSet of one.
-void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts);
+QKV_API void write_file_atomic(const std::string& path,
+                               std::initializer_list<std::string_view> parts);
 
 // The prefix of every temporary's name (".qkv-tmp.<pid>.<n>"), so that a
 // directory's owner can recognise and remove those a killed writer left.
@@ -53,10 +58,10 @@ inline constexpr std::string_view kTempPrefix = ".qkv-tmp.";
 // .npy and safetensors files staged into a FileSet, for outputs that must be
 // replaced together: nothing is visible at any path until the set commits.
 // What write_npy writes, staged.
-void stage_npy(FileSet& files, const std::string& path, const Tensor& t);
+QKV_API void stage_npy(FileSet& files, const std::string& path, const Tensor& t);
 // What write_safetensors writes, staged.
-void stage_safetensors(FileSet& files, const std::string& path,
-                       const std::vector<std::pair<std::string, const Tensor*>>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+QKV_API void stage_safetensors(FileSet& files, const std::string& path,
+                               const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                               const std::map<std::string, std::string>& metadata);
 
 }  // namespace qkv

@@ -1,0 +1,18 @@
+// The extension's test hooks (_qkv._testing): what tests/python/test_views.py
+// reads to prove that the kernel ran on the caller's buffers. Not part of the
+// package's interface.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include "qkv/view.h"
+
+namespace qkvpy {
+
+// Records the data pointers of the query, key and value handed to the op.
+void record_inputs(const qkv::TensorView& q, const qkv::TensorView& k, const qkv::TensorView& v);
+
+// _qkv._testing: input_copies() and last_pointers().
+void bind_testing(nanobind::module_& m);
+
+}  // namespace qkvpy
