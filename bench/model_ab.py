@@ -13,10 +13,11 @@ import argparse
 import json
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from binding import bind_threads, run_on_all_cpus
 
 TRAIN = ["--iters", "60", "--eval-interval", "60", "--eval-iters", "1", "--log-interval", "10",
          "--layers", "4", "--embd", "128", "--context", "64", "--batch", "12", "--no-progress"]
@@ -25,7 +26,7 @@ SAMPLE_TOKENS = 400
 
 def train_rate(binary, text, out, dtype, threads):
     """Training steps per second between the log lines of iterations 10 and 50."""
-    subprocess.run([binary, "train", "--text", text, "--out", out, "--force", "--dtype", dtype,
+    run_on_all_cpus([binary, "train", "--text", text, "--out", out, "--force", "--dtype", dtype,
                     "--threads", str(threads), *TRAIN], check=True, capture_output=True)
     rows = [json.loads(line) for line in pathlib.Path(out, "log.jsonl").read_text().splitlines()]
     at = {r["iter"]: r["elapsed_s"] for r in rows if "elapsed_s" in r}
@@ -35,7 +36,7 @@ def train_rate(binary, text, out, dtype, threads):
 def sample_rate(binary, model, threads):
     """Generated tokens per second of a whole greedy `qkv sample`."""
     start = time.perf_counter()
-    subprocess.run([binary, "sample", "--model", model, "--tokens", str(SAMPLE_TOKENS),
+    run_on_all_cpus([binary, "sample", "--model", model, "--tokens", str(SAMPLE_TOKENS),
                     "--temperature", "0", "--threads", str(threads)], check=True,
                    capture_output=True)
     return SAMPLE_TOKENS / (time.perf_counter() - start)
@@ -49,6 +50,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="alternated rounds (>= 5)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    bind_threads()  # unbound, an idle worker woken late can cost a 4 ms scheduler tick
     if args.rounds < 5:
         sys.exit("model_ab.py: --rounds: expected at least 5")
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,19 +37,19 @@ void check_result_memory(const AttentionProblem& p, const AttentionOptions& opts
   const double rows = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.N);
   const double stats = static_cast<double>(dtype_size(p.stats_dtype()));
   double bytes = rows * static_cast<double>(p.Dv) * static_cast<double>(dtype_size(p.out_dtype));
+  if (opts.return_weights) bytes += rows * static_cast<double>(p.S) * stats;
+  if (opts.return_lse) bytes += rows * stats;
+  // Every call passes here (decode: one per token and layer): the message is
+  // built only for a refusal.
+  if (memory_shortfall("", bytes).empty()) return;
   auto with = [&](std::initializer_list<int64_t> tail) {
     Shape s = p.lead;
     s.insert(s.end(), tail);
     return shape_str(s);
   };
   std::string what = "out " + with({p.Hq, p.N, p.Dv});
-  if (opts.return_weights) {
-    bytes += rows * static_cast<double>(p.S) * stats;
-    what += " and weights " + with({p.Hq, p.N, p.S});
-  }
-  if (opts.return_lse) bytes += rows * stats;
-  const std::string refused = memory_shortfall(what + " " + dtype_name(p.out_dtype), bytes);
-  if (!refused.empty()) throw Error(refused);
+  if (opts.return_weights) what += " and weights " + with({p.Hq, p.N, p.S});
+  throw Error(memory_shortfall(what + " " + dtype_name(p.out_dtype), bytes));
 }
 
 }  // namespace

@@ -142,9 +142,14 @@ int default_threads() { return omp_get_max_threads(); }
 
 namespace {
 
+// Read once: sysconf reads /sys for it (tens of microseconds here), and
+// every attention call and ThreadScope checks its thread count against it.
 int machine_cores() {
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+  static const int cores = [] {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? static_cast<int>(n) : 1;
+  }();
+  return cores;
 }
 
 }  // namespace
@@ -159,8 +164,12 @@ void check_threads(int64_t threads, const std::string& what) {
 }
 
 double machine_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  // Read once, as machine_cores(): every attention call checks its results' size.
+  static const double bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  }();
+  return bytes;
 }
 
 std::string memory_shortfall(const std::string& what, double bytes) {
