@@ -21,11 +21,16 @@ for lib in "$@"; do
     if [[ $sym =~ ^_Z(T[VIST])?N[KVRO]*3qkv && ! $sym =~ (6detail|7kernels|8internal|_GLOBAL__N) ]]; then
       continue
     fi
-    name=$(c++filt -- "$sym")
-    if [[ $type =~ ^[WVu]$ && ( $name == std::* || $name == __gnu_cxx::* ||
-          $name =~ ^(typeinfo|typeinfo\ name|vtable)\ for\ std:: ) ]]; then
+    # Weak copies of standard-library templates, told by their mangled
+    # prefix: std:: (St, or a standard abbreviation Sa Sb Ss Si So Sd) or
+    # __gnu_cxx::, nested or not, const or not, their vtables and typeinfo,
+    # and the statics local to them (_ZZ) with their guards (_ZGV).
+    # (Demangled, a function template's name starts with its return type:
+    # "void std::__detail::__to_chars_10_impl<...>", which -O1 builds keep.)
+    if [[ $type =~ ^[WVu]$ && $sym =~ ^_Z(T[VIST]|Z|GVZ?)?N?[KVRO]*(S[tabsiod]|9__gnu_cxx) ]]; then
       continue
     fi
+    name=$(c++filt -- "$sym")
     echo "  $type $name"
   done)
   if [ -n "$bad" ]; then
