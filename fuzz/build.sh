@@ -52,7 +52,7 @@ release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a
 declare -A libs=(
   [checkpoint]="$release_libs"
   [model]="$release_libs"
-  [cli]="$root/build/release/libqkv_viz.a $release_libs -lstb"
+  [cli]="$root/build/release/libqkv_cli_support.a $root/build/release/libqkv_viz.a $release_libs -lstb"
 )
 
 targets=("$@")
