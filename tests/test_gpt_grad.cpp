@@ -350,10 +350,12 @@ TEST(GptGradChecker, FlagsAOnePercentErrorInOneSlice) {
 
 // ---- decode_step against forward --------------------------------------------
 
-// Decoding a sequence token by token gives forward's logits at each position.
-// tol is relative to the largest logit.
+// Decoding a sequence in chunks of the given sizes (summing to the context;
+// all 1: token by token) gives forward's logits at the last position of each
+// chunk. tol is relative to the largest logit.
 template <class T>
-void expect_decode_matches_forward(const GPTConfig& cfg, double tol) {
+void expect_decode_matches_forward(const GPTConfig& cfg, double tol,
+                                   const std::vector<int64_t>& chunks) {
   BasicGPT<T> m(cfg);
   randomize(m, 3);
   const Batch b = random_batch(cfg.vocab, 4);
@@ -363,36 +365,26 @@ void expect_decode_matches_forward(const GPTConfig& cfg, double tol) {
   double scale = 0.0;
   for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
   KVCache cache = m.new_cache();
-  for (int64_t t = 0; t < Tn; ++t) {
-    const std::span<const T> got = m.decode_step(b.tokens[t], cache);
-    ASSERT_EQ(static_cast<int64_t>(got.size()), V);
-    EXPECT_EQ(cache.len(), t + 1);
-    for (int64_t v = 0; v < V; ++v)
-      EXPECT_NEAR(got[v], want[t * V + v], tol * scale) << "position " << t << ", logit " << v;
-  }
-}
-
-// Decoding a prompt in chunks (prefill several tokens into the cache, then
-// more) gives forward's logits at the last position of each chunk.
-template <class T>
-void expect_chunks_match_forward(const GPTConfig& cfg, double tol) {
-  BasicGPT<T> m(cfg);
-  randomize(m, 4);
-  const Batch b = random_batch(cfg.vocab, 4);
-  const int64_t V = cfg.vocab, Tn = cfg.context;
-  m.forward(b.tokens.data(), nullptr, 1, Tn);
-  const std::vector<T> want(m.logits(), m.logits() + Tn * V);
-  double scale = 0.0;
-  for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
-  KVCache cache = m.new_cache();
-  for (const int64_t n : {int64_t{3}, int64_t{1}, Tn - 4}) {
+  for (const int64_t n : chunks) {
     const int64_t last = cache.len() + n - 1;
-    const std::span<const T> got = m.decode(b.tokens.data() + cache.len(), n, cache);
+    const std::span<const T> got = n == 1 ? m.decode_step(b.tokens[last], cache)
+                                          : m.decode(b.tokens.data() + cache.len(), n, cache);
     ASSERT_EQ(static_cast<int64_t>(got.size()), V);
     EXPECT_EQ(cache.len(), last + 1);
     for (int64_t v = 0; v < V; ++v)
       EXPECT_NEAR(got[v], want[last * V + v], tol * scale) << "position " << last << ", logit " << v;
   }
+}
+
+template <class T>
+void expect_steps_match_forward(const GPTConfig& cfg, double tol) {
+  expect_decode_matches_forward<T>(cfg, tol, std::vector<int64_t>(cfg.context, 1));
+}
+
+// Prefill several tokens into the cache, then one, then the rest.
+template <class T>
+void expect_chunks_match_forward(const GPTConfig& cfg, double tol) {
+  expect_decode_matches_forward<T>(cfg, tol, {3, 1, cfg.context - 4});
 }
 
 TEST(GptDecode, ChunksMatchForward) {
@@ -408,11 +400,11 @@ TEST(GptDecode, StepsMatchForward) {
   for (bool rope : {false, true})
     for (int64_t kv : {4, 2, 1}) {
       SCOPED_TRACE(std::string(rope ? "rope" : "wpe") + " kv_heads " + std::to_string(kv));
-      expect_decode_matches_forward<float>(tiny(rope, kv, false), 1e-5);
-      expect_decode_matches_forward<double>(tiny(rope, kv, true), 1e-12);
+      expect_steps_match_forward<float>(tiny(rope, kv, false), 1e-5);
+      expect_steps_match_forward<double>(tiny(rope, kv, true), 1e-12);
       GPTConfig tanh_cfg = tiny(rope, kv, false);
       tanh_cfg.gelu = nn::Gelu::tanh;
-      expect_decode_matches_forward<float>(tanh_cfg, 1e-5);
+      expect_steps_match_forward<float>(tanh_cfg, 1e-5);
     }
 }
 
