@@ -138,9 +138,9 @@ TEST(ModelApi, FromTensorsNamesTheTensorThatIsWrong) {
   missing.erase(wpe);
   EXPECT_EQ(from(missing), "'w.safetensors': missing tensor '" + wpe + "'");
   EXPECT_EQ(from(with(Tensor(DType::f32, {15, 16}))),
-            "'w.safetensors': tensor '" + wpe + "' should be [16, 16], found [15, 16]");
+            "'w.safetensors': tensor '" + wpe + "' should be float32 [16, 16], found float32 [15, 16]");
   EXPECT_EQ(from(with(Tensor(DType::f64, {16, 16}))),
-            "'w.safetensors': tensor '" + wpe + "' should be float32, found float64");
+            "'w.safetensors': tensor '" + wpe + "' should be float32 [16, 16], found float64 [16, 16]");
   Tensor nan(DType::f32, {16, 16});
   nan.data<float>()[37] = std::nanf("");
   EXPECT_EQ(from(with(std::move(nan))), "'w.safetensors': tensor '" + wpe + "' holds a non-finite value");

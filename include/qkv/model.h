@@ -34,8 +34,8 @@ class QKV_API Model {
   // A model of config `cfg` (validated) whose parameters are taken from
   // `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
   // Every parameter must be there, float32, of its shape, with finite
-  // values; the qkv::Error names the first that is not, after `source` (the
-  // file they came from). Tensors no parameter names are not looked at.
+  // values, as load() requires of model.safetensors; the qkv::Error names
+  // the first that is not, after `source` (the file they came from). Tensors no parameter names are not looked at.
   static Model from_tensors(const GPTConfig& cfg, const std::map<std::string, Tensor>& tensors,
                             CharTokenizer tok, const std::string& source);
   // Writes {config.json, vocab.json, model.safetensors} into the existing

@@ -12,6 +12,7 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
+#include "model/param_tensors.h"
 #include "qkv/safetensors.h"
 
 namespace qkv {
@@ -112,8 +113,6 @@ GPTConfig config_from_json(const std::string& text, const std::string& name) {
   return c;
 }
 
-namespace {
-
 // The tensors of one model as safetensors wants them: named views of copies
 // of the flat weight buffer.
 std::vector<Tensor> param_tensors(const GPT& model) {
@@ -127,7 +126,22 @@ std::vector<Tensor> param_tensors(const GPT& model) {
   return tensors;
 }
 
-}  // namespace
+void weights_from_tensors(float* weights, const std::vector<ParamInfo>& params,
+                          const std::map<std::string, Tensor>& tensors, const std::string& source) {
+  for (const ParamInfo& p : params) {
+    auto it = tensors.find(p.name);
+    if (it == tensors.end()) throw Error("'" + source + "': missing tensor '" + p.name + "'");
+    if (it->second.dtype() != DType::f32 || it->second.shape() != p.shape)
+      throw Error("'" + source + "': tensor '" + p.name + "' should be float32 " +
+                  shape_str(p.shape) + ", found " + dtype_name(it->second.dtype()) + " " +
+                  shape_str(it->second.shape()));
+    const float* src = it->second.data<float>();
+    for (int64_t i = 0; i < p.size; ++i)
+      if (!std::isfinite(src[i]))
+        throw Error("'" + source + "': tensor '" + p.name + "' holds a non-finite value");
+    std::copy_n(src, p.size, weights + p.offset);
+  }
+}
 
 namespace {
 
@@ -224,19 +238,7 @@ LoadedModel load_model(const std::string& dir) {
   check_config_matches_weights(m.config, dir);
   const GPT shape_only(m.config);
   m.weights.assign(static_cast<size_t>(shape_only.num_params()), 0.0f);
-  for (const ParamInfo& p : shape_only.params()) {
-    auto it = tensors.find(p.name);
-    if (it == tensors.end()) throw Error("'" + wpath + "': missing tensor '" + p.name + "'");
-    if (it->second.dtype() != DType::f32 || it->second.shape() != p.shape)
-      throw Error("'" + wpath + "': tensor '" + p.name + "' should be float32 " +
-                  shape_str(p.shape) + ", found " + dtype_name(it->second.dtype()) + " " +
-                  shape_str(it->second.shape()));
-    const float* src = it->second.data<float>();
-    for (int64_t i = 0; i < p.size; ++i)
-      if (!std::isfinite(src[i]))
-        throw Error("'" + wpath + "': tensor '" + p.name + "' holds a non-finite value");
-    std::copy_n(src, p.size, m.weights.data() + p.offset);
-  }
+  weights_from_tensors(m.weights.data(), shape_only.params(), tensors, wpath);
   if (tensors.size() != shape_only.params().size())
     throw Error("'" + wpath + "': " + std::to_string(tensors.size()) + " tensors, expected " +
                 std::to_string(shape_only.params().size()) + " for this config");

@@ -1,9 +1,9 @@
 // model.cpp: qkv::Model, a loaded checkpoint behind one object.
 #include "qkv/model.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
+
+#include "model/param_tensors.h"
 
 namespace qkv {
 
@@ -17,34 +17,18 @@ Model Model::load(const std::string& dir) {
 Model Model::from_tensors(const GPTConfig& cfg, const std::map<std::string, Tensor>& tensors,
                           CharTokenizer tok, const std::string& source) {
   auto gpt = std::make_unique<GPT>(cfg);
-  const std::string pre = "'" + source + "': ";
-  for (const ParamInfo& p : gpt->params()) {
-    const auto it = tensors.find(p.name);
-    if (it == tensors.end()) throw Error(pre + "missing tensor '" + p.name + "'");
-    const Tensor& t = it->second;
-    if (t.dtype() != DType::f32)
-      throw Error(pre + "tensor '" + p.name + "' should be float32, found " + dtype_name(t.dtype()));
-    if (t.shape() != p.shape)
-      throw Error(pre + "tensor '" + p.name + "' should be " + shape_str(p.shape) + ", found " +
-                  shape_str(t.shape()));
-    const float* src = t.data<float>();
-    if (!std::all_of(src, src + p.size, [](float x) { return std::isfinite(x); }))
-      throw Error(pre + "tensor '" + p.name + "' holds a non-finite value");
-    std::copy_n(src, p.size, gpt->weights().data() + p.offset);
-  }
+  weights_from_tensors(gpt->weights().data(), gpt->params(), tensors, source);
   return Model(std::move(gpt), std::move(tok));
 }
 
 void Model::save(const std::string& dir) const { save_model(dir, *gpt_, tokenizer_); }
 
 std::vector<std::pair<std::string, Tensor>> Model::named_weights() const {
+  std::vector<Tensor> tensors = param_tensors(*gpt_);
   std::vector<std::pair<std::string, Tensor>> out;
-  out.reserve(gpt_->params().size());
-  for (const ParamInfo& p : gpt_->params()) {
-    Tensor t(DType::f32, p.shape);
-    std::copy_n(gpt_->weights().data() + p.offset, p.size, t.data<float>());
-    out.emplace_back(p.name, std::move(t));
-  }
+  out.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    out.emplace_back(gpt_->params()[i].name, std::move(tensors[i]));
   return out;
 }
 
