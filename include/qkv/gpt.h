@@ -1,10 +1,14 @@
-// qkv/gpt.h: a small GPT (nanoGPT's architecture) with forward and backward.
+// qkv/gpt.h: the transformer, with forward and backward. nanoGPT's GPT is
+// its default configuration; a real checkpoint's architecture (BERT, GPT-2,
+// ...) is another GPTConfig, run by the same code.
 //
-//   tokens [B, T] -> wte + wpe -> L x block -> ln_f -> logits = x · wteᵀ (tied)
-//   block: x += attn(ln_1(x));  x += mlp(ln_2(x))
-//   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> causal attention
-//          (qkv::attention, top-left) -> c_proj
-//   mlp:   c_fc (4C) -> GELU (exact, nanoGPT's; or tanh: GPTConfig::gelu) -> c_proj
+//   tokens [B, T] -> wte + wpe (+ wtt) (-> ln_e) -> L x block (-> ln_f)
+//                 -> logits = x · wteᵀ (tied), or the hidden states (an encoder)
+//   block, pre-norm (GPT):   x += attn(ln_1(x));  x += mlp(ln_2(x))
+//   block, post-norm (BERT): x = ln_1(x + attn(x));  x = ln_2(x + mlp(x))
+//   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> attention
+//          (qkv::attention; causal top-left, or bidirectional) -> c_proj
+//   mlp:   c_fc (F = GPTConfig::ffn_dim()) -> GELU (exact or tanh) -> c_proj
 // Every layer is one of qkv/nn.h; RoPE (when on) turns q and k after the
 // head split, from one cos/sin table built with the model.
 //
@@ -40,7 +44,24 @@ struct QKV_API GPTConfig {
   // models trained before the choice existed (a config.json without "gelu").
   nn::Gelu gelu = nn::Gelu::exact;
 
+  // The rest of the block description: nanoGPT's choices by default; a real
+  // checkpoint's architecture sets them (Model::load reads a Hugging Face
+  // config.json into them). Training (backward) takes the defaults only.
+  int64_t ffn = 0;          // the MLP's hidden width F; 0 means 4 * embd
+  double norm_eps = 1e-5;   // every LayerNorm's eps
+  bool post_norm = false;   // normalise after each residual sum (BERT) instead of before
+  bool causal = true;       // false: every position attends to every other (an encoder)
+  int64_t token_types = 0;  // rows of a token-type table (BERT's segments); type 0 is added
+  bool embed_norm = false;  // a LayerNorm on the embeddings (ln_e, BERT)
+  bool final_norm = true;   // ln_f after the last block (GPT; BERT has none)
+  bool lm_head = true;      // logits through the tied wte; false: the hidden states are the output
+
   int64_t head_dim() const { return embd / heads; }
+  int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
+  // True when only the defaults above are set: what backward() can train.
+  bool trainable() const {
+    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head;
+  }
   // Throws qkv::Error naming the first inconsistent field.
   void validate() const;
 };
@@ -142,12 +163,22 @@ class BasicGPT {
   // copies them (std::vector<float>(l.begin(), l.end())).
   std::span<const T> decode(const int32_t* tokens, int64_t n, KVCache& cache);
   std::span<const T> decode_step(int32_t token, KVCache& cache) { return decode(&token, 1, cache); }
+
+  // The last hidden states of a batch of sequences packed end to end: tokens
+  // [N = Σ n_i], lengths [B] = n_i, each 1 .. context. Each sequence sits at
+  // positions 0 .. n_i - 1 and attends only within itself (causally or not,
+  // as the config says); the layers spend no work on padding. Returns [N, C]
+  // (after ln_f when the model has one): an encoder's output, and what an
+  // embedding pools. A view of this model's scratch, valid until the next
+  // call on this model. Throws qkv::Error on a bad length or token id.
+  std::span<const T> hidden_states(const int32_t* tokens, std::span<const int64_t> lengths);
   // An empty cache for this model: KVCache(config(), dtype of T).
   KVCache new_cache() const;
 
   // What the model looks at: the attention weights of every layer and head
   // for one sequence tokens [n] (n <= context), as its forward computes them
-  // (causal, after RoPE when on): [layers, heads, n, n] in T, rows summing to 1.
+  // (causal or not as configured, after RoPE when on): [layers, heads, n, n]
+  // in T, rows summing to 1.
   Tensor attention_maps(const int32_t* tokens, int64_t n);
 
   // Threads for everything the model runs (attention, layers, GEMM; 0 = all
@@ -178,9 +209,17 @@ class BasicGPT {
   // positions and every position's logits are computed; with one (B = 1,
   // generation) keys and values go to the cache and only the last
   // position's logits are.
-  void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache);
+  // With `lengths` (cache null, pos0 0), the B = lengths.size() sequences
+  // are packed end to end in tokens, each at positions 0 .. n_i - 1: the
+  // layers run on the Σ n_i real rows and attention on them padded to the
+  // longest, with key lengths.
+  void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
+           std::span<const int64_t> lengths = {});
   // Block l's attention (q, k, v from its c_attn output) and its backward.
   void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
+  void packed_attention_forward(int64_t l);
+  // The final hidden states [rows, C] of the last run.
+  const T* hidden() const;
   void attention_backward(int64_t l);
   // The Linear layers' GEMM for a compute dtype.
   static nn::Matmul matmul_for(DType compute) {

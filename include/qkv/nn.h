@@ -80,15 +80,18 @@ QKV_API void linear_backward(float* dinp, float* dweight, float* dbias, const fl
                              int64_t OC, Grad dinp_mode = Grad::accumulate,
                              Grad param_mode = Grad::accumulate);
 
-// out [BT, C] = (inp - mean) * rstd * weight + bias per row, eps = 1e-5;
-// mean [BT] and rstd [BT] saved for the backward. bias (and dbias) may be null.
+// out [BT, C] = (inp - mean) * rstd * weight + bias per row, rstd = 1 /
+// sqrt(var + eps) (PyTorch's default eps 1e-5; BERT's config says 1e-12);
+// mean [BT] and rstd [BT] saved for the backward, which needs no eps.
+// bias (and dbias) may be null.
 template <class T>
 QKV_API void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
-                               const T* bias, int64_t BT, int64_t C);
+                               const T* bias, int64_t BT, int64_t C, double eps = 1e-5);
 // The float32 forward with out rounded to bfloat16 (the input of a bf16
 // Linear layer under mixed precision): the float32 values, rounded once.
 QKV_API void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
-                               const float* weight, const float* bias, int64_t BT, int64_t C);
+                               const float* weight, const float* bias, int64_t BT, int64_t C,
+                               double eps = 1e-5);
 template <class T>
 QKV_API void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                                 const T* weight, const T* mean, const T* rstd, int64_t BT,

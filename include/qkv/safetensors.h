@@ -20,6 +20,8 @@
 // was found.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -46,6 +48,26 @@ QKV_API std::map<std::string, Tensor> read_safetensors(const std::string& path);
 // The "__metadata__" map (empty when absent). Validates the whole header
 // against the file's size as read_safetensors does, without reading the data.
 QKV_API std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+
+// A checkpoint's tensors as stored (the weights of a Hugging Face model):
+// any safetensors dtype ("F32", "F16", "BF16", "I64", ...) is listed, and
+// the header is checked as strictly as read_safetensors checks it.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // the file's name for it, e.g. "BF16"
+  Shape shape;
+};
+QKV_API std::vector<SafetensorsEntry> safetensors_entries(const std::string& path);
+
+// Reads a checkpoint's tensors as float32 without holding the file in
+// memory: for each tensor, dst_for(entry) says where its numel floats go (C
+// order), or null to skip it. F32 is read in place; F16 and BF16 are
+// widened exactly. Another dtype asked for is a qkv::Error naming the tensor.
+QKV_API void read_safetensors_as_f32(const std::string& path,
+                                     const std::function<float*(const SafetensorsEntry&)>& dst_for);
+
+// IEEE half precision (safetensors' F16) bits to float32, exactly.
+QKV_API float float_from_half(uint16_t bits);
 
 // In-memory forms of the above (for tests and fuzzing): the bytes
 // write_safetensors would put in the file, and a decoder of a whole file held

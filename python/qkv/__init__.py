@@ -32,6 +32,7 @@ from . import _qkv
 __all__ = [
     "scaled_dot_product_attention",
     "attention_backward",
+    "Model",
     "GPT",
     "train",
     "heatmap_png",
@@ -315,26 +316,69 @@ def _text(s: Any, what: str) -> str:
     return s
 
 
-class GPT:
-    """A trained model directory (``qkv train`` or :func:`train`): config.json,
-    vocab.json and model.safetensors. Load with ``GPT.load(dir)``."""
+class Model:
+    """A model folder, loaded with ``Model.load(dir)``: one of qkv's own
+    (``qkv train`` or :func:`train`: config.json, vocab.json and
+    model.safetensors), or a Hugging Face folder (config.json with a
+    model_type, model.safetensors, tokenizer.json or vocab.txt, and
+    sentence-transformers' modules.json when present) of a BERT-family
+    encoder. Language models give logits and generate text; encoders give
+    hidden states and sentence embeddings."""
 
     def __init__(self, model: "_qkv.Model"):
         self._m = model
 
     @classmethod
-    def load(cls, dir: Union[str, os.PathLike]) -> "GPT":
+    def load(cls, dir: Union[str, os.PathLike]) -> "Model":
         """Reads and checks the model directory; ValueError names any bad file."""
         return cls(_qkv.Model.load(os.fspath(dir)))
 
     @property
     def config(self) -> Dict[str, Any]:
-        """vocab, context, layers, heads, kv_heads, embd, rope, bias."""
+        """vocab, context, layers, heads, kv_heads, embd, ffn, rope, bias,
+        post_norm, causal and architecture ("gpt", or the folder's model_type)."""
         return self._m.config()
 
+    @property
+    def is_encoder(self) -> bool:
+        """True for an encoder (hidden states and embeddings, no logits)."""
+        return self._m.is_encoder()
+
+    @property
+    def max_length(self) -> int:
+        """The most tokens one text may have (longer texts are cut)."""
+        return self._m.max_length()
+
     def encode(self, text: str) -> List[int]:
-        """Token ids of `text` (the model's character vocabulary)."""
+        """Token ids of `text` as the model reads it (see :meth:`tokenize`)."""
         return self._m.encode(_text(text, "text"))
+
+    def tokenize(self, text: str) -> List[int]:
+        """Token ids of `text`: one per character for qkv's models; WordPiece
+        with [CLS] and [SEP] for an encoder, cut to :attr:`max_length`."""
+        return self._m.encode(_text(text, "text"))
+
+    def tokens(self, text: str) -> List[str]:
+        """The token strings of :meth:`tokenize` (``"[CLS]"``, ``"##ing"``)."""
+        return [self._m.token_text(i).decode("utf-8", errors="replace")
+                for i in self.tokenize(text)]
+
+    def hidden_states(self, tokens: Union[str, Sequence[int]]) -> np.ndarray:
+        """The last hidden states of one text or id sequence: float32 ``[T, embd]``."""
+        return self._m.hidden_states(_tokens(self._m, tokens))
+
+    def embed(self, texts: Sequence[str], batch: int = 32, max_length: int = 0,
+              dtype: str = "float32") -> np.ndarray:
+        """One vector per text, pooled (and normalised) as the folder's
+        sentence-transformers modules say: float32 ``[n, embd]``. Texts run
+        in batches of `batch`, each cut to `max_length` tokens (0: the
+        model's); dtype "bfloat16" computes the layers' products in bf16."""
+        if isinstance(texts, str):
+            raise TypeError("texts: expected a sequence of str, found one str (wrap it in a list)")
+        items = [_text(t, "texts[%d]" % i) for i, t in enumerate(_seq(texts, "texts"))]
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype: expected a str, found {type(dtype).__name__} {dtype!r}")
+        return self._m.embed(items, _int(batch, "batch"), _int(max_length, "max_length"), dtype)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of token ids."""
@@ -353,7 +397,8 @@ class GPT:
 
     def attention_maps(self, prompt: Union[str, Sequence[int]]) -> np.ndarray:
         """Every layer's and head's attention weights over `prompt`:
-        float32 ``[layers, heads, T, T]`` (rows are queries, causal)."""
+        float32 ``[layers, heads, T, T]`` (rows are queries; causal for a
+        language model, every key for an encoder)."""
         return self._m.attention_maps(_tokens(self._m, prompt))
 
     def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
@@ -426,6 +471,9 @@ class GPT:
         if failure:
             raise failure[0]
 
+
+# The name of the class before encoders loaded too.
+GPT = Model
 
 _TRAIN_INTS = ("context", "layers", "heads", "kv_heads", "embd", "batch", "iters", "warmup",
                "eval_interval", "eval_iters", "log_interval", "threads", "stop_at")

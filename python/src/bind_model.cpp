@@ -88,9 +88,41 @@ void bind_model(nb::module_& m) {
              d["vocab"] = c.vocab, d["context"] = c.context, d["layers"] = c.layers;
              d["heads"] = c.heads, d["kv_heads"] = c.kv_heads, d["embd"] = c.embd;
              d["rope"] = c.rope, d["bias"] = c.bias;
+             d["ffn"] = c.ffn_dim(), d["post_norm"] = c.post_norm, d["causal"] = c.causal;
+             d["architecture"] = self.architecture();
              return d;
            })
-      .def("encode", [](const qkv::Model& self, const std::string& s) { return self.tokenizer().encode(s); })
+      .def("is_encoder", &qkv::Model::is_encoder)
+      .def("max_length", &qkv::Model::max_length)
+      .def("encode", [](const qkv::Model& self, const std::string& s) { return self.tokenize(s); })
+      .def("token_text", [](const qkv::Model& self, int32_t id) {
+        const std::string t = self.token_text(id);
+        return nb::bytes(t.data(), t.size());
+      })
+      .def("hidden_states",
+           [](qkv::Model& self, const std::vector<int32_t>& tokens) {
+             qkv::Tensor t;
+             {
+               nb::gil_scoped_release unlocked;
+               t = self.hidden_states(tokens);
+             }
+             return wrap(std::move(t), Framework::numpy);
+           })
+      .def("embed",
+           [](qkv::Model& self, const std::vector<std::string>& texts, int64_t batch,
+              int64_t max_length, const std::string& dtype) {
+             qkv::EmbedOptions o;
+             o.batch = batch, o.max_length = max_length;
+             if (dtype == "float32") o.dtype = qkv::DType::f32;
+             else if (dtype == "bfloat16") o.dtype = qkv::DType::bf16;
+             else throw nb::value_error(("dtype: expected 'float32' or 'bfloat16', found '" + dtype + "'").c_str());
+             qkv::Tensor t;
+             {
+               nb::gil_scoped_release unlocked;
+               t = self.embed(texts, o);
+             }
+             return wrap(std::move(t), Framework::numpy);
+           })
       .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids) {
         return self.tokenizer().decode(ids);
       })

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/files.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -51,6 +52,15 @@ void with_file_source(const std::string& path, const std::function<void(const By
                          }
                        }};
   fn(src);
+}
+
+std::string read_file(const std::string& path) {
+  std::string text;
+  with_file_source(path, [&](const ByteSource& src) {
+    text.resize(static_cast<size_t>(src.size));
+    src.read(0, text.size(), reinterpret_cast<std::byte*>(text.data()));
+  });
+  return text;
 }
 
 }  // namespace qkv

@@ -47,6 +47,10 @@ class QKV_API FileSet {
   std::vector<Staged> staged_;
 };
 
+// The whole of a regular file (a directory, FIFO or device is refused at
+// once, never waited on); errors name the path.
+QKV_API std::string read_file(const std::string& path);
+
 // One file on its own: a FileSet of one.
 QKV_API void write_file_atomic(const std::string& path,
                                std::initializer_list<std::string_view> parts);

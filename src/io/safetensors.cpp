@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -32,12 +33,31 @@ constexpr const char* kMetadataKey = "__metadata__";
 
 
 // One tensor as the header describes it; offsets count from the data start.
+// st is the file's dtype name; dtype the Tensor's, for the dtypes a Tensor
+// holds (read_safetensors), and f32 for the others a checkpoint reader
+// converts (F16, BF16: read_safetensors_as_f32).
 struct Entry {
   std::string name;
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+  std::string st;
 };
+
+// How the header is read: strictly the dtypes a Tensor holds (read_safetensors),
+// or every dtype safetensors defines, by size (a checkpoint's index of tensors).
+enum class Dtypes { tensor, any };
+
+// Bytes per element of each safetensors dtype (its format's list), 0 for an unknown name.
+size_t st_size(const std::string& s) {
+  static const std::pair<const char*, size_t> kSizes[] = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+      {"I8", 1},  {"U64", 8}, {"U32", 4}, {"U16", 2},  {"U8", 1},  {"BOOL", 1},
+      {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  for (const auto& [name, size] : kSizes)
+    if (s == name) return size;
+  return 0;
+}
 
 struct Header {
   std::vector<Entry> tensors;  // sorted by offset
@@ -86,19 +106,19 @@ Shape parse_shape(const json& j, const std::string& label) {
 
 // Bytes the tensor needs, or an error if that overflows. Multiplied left to
 // right as the reference reader does, so [2^40, 2^40, 0] is an overflow too.
-uint64_t needed_bytes(DType dt, const Shape& shape, const std::string& label) {
+uint64_t needed_bytes(const std::string& st, const Shape& shape, const std::string& label) {
   const uint64_t limit = std::numeric_limits<int64_t>::max();
-  uint64_t n = dtype_size(dt);
+  uint64_t n = st_size(st);
   for (const int64_t d : shape) {
     const auto ud = static_cast<uint64_t>(d);
     if (ud != 0 && n > limit / ud)
-      bad(label + ": shape " + shape_str(shape) + " of " + st_dtype(dt) + " overflows: more than 2^63 bytes");
+      bad(label + ": shape " + shape_str(shape) + " of " + st + " overflows: more than 2^63 bytes");
     n *= ud;
   }
   return n;
 }
 
-Entry parse_entry(const std::string& name, const json& j, uint64_t data_size) {
+Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, Dtypes dtypes) {
   const std::string label = tensor_label(name);
   if (!j.is_object())
     bad(label + ": expected an object with \"dtype\", \"shape\" and \"data_offsets\", found " + json_excerpt(j));
@@ -108,7 +128,16 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size) {
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!j.contains(key)) bad(label + ": missing \"" + key + "\"");
 
-  Entry e{name, parse_dtype(j["dtype"], label), parse_shape(j["shape"], label), 0, 0};
+  Entry e{name, DType::f32, parse_shape(j["shape"], label), 0, 0, {}};
+  if (dtypes == Dtypes::tensor) {
+    e.dtype = parse_dtype(j["dtype"], label);
+    e.st = st_dtype(e.dtype);
+  } else {
+    if (!j["dtype"].is_string() || st_size(j["dtype"].get<std::string>()) == 0)
+      bad(label + ": \"dtype\" must be a safetensors dtype such as \"F32\", found " +
+          json_excerpt(j["dtype"]));
+    e.st = j["dtype"].get<std::string>();
+  }
   const json& off = j["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
     bad(label + ": \"data_offsets\" must be [begin, end] with non-negative integers, found " + json_excerpt(off));
@@ -119,9 +148,9 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size) {
   if (e.end > data_size)
     bad(label + ": " + offsets + " run past the end of the data, which is " + u64(data_size) +
         " bytes (truncated file?)");
-  const uint64_t need = needed_bytes(e.dtype, e.shape, label);
+  const uint64_t need = needed_bytes(e.st, e.shape, label);
   if (e.end - e.begin != need)
-    bad(label + ": shape " + shape_str(e.shape) + " of " + st_dtype(e.dtype) + " needs " + u64(need) +
+    bad(label + ": shape " + shape_str(e.shape) + " of " + e.st + " needs " + u64(need) +
         " bytes, " + offsets + " hold " + u64(e.end - e.begin));
   return e;
 }
@@ -162,7 +191,7 @@ void check_tiling(std::vector<Entry>& tensors, uint64_t data_size) {
         u64(data_size - pos) + " trailing bytes belong to no tensor");
 }
 
-Header read_header(const ByteSource& src, const std::string& name) {
+Header read_header(const ByteSource& src, const std::string& name, Dtypes dtypes = Dtypes::tensor) {
   const std::string pre = "'" + name + "': ";
   if (src.size == 0) throw Error(pre + "not a safetensors file: it is empty");
   if (src.size < 8)
@@ -192,7 +221,7 @@ Header read_header(const ByteSource& src, const std::string& name) {
       if (key == kMetadataKey)
         h.metadata = parse_metadata(value);
       else
-        h.tensors.push_back(parse_entry(key, value, data_size));
+        h.tensors.push_back(parse_entry(key, value, data_size, dtypes));
     }
     check_tiling(h.tensors, data_size);
   } catch (const Error& e) {
@@ -297,6 +326,58 @@ std::map<std::string, Tensor> read_safetensors(const std::string& path) {
   std::map<std::string, Tensor> out;
   with_file_source(path, [&](const ByteSource& src) { out = decode(src, path); });
   return out;
+}
+
+std::vector<SafetensorsEntry> safetensors_entries(const std::string& path) {
+  std::vector<SafetensorsEntry> out;
+  with_file_source(path, [&](const ByteSource& src) {
+    for (const Entry& e : read_header(src, path, Dtypes::any).tensors) out.push_back({e.name, e.st, e.shape});
+  });
+  return out;
+}
+
+void read_safetensors_as_f32(const std::string& path,
+                             const std::function<float*(const SafetensorsEntry&)>& dst_for) {
+  with_file_source(path, [&](const ByteSource& src) {
+    const Header h = read_header(src, path, Dtypes::any);
+    // Half-width dtypes go through one chunk buffer, widened as they come.
+    constexpr size_t kChunk = 1 << 16;
+    std::vector<uint16_t> half;
+    for (const Entry& e : h.tensors) {
+      float* dst = dst_for({e.name, e.st, e.shape});
+      if (!dst) continue;
+      const uint64_t n = (e.end - e.begin) / st_size(e.st);
+      const uint64_t at = h.data_start + e.begin;
+      if (e.st == "F32") {
+        src.read(at, n * 4, reinterpret_cast<std::byte*>(dst));
+      } else if (e.st == "F16" || e.st == "BF16") {
+        half.resize(kChunk);
+        const bool bf = e.st == "BF16";
+        for (uint64_t i = 0; i < n; i += kChunk) {
+          const size_t m = static_cast<size_t>(std::min<uint64_t>(kChunk, n - i));
+          src.read(at + i * 2, m * 2, reinterpret_cast<std::byte*>(half.data()));
+          for (size_t j = 0; j < m; ++j)
+            dst[i + j] = bf ? bf16_to_float(bfloat16{half[j]}) : float_from_half(half[j]);
+        }
+      } else {
+        throw Error("'" + path + "': " + tensor_label(e.name) + " is " + e.st +
+                    "; a model's weights must be F32, F16 or BF16");
+      }
+    }
+  });
+}
+
+float float_from_half(uint16_t h) {
+  // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 fraction bits.
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, frac = h & 0x3ffu;
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | frac << 13);  // inf, NaN
+  if (exp == 0) {
+    // Zero or subnormal: frac * 2^-24, exact in float32.
+    const float v = static_cast<float>(frac) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | (exp + 112) << 23 | frac << 13);
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {

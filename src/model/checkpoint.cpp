@@ -55,6 +55,11 @@ double param_count(const GPTConfig& c) {
 }  // namespace
 
 std::string config_to_json(const GPTConfig& c) {
+  // qkv's own config.json describes the models qkv trains; a checkpoint's
+  // architecture (BERT, ...) is described by its own folder.
+  if (!c.trainable() || c.ffn != 0 || c.norm_eps != GPTConfig{}.norm_eps)
+    throw Error("model config: qkv saves GPT models (pre-norm, causal, ln_f, tied head, ffn 4 * "
+                "embd, norm_eps 1e-5); this model is read from its own folder");
   json j = {{"vocab", c.vocab},   {"context", c.context}, {"layers", c.layers},
             {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"embd", c.embd},
             {"rope", c.rope},     {"bias", c.bias}, {"gelu", c.gelu == nn::Gelu::exact ? "exact" : "tanh"},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <type_traits>
 
@@ -32,6 +33,10 @@ void GPTConfig::validate() const {
        "kv_heads must divide heads " + std::to_string(heads) + ", found " + std::to_string(kv_heads));
   need(!rope || head_dim() % 2 == 0,
        "rope needs an even head dim, found embd / heads = " + std::to_string(head_dim()));
+  need(ffn >= 0, "ffn must be at least 0 (0: 4 * embd), found " + std::to_string(ffn));
+  need(std::isfinite(norm_eps) && norm_eps > 0,
+       "norm_eps must be a finite number > 0, found " + std::to_string(norm_eps));
+  need(token_types >= 0, "token_types must be at least 0, found " + std::to_string(token_types));
 }
 
 template <class T>
@@ -39,7 +44,7 @@ BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg), work_(std::make_unique<
   cfg_.validate();
   build_params();
   if (cfg_.rope) work_->rope = nn::RopeTable(cfg_.context, cfg_.head_dim());
-  attn_opts_.causal = Causal::top_left;
+  attn_opts_.causal = cfg_.causal ? Causal::top_left : Causal::none;
   attn_opts_.return_lse = true;
   // Activations come from our own forward, never from the user.
   attn_opts_.check_finite = false;
@@ -132,7 +137,7 @@ void round_to_bf16(const std::array<Tensor*, 3>& x16, const std::array<Tensor*, 
 
 template <class T>
 void BasicGPT<T>::build_params() {
-  const int64_t C = cfg_.embd, hs = cfg_.head_dim();
+  const int64_t C = cfg_.embd, F = cfg_.ffn_dim(), hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   int64_t off = 0;
   auto add = [&](const std::string& name, Shape shape, bool decay) -> int64_t {
@@ -146,6 +151,11 @@ void BasicGPT<T>::build_params() {
   Work& W = *work_;
   W.wte = add("transformer.wte.weight", {cfg_.vocab, C}, true);
   if (!cfg_.rope) W.wpe = add("transformer.wpe.weight", {cfg_.context, C}, true);
+  if (cfg_.token_types) W.wtt = add("transformer.wtt.weight", {cfg_.token_types, C}, true);
+  if (cfg_.embed_norm) {
+    W.lne_w = add("transformer.ln_e.weight", {C}, false);
+    W.lne_b = add("transformer.ln_e.bias", {C}, false);
+  }
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     typename Work::Layer L;
@@ -157,14 +167,16 @@ void BasicGPT<T>::build_params() {
     L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false);
     L.ln2_w = add(p + "ln_2.weight", {C}, false);
     L.ln2_b = add(p + "ln_2.bias", {C}, false);
-    L.fc_w = add(p + "mlp.c_fc.weight", {4 * C, C}, true);
-    L.fc_b = add(p + "mlp.c_fc.bias", {4 * C}, false);
-    L.fc_proj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, true);
+    L.fc_w = add(p + "mlp.c_fc.weight", {F, C}, true);
+    L.fc_b = add(p + "mlp.c_fc.bias", {F}, false);
+    L.fc_proj_w = add(p + "mlp.c_proj.weight", {C, F}, true);
     L.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false);
     W.layer.push_back(L);
   }
-  W.lnf_w = add("transformer.ln_f.weight", {C}, false);
-  W.lnf_b = add("transformer.ln_f.bias", {C}, false);
+  if (cfg_.final_norm) {
+    W.lnf_w = add("transformer.ln_f.weight", {C}, false);
+    W.lnf_b = add("transformer.ln_f.bias", {C}, false);
+  }
   w_.assign(static_cast<size_t>(off), T(0));
   g_.assign(static_cast<size_t>(off), T(0));
   // The parameters whose gradient backward() overwrites (the Linear layers'
@@ -215,11 +227,11 @@ void size_input(In& in, int64_t n, bool bf16) {
 // and the Linear reads it so. BasicGPT<double> never holds bf16.
 template <class In, class T>
 void layernorm_to(In& out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t BT,
-                  int64_t C) {
+                  int64_t C, double eps) {
   if constexpr (std::is_same_v<T, float>)
     if (!out.x16.empty())
-      return nn::layernorm_forward(out.x16.data(), mean, rstd, inp, w, b, BT, C);
-  nn::layernorm_forward(out.x.data(), mean, rstd, inp, w, b, BT, C);
+      return nn::layernorm_forward(out.x16.data(), mean, rstd, inp, w, b, BT, C, eps);
+  nn::layernorm_forward(out.x.data(), mean, rstd, inp, w, b, BT, C, eps);
 }
 
 template <class In, class T>
@@ -249,20 +261,24 @@ void linear_back_from(T* dinp, T* dw, T* db, const T* dout, const In& in, const 
   nn::linear_backward(dinp, dw, db, dout, in.x.data(), w, BT, C, OC, matmul, kSet, kSet);
 }
 
-// Sizes w's activations for tokens [B, T] under `compute` (f32 or bf16:
-// what its LinearIns hold); a call of the shape the last one had keeps them.
+// Sizes w's activations for `rows` rows of tokens, attention on [B, T],
+// under `compute` (f32 or bf16: what its pre-norm LinearIns hold); a call
+// of the shape the last one had keeps them.
 template <class W>
-void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, DType compute) {
+void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows, DType compute) {
   using T = typename W::Vec::value_type;
   typename W::Acts& a = w.acts;
-  if (a.B == B && a.Tn == Tn && a.compute == compute) return;
-  const bool bf16 = compute == DType::bf16;
-  const int64_t BT = B * Tn, C = cfg.embd, V = cfg.vocab, hs = cfg.head_dim();
+  if (a.B == B && a.Tn == Tn && a.rows == rows && a.compute == compute) return;
+  // Post-norm's normalised rows are the residual stream too: float32.
+  const bool bf16 = compute == DType::bf16 && !cfg.post_norm;
+  const int64_t BT = rows, C = cfg.embd, F = cfg.ffn_dim(), hs = cfg.head_dim();
+  const int64_t V = cfg.lm_head ? cfg.vocab : 0;
   const int64_t H = cfg.heads, Hkv = cfg.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
-  a.B = B, a.Tn = Tn, a.compute = compute;
+  a.B = B, a.Tn = Tn, a.rows = rows, a.compute = compute;
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
   a.encoded.assign(BT * C, T(0));
+  a.emb_mean.assign(cfg.embed_norm ? BT : 0, T(0)), a.emb_rstd.assign(cfg.embed_norm ? BT : 0, T(0));
   a.layers.assign(cfg.layers, typename W::LayerActs{});
   for (typename W::LayerActs& l : a.layers) {
     size_input(l.ln1, BT * C, bf16), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
@@ -271,16 +287,21 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, DType comput
     l.k = Tensor(dt, {B, Hkv, Tn, hs});
     l.v = Tensor(dt, {B, Hkv, Tn, hs});
     l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
-    size_input(l.ln2, BT * C, bf16), l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
-    l.fch.assign(BT * 4 * C, T(0)), size_input(l.fch_gelu, BT * 4 * C, bf16);
+    size_input(l.ln2, cfg.post_norm ? 0 : BT * C, bf16);
+    l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
+    l.fch.assign(BT * F, T(0)), size_input(l.fch_gelu, BT * F, bf16);
     l.res3.assign(BT * C, T(0));
   }
-  size_input(a.lnf, BT * C, bf16), a.lnf_mean.assign(BT, T(0)), a.lnf_rstd.assign(BT, T(0));
+  const int64_t lnf_rows = cfg.final_norm ? BT : 0;
+  size_input(a.lnf, lnf_rows * C, bf16 && cfg.lm_head);  // without a head: the output, float32
+  a.lnf_mean.assign(lnf_rows, T(0)), a.lnf_rstd.assign(lnf_rows, T(0));
   a.probs.assign(BT * V, T(0)), a.losses.assign(BT, T(0));
-  w.dres.assign(BT * C, T(0)), w.dln.assign(BT * C, T(0)), w.dqkv.assign(BT * qkv_out, T(0));
-  w.datty.assign(BT * C, T(0)), w.dfch.assign(BT * 4 * C, T(0));
-  w.dfch_gelu.assign(BT * 4 * C, T(0)), w.dlogits.assign(BT * V, T(0));
-  w.dout = Tensor(dt, {B, H, Tn, hs});
+  // The backward's buffers, for a model it can train.
+  const int64_t G = cfg.trainable() ? BT : 0;
+  w.dres.assign(G * C, T(0)), w.dln.assign(G * C, T(0)), w.dqkv.assign(G * qkv_out, T(0));
+  w.datty.assign(G * C, T(0)), w.dfch.assign(G * F, T(0));
+  w.dfch_gelu.assign(G * F, T(0)), w.dlogits.assign(G * V, T(0));
+  w.dout = cfg.trainable() ? Tensor(dt, {B, H, Tn, hs}) : Tensor();
 }
 
 }  // namespace
@@ -349,57 +370,174 @@ void BasicGPT<T>::attention_backward(int64_t l) {
   nn::merge_qkv(W.dqkv.data(), dq, dk, W.dattn.dv.template data<T>(), B, Tn, H, Hkv, hs);
 }
 
+// Packed sequences (Acts::lengths, starts): c_attn's rows of sequence i,
+// [n_i, (H + 2 Hkv) hs] -> q [B, H, T, hs], k, v [B, Hkv, T, hs] padded to
+// the longest (T), attention with key lengths (padded keys never count;
+// padded queries' rows are computed and dropped), and back to the real rows.
 template <class T>
-void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache) {
+void BasicGPT<T>::packed_attention_forward(int64_t l) {
+  auto& a = work_->acts;
+  auto& la = a.layers[l];
+  const int64_t B = a.B, Tn = a.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads, hs = cfg_.head_dim();
+  const int64_t C = cfg_.embd, row = (H + 2 * Hkv) * hs;
+  T* q = la.q.template data<T>();
+  T* k = la.k.template data<T>();
+  T* v = la.v.template data<T>();
+  const T* src = la.qkv.data();
+#pragma omp parallel for schedule(static) collapse(2) if (a.rows * row >= nn::detail::kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tn; ++t) {
+      if (t >= a.lengths[b]) continue;
+      const T* r = src + (a.starts[b] + t) * row;
+      for (int64_t h = 0; h < H; ++h) std::copy_n(r + h * hs, hs, q + ((b * H + h) * Tn + t) * hs);
+      for (int64_t h = 0; h < Hkv; ++h) {
+        std::copy_n(r + (H + h) * hs, hs, k + ((b * Hkv + h) * Tn + t) * hs);
+        std::copy_n(r + (H + Hkv + h) * hs, hs, v + ((b * Hkv + h) * Tn + t) * hs);
+      }
+    }
+  AttentionOptions o = attn_opts_;
+  o.return_lse = false;
+  o.key_lengths = a.lengths;
+  attention_into(la.att, la.q, la.k, la.v, o);
+  const T* out = la.att.out.template data<T>();
+  T* y = la.atty.data();
+#pragma omp parallel for schedule(static) collapse(2) if (a.rows * C >= nn::detail::kParallelMin)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tn; ++t) {
+      if (t >= a.lengths[b]) continue;
+      for (int64_t h = 0; h < H; ++h)
+        std::copy_n(out + ((b * H + h) * Tn + t) * hs, hs, y + (a.starts[b] + t) * C + h * hs);
+    }
+}
+
+template <class T>
+void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
+                      std::span<const int64_t> lengths) {
   Work& W = *work_;
   // Generation runs float32 (bf16 compute is training's mixed precision).
   const DType compute = cache ? DType::f32 : compute_;
   const nn::Matmul mm = matmul_for(compute);
-  ensure_acts(W, cfg_, B, Tn, compute);
+  const bool packed = !lengths.empty();
+  int64_t rows = B * Tn;
+  if (packed) rows = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  ensure_acts(W, cfg_, B, Tn, rows, compute);
   auto& a = W.acts;
-  const int64_t BT = B * Tn, C = cfg_.embd, V = cfg_.vocab, hs = cfg_.head_dim();
+  const int64_t BT = rows, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
+  const double eps = cfg_.norm_eps;
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
       throw Error("gpt: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
                   std::to_string(V) + ")");
     a.tokens[i] = tokens[i];
   }
+  a.lengths.assign(lengths.begin(), lengths.end());
+  a.starts.assign(lengths.size(), 0);
+  for (size_t i = 1; i < lengths.size(); ++i) a.starts[i] = a.starts[i - 1] + lengths[i - 1];
   W.has_targets = false;
-  // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on.
+  // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on; each
+  // packed sequence's from 0.
   const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
-  nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(W.wte), wpe, B, Tn, C);
+  if (packed) {
+    for (int64_t b = 0; b < B; ++b)
+      nn::embedding_forward(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b],
+                            w(W.wte), wpe, 1, a.lengths[b], C);
+  } else {
+    nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(W.wte), wpe, B, Tn, C);
+  }
+  if (W.wtt >= 0) {
+    // Every token is of type 0 (one segment): its row is added to each.
+    const T* type0 = w(W.wtt);
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t c = 0; c < C; ++c) a.encoded[i * C + c] += type0[c];
+  }
+  if (cfg_.embed_norm)  // in place: each row's statistics are taken before it is written
+    nn::layernorm_forward(a.encoded.data(), a.emb_mean.data(), a.emb_rstd.data(), a.encoded.data(),
+                          w(W.lne_w), w(W.lne_b), BT, C, eps);
   const T* x = a.encoded.data();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const typename Work::Layer& L = W.layer[l];
     auto& la = a.layers[l];
-    layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C);
-    linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
-    attention_forward(l, pos0, cache);
+    if (cfg_.post_norm) {
+      // x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)).
+      nn::linear_forward(la.qkv.data(), x, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, kOutIn, mm);
+    } else {
+      layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT,
+                   C, eps);
+      linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
+    }
+    if (packed) packed_attention_forward(l);
+    else attention_forward(l, pos0, cache);
     // res2 = x + attn proj: project into res2, then add the stream.
     nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
                        kOutIn, mm);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
-    layernorm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w),
-                 w(L.ln2_b), BT, C);
-    linear_from(la.fch.data(), la.ln2, w(L.fc_w), w(L.fc_b), BT, C, 4 * C, mm);
-    gelu_to(la.fch_gelu, la.fch.data(), BT * 4 * C, cfg_.gelu);
-    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, 4 * C, C, mm);
-    nn::residual_forward(la.res3.data(), la.res3.data(), la.res2.data(), BT * C);
+    // The MLP's input, which post-norm also adds back.
+    const typename Work::LinearIn* mlp_in = &la.ln2;
+    const T* mlp_res = la.res2.data();
+    if (cfg_.post_norm) {
+      layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), la.res2.data(), w(L.ln1_w),
+                   w(L.ln1_b), BT, C, eps);
+      mlp_in = &la.ln1;
+      mlp_res = la.ln1.x.data();
+    } else {
+      layernorm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w),
+                   w(L.ln2_b), BT, C, eps);
+    }
+    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, F, mm);
+    gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
+    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, F, C, mm);
+    nn::residual_forward(la.res3.data(), la.res3.data(), mlp_res, BT * C);
+    if (cfg_.post_norm)  // in place, as ln_e
+      nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res3.data(),
+                            w(L.ln2_w), w(L.ln2_b), BT, C, eps);
     x = la.res3.data();
   }
+  W.hidden = x;
+  if (!cfg_.final_norm && !cfg_.lm_head) return;
   // With a cache only the last position's next token is wanted.
-  const int64_t rows = cache ? 1 : BT, first = BT - rows;
-  W.logits.resize(static_cast<size_t>(rows * V));
-  layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w), w(W.lnf_b),
-               rows, C);
-  linear_from(W.logits.data(), a.lnf, w(W.wte), static_cast<const T*>(nullptr), rows, C, V,
+  const int64_t rows_out = cache ? 1 : BT, first = BT - rows_out;
+  if (cfg_.final_norm) {
+    layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w),
+                 w(W.lnf_b), rows_out, C, eps);
+    // ln_f's rows in float32 (a model without a head keeps them so), or none.
+    W.hidden = cache || a.lnf.x.empty() ? nullptr : a.lnf.x.data();
+  }
+  if (!cfg_.lm_head) return;
+  W.logits.resize(static_cast<size_t>(rows_out * V));
+  linear_from(W.logits.data(), a.lnf, w(W.wte), static_cast<const T*>(nullptr), rows_out, C, V,
               mm);  // tied head
+}
+
+template <class T>
+const T* BasicGPT<T>::hidden() const {
+  return work_->hidden;
+}
+
+template <class T>
+std::span<const T> BasicGPT<T>::hidden_states(const int32_t* tokens,
+                                              std::span<const int64_t> lengths) {
+  const ThreadScope threads(attn_opts_.threads);
+  if (lengths.empty()) throw Error("gpt: hidden_states needs at least one sequence");
+  int64_t longest = 0, rows = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1 || lengths[i] > cfg_.context)
+      throw Error("gpt: sequence " + std::to_string(i) + " has length " + std::to_string(lengths[i]) +
+                  ", expected 1 .. context " + std::to_string(cfg_.context));
+    longest = std::max(longest, lengths[i]);
+    rows += lengths[i];
+  }
+  run(tokens, static_cast<int64_t>(lengths.size()), longest, 0, nullptr, lengths);
+  if (!work_->hidden)
+    throw Error("gpt: under bfloat16 compute ln_f's output is bfloat16; hidden states need float32");
+  return {work_->hidden, static_cast<size_t>(rows * cfg_.embd)};
 }
 
 template <class T>
 T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
   const ThreadScope threads(attn_opts_.threads);
+  if (!cfg_.lm_head)
+    throw Error("gpt: this model has no language-model head (an encoder): use hidden_states");
   if (B < 1 || Tn < 1 || Tn > cfg_.context)
     throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
                 " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
@@ -425,8 +563,11 @@ void BasicGPT<T>::backward() {
   const ThreadScope threads(attn_opts_.threads);
   Work& W = *work_;
   if (!W.has_targets) throw Error("gpt: backward needs a forward with targets");
+  // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
+  if (!cfg_.trainable())
+    throw Error("gpt: training runs pre-norm causal models with ln_f and a tied head only");
   auto& a = W.acts;
-  const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, V = cfg_.vocab;
+  const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
   // Each Linear's weight and bias gradients are overwritten by their only
   // producer (wte's by the tied head first; the embedding adds to it last):
@@ -455,10 +596,10 @@ void BasicGPT<T>::backward() {
     const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
     linear_back_from(W.dfch_gelu.data(), g(L.fc_proj_w), g(L.fc_proj_b), W.dres.data(), la.fch_gelu,
-                     w(L.fc_proj_w), BT, 4 * C, C, mm);
-    nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * 4 * C, cfg_.gelu, kSet);
+                     w(L.fc_proj_w), BT, F, C, mm);
+    nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * F, cfg_.gelu, kSet);
     linear_back_from(W.dln.data(), g(L.fc_w), g(L.fc_b), W.dfch.data(), la.ln2, w(L.fc_w), BT, C,
-                     4 * C, mm);
+                     F, mm);
     nn::layernorm_backward(W.dres.data(), g(L.ln2_w), g(L.ln2_b), W.dln.data(), la.res2.data(),
                            w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
     // res2 = x + proj(attn(ln1(x))).

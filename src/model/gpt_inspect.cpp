@@ -1,5 +1,6 @@
 // gpt_inspect.cpp: looking inside a trained GPT (its attention weights).
 #include <cstring>
+#include <span>
 
 #include "model/gpt_work.h"
 #include "qkv/gpt.h"
@@ -9,7 +10,10 @@ namespace qkv {
 
 template <class T>
 Tensor BasicGPT<T>::attention_maps(const int32_t* tokens, int64_t n) {
-  forward(tokens, nullptr, 1, n);
+  // A language model runs its forward (which under bf16 compute leaves the
+  // rounded q, k, v); an encoder its one sequence.
+  if (cfg_.lm_head) forward(tokens, nullptr, 1, n);
+  else hidden_states(tokens, std::span<const int64_t>(&n, 1));
   const ThreadScope threads(attn_opts_.threads);
   const int64_t L = cfg_.layers, H = cfg_.heads;
   Tensor maps(dtype_of<T>(), {L, H, n, n});

@@ -33,25 +33,32 @@ struct BasicGPT<T>::Work {
     std::vector<bfloat16> x16;
   };
   // What one block's forward keeps for its backward.
+  // Under post-norm (no bf16 LinearIns: the normalised rows are also the
+  // residual stream) ln1 holds ln_1(x + attention) and res3 the block's
+  // output, normalised in place; ln2 is unused.
   struct LayerActs {
     LinearIn ln1;                 // [BT, C]
     Vec ln1_mean, ln1_rstd;       // [BT], [BT]
     Vec qkv;                      // [BT, (H + 2 Hkv) hs]
-    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded)
+    Tensor q, k, v;               // [B, H|Hkv, T, hs], RoPE applied (bf16 compute: rounded);
+                                  // packed rows: padded to the longest sequence
     Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
     AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
     Vec atty, res2;               // [BT, C]: heads merged; x + attention
     LinearIn ln2;
     Vec ln2_mean, ln2_rstd;
-    Vec fch;                      // [BT, 4C]
-    LinearIn fch_gelu;            // [BT, 4C]
+    Vec fch;                      // [BT, F]
+    LinearIn fch_gelu;            // [BT, F]
     Vec res3;                     // [BT, C]: the block's output
   };
+  // BT below is the number of rows: B * T, or Σ lengths for packed sequences.
   struct Acts {
-    int64_t B = 0, Tn = 0;
+    int64_t B = 0, Tn = 0, rows = 0;
     DType compute = DType::f32;            // what the LinearIns hold
     std::vector<int32_t> tokens, targets;  // [BT]
+    std::vector<int64_t> lengths, starts;  // packed rows: [B] each sequence's length and first row
     Vec encoded;                           // [BT, C]
+    Vec emb_mean, emb_rstd;                // [BT] (ln_e)
     std::vector<LayerActs> layers;
     LinearIn lnf;                          // [BT, C]
     Vec lnf_mean, lnf_rstd;                // [BT], [BT]
@@ -59,13 +66,14 @@ struct BasicGPT<T>::Work {
   };
 
   std::vector<Layer> layer;
-  int64_t wte = 0, wpe = -1, lnf_w = 0, lnf_b = 0;
+  int64_t wte = 0, wpe = -1, wtt = -1, lne_w = -1, lne_b = -1, lnf_w = -1, lnf_b = -1;
   // The parameters whose gradient backward() accumulates from zero: (offset, size).
   std::vector<std::pair<int64_t, int64_t>> accumulated_grads;
   nn::RopeTable rope;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
 
   Acts acts;
-  Vec logits;  // [BT, V] without a cache; [V] (the last position) with one
+  Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
+  const T* hidden = nullptr;  // [BT, C]: the last run's final hidden states
   bool has_targets = false;
   // Backward scratch: the gradient flowing down the residual stream, and
   // the gradients of one block's intermediates (reused by every block).

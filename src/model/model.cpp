@@ -1,13 +1,40 @@
-// model.cpp: qkv::Model, a loaded checkpoint behind one object.
+// model.cpp: qkv::Model, a loaded model behind one object: qkv's own
+// checkpoints and Hugging Face folders, run by the one GPT code path.
 #include "qkv/model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
+#include "model/hf/hf_folder.h"
+#include "model/hf/sentence.h"
 #include "model/param_tensors.h"
+#include "qkv/runtime.h"
+#include "qkv/wordpiece.h"
 
 namespace qkv {
 
+Model::Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok)
+    : gpt_(std::move(gpt)), chars_(std::move(tok)), max_length_(gpt_->config().context) {}
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
 Model Model::load(const std::string& dir) {
+  if (hf::is_hf_folder(dir)) {
+    const hf::Architecture arch = hf::read_architecture(dir);
+    Model m(hf::load_weights(dir, arch), std::nullopt);
+    m.architecture_ = arch.model_type;
+    m.wordpiece_ = std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_folder(dir));
+    if (m.wordpiece_->vocab_size() > arch.config.vocab)
+      throw Error("'" + dir + "': the tokenizer has " + std::to_string(m.wordpiece_->vocab_size()) +
+                  " tokens, the model's vocab_size is " + std::to_string(arch.config.vocab));
+    const hf::SentenceModules st = hf::read_sentence_modules(dir, arch.config.context);
+    m.pooling_ = st.pooling;
+    m.max_length_ = st.max_length;
+    return m;
+  }
   LoadedModel m = load_model(dir);
   auto gpt = std::make_unique<GPT>(m.config);
   set_weights(*gpt, m.weights);
@@ -21,7 +48,13 @@ Model Model::from_tensors(const GPTConfig& cfg, const std::map<std::string, Tens
   return Model(std::move(gpt), std::move(tok));
 }
 
-void Model::save(const std::string& dir) const { save_model(dir, *gpt_, tokenizer_); }
+const CharTokenizer& Model::tokenizer() const {
+  if (!chars_)
+    throw Error("model: a " + architecture_ + " model's tokenizer is WordPiece, not characters: use tokenize()");
+  return *chars_;
+}
+
+void Model::save(const std::string& dir) const { save_model(dir, *gpt_, tokenizer()); }
 
 std::vector<std::pair<std::string, Tensor>> Model::named_weights() const {
   std::vector<Tensor> tensors = param_tensors(*gpt_);
@@ -33,6 +66,22 @@ std::vector<std::pair<std::string, Tensor>> Model::named_weights() const {
 }
 
 void Model::set_threads(int threads, Kernel kernel) { gpt_->set_attention(kernel, threads); }
+
+std::vector<int32_t> Model::tokenize(const std::string& text, bool* truncated) const {
+  if (wordpiece_) return wordpiece_->encode(text, max_length_, truncated);
+  if (truncated) *truncated = false;
+  return tokenizer().encode(text);
+}
+
+std::string Model::token_text(int32_t id) const {
+  if (wordpiece_) {
+    if (id < 0 || id >= wordpiece_->vocab_size())
+      throw Error("model: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                  std::to_string(wordpiece_->vocab_size()) + ")");
+    return wordpiece_->token(id);
+  }
+  return tokenizer().decode({id});
+}
 
 Tensor Model::logits(const std::vector<int32_t>& tokens) {
   const int64_t T = static_cast<int64_t>(tokens.size()), V = config().vocab;
@@ -46,9 +95,81 @@ Tensor Model::attention_maps(const std::vector<int32_t>& tokens) {
   return gpt_->attention_maps(tokens.data(), static_cast<int64_t>(tokens.size()));
 }
 
+Tensor Model::hidden_states(const std::vector<int32_t>& tokens) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), C = config().embd;
+  const std::span<const float> h = gpt_->hidden_states(tokens.data(), std::span<const int64_t>(&T, 1));
+  Tensor out(DType::f32, {T, C});
+  std::copy(h.begin(), h.end(), out.data<float>());
+  return out;
+}
+
+Tensor Model::embed(const std::vector<std::string>& texts, const EmbedOptions& opts,
+                    int64_t* truncated) {
+  if (opts.max_length < 0)
+    throw Error("embed: max_length must be at least 0 (0: the model's " + std::to_string(max_length_) +
+                "), found " + std::to_string(opts.max_length));
+  std::vector<std::vector<int32_t>> ids(texts.size());
+  int64_t cut = 0;
+  const int64_t limit = opts.max_length ? std::min(opts.max_length, max_length_) : max_length_;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    bool t = false;
+    ids[i] = wordpiece_ ? wordpiece_->encode(texts[i], limit, &t) : tokenize(texts[i]);
+    cut += t;
+  }
+  if (truncated) *truncated = cut;
+  return embed_ids(ids, opts);
+}
+
+Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts) {
+  if (!is_encoder())
+    throw Error("embed: a " + architecture_ + " language model gives logits, not embeddings: load an encoder");
+  if (opts.batch < 1) throw Error("embed: batch must be at least 1, found " + std::to_string(opts.batch));
+  if (opts.dtype != DType::f32 && opts.dtype != DType::bf16)
+    throw Error(std::string("embed: dtype must be float32 or bfloat16, found ") + dtype_name(opts.dtype));
+  const int64_t n = static_cast<int64_t>(ids.size()), C = config().embd;
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i].empty() || static_cast<int64_t>(ids[i].size()) > config().context)
+      throw Error("embed: text " + std::to_string(i) + " has " + std::to_string(ids[i].size()) +
+                  " tokens, expected 1 .. " + std::to_string(config().context));
+  Tensor out(DType::f32, {n, C});
+  // Longest first, so each batch's texts are of similar lengths (as
+  // sentence-transformers orders them); results go back to their rows.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return ids[a].size() > ids[b].size(); });
+  const DType before = gpt_->compute_dtype();
+  gpt_->set_compute_dtype(opts.dtype);
+  std::vector<int32_t> packed;
+  std::vector<int64_t> lengths;
+  try {
+    for (int64_t b0 = 0; b0 < n; b0 += opts.batch) {
+      const int64_t b1 = std::min(n, b0 + opts.batch);
+      packed.clear(), lengths.clear();
+      for (int64_t j = b0; j < b1; ++j) {
+        const std::vector<int32_t>& t = ids[order[j]];
+        packed.insert(packed.end(), t.begin(), t.end());
+        lengths.push_back(static_cast<int64_t>(t.size()));
+      }
+      const float* h = gpt_->hidden_states(packed.data(), lengths).data();
+      for (int64_t j = b0; j < b1; ++j) {
+        const int64_t len = lengths[j - b0];
+        hf::pool(out.data<float>() + order[j] * C, h, len, C, pooling_);
+        h += len * C;
+      }
+      if (opts.progress) opts.progress(b1, n);
+    }
+  } catch (...) {
+    gpt_->set_compute_dtype(before);
+    throw;
+  }
+  gpt_->set_compute_dtype(before);
+  return out;
+}
+
 std::vector<int32_t> Model::generate(const SampleOptions& opts,
                                      const std::function<void(const std::string&)>& on_token) {
-  return sample(*gpt_, tokenizer_, opts, on_token ? on_token : [](const std::string&) {});
+  return sample(*gpt_, tokenizer(), opts, on_token ? on_token : [](const std::string&) {});
 }
 
 }  // namespace qkv

@@ -7,18 +7,11 @@
 #include "io/json_strict.h"
 #include "model/bert_text.h"
 #include "model/utf8.h"
+#include "io/files.h"
 #include "qkv/error.h"
 
 namespace qkv {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path + "': missing or unreadable");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::u32string decode(const std::string& utf8) {
   std::u32string out;

@@ -16,7 +16,7 @@ namespace ref {
 
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t BT, int64_t C) {
+                       int64_t BT, int64_t C, double eps) {
   for (int64_t r = 0; r < BT; ++r) {
     const T* x = inp + r * C;
     T m = 0;
@@ -25,7 +25,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     T v = 0;
     for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
     v /= static_cast<T>(C);
-    const T s = T(1) / std::sqrt(v + static_cast<T>(kLayerNormEps));
+    const T s = T(1) / std::sqrt(v + static_cast<T>(eps));
     for (int64_t c = 0; c < C; ++c)
       out[r * C + c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : T(0));
     mean[r] = m;
@@ -59,9 +59,9 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
-                                int64_t, int64_t);
+                                int64_t, int64_t, double);
 template void layernorm_forward(double*, double*, double*, const double*, const double*,
-                                const double*, int64_t, int64_t);
+                                const double*, int64_t, int64_t, double);
 template void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
                                  const float*, const float*, int64_t, int64_t);
 template void layernorm_backward(double*, double*, double*, const double*, const double*,
@@ -84,8 +84,7 @@ using detail::lane_sum;
 
 // m and s of one row x [C].
 QKV_LN_CLONES
-void row_stats(const float* x, int64_t C, float* mean, float* rstd) {
-  const float eps = static_cast<float>(ref::kLayerNormEps);
+void row_stats(const float* x, int64_t C, float eps, float* mean, float* rstd) {
   const float inv_c = 1.0f / static_cast<float>(C);
   // Two passes (mean, then squared deviations): no cancellation, unlike
   // E[x²] - E[x]², when the mean is large against the spread.
@@ -115,10 +114,10 @@ void normalize_row(bfloat16* y, const float* x, float m, float s, const float* w
 
 template <class Out>
 void fast_forward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
-                  const float* bias, int64_t BT, int64_t C) {
+                  const float* bias, int64_t BT, int64_t C, double eps) {
 #pragma omp parallel for schedule(static) if (BT * C >= detail::kParallelMin)
   for (int64_t r = 0; r < BT; ++r) {
-    row_stats(inp + r * C, C, mean + r, rstd + r);
+    row_stats(inp + r * C, C, static_cast<float>(eps), mean + r, rstd + r);
     normalize_row(out + r * C, inp + r * C, mean[r], rstd[r], weight, bias, C);
   }
 }
@@ -180,15 +179,16 @@ void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout,
 
 // ---- the layer ---------------------------------------------------------------
 
-// out [BT, C] = (inp - mean) · rstd · weight + bias per row; mean [BT], rstd [BT].
+// out [BT, C] = (inp - mean) · rstd · weight + bias per row, rstd = 1 / sqrt(var + eps);
+// mean [BT], rstd [BT].
 // bias (and dbias) may be null: LayerNorm without bias, as in nanoGPT.
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t BT, int64_t C) {
+                       int64_t BT, int64_t C, double eps) {
   if constexpr (std::is_same_v<T, float>)
-    fast_forward(out, mean, rstd, inp, weight, bias, BT, C);
+    fast_forward(out, mean, rstd, inp, weight, bias, BT, C, eps);
   else
-    ref::layernorm_forward(out, mean, rstd, inp, weight, bias, BT, C);
+    ref::layernorm_forward(out, mean, rstd, inp, weight, bias, BT, C, eps);
 }
 
 // With n = (x - mean) · rstd and g = dout · weight (per row):
@@ -205,14 +205,14 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 void layernorm_forward(bfloat16* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t BT, int64_t C) {
-  fast_forward(out, mean, rstd, inp, weight, bias, BT, C);
+                       const float* weight, const float* bias, int64_t BT, int64_t C, double eps) {
+  fast_forward(out, mean, rstd, inp, weight, bias, BT, C, eps);
 }
 
 template void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
-                                int64_t, int64_t);
+                                int64_t, int64_t, double);
 template void layernorm_forward(double*, double*, double*, const double*, const double*,
-                                const double*, int64_t, int64_t);
+                                const double*, int64_t, int64_t, double);
 template void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
                                  const float*, const float*, int64_t, int64_t);
 template void layernorm_backward(double*, double*, double*, const double*, const double*,

@@ -15,7 +15,6 @@
 
 namespace qkv::nn::ref {
 
-inline constexpr double kLayerNormEps = 1e-5;
 // GELU, tanh form: 0.5 x (1 + tanh(u)), u = √(2/π) (x + 0.044715 x³).
 inline constexpr double kGeluScale = 0.7978845608028654;  // √(2/π)
 inline constexpr double kGeluCubic = 0.044715;
@@ -37,7 +36,7 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // Per row: mean, biased variance, rstd = 1/√(var + eps), out = (x - mean) · rstd · w + b.
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t BT, int64_t C);
+                       int64_t BT, int64_t C, double eps = 1e-5);
 // With n = (x - mean) · rstd and g = dout · w:
 //   dx += rstd · (g - mean_c(g) - n · mean_c(g · n)),  dw += Σ_rows dout · n,  db += Σ_rows dout.
 template <class T>

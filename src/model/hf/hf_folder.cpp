@@ -1,0 +1,149 @@
+// hf_folder.cpp: what every Hugging Face architecture shares: config.json,
+// the safetensors shards, and the checks on each parameter's tensors.
+#include "model/hf/hf_folder.h"
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "io/files.h"
+#include "io/json_strict.h"
+#include "qkv/error.h"
+#include "qkv/safetensors.h"
+
+namespace qkv::hf {
+namespace {
+
+using nlohmann::json;
+
+json read_json(const std::string& path) {
+  try {
+    return parse_json_strict(read_file(path), 64);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    // with_file_source's errors already name the path.
+    if (what.find(path) != std::string::npos) throw;
+    throw Error("'" + path + "': " + what);
+  }
+}
+
+// The weights files: model.safetensors, or the shards its index lists (in
+// the index's order of first mention).
+std::vector<std::string> weight_files(const std::string& dir) {
+  const std::string single = dir + "/model.safetensors", index = single + ".index.json";
+  if (std::filesystem::exists(single) || !std::filesystem::exists(index)) return {single};
+  const json j = read_json(index);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error("'" + index + "': expected an object with a \"weight_map\" of tensor names to files");
+  std::vector<std::string> files;
+  std::set<std::string> seen;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      throw Error("'" + index + "': weight_map[\"" + name + "\"] must be a file name in the folder, found " +
+                  json_excerpt(file));
+    if (seen.insert(file.get<std::string>()).second) files.push_back(dir + "/" + file.get<std::string>());
+  }
+  if (files.empty()) throw Error("'" + index + "': weight_map lists no files");
+  return files;
+}
+
+}  // namespace
+
+int64_t int_field(const json& j, const char* key, const std::string& file, int64_t lo) {
+  if (!j.contains(key)) throw Error("'" + file + "': missing " + key);
+  const json& v = j[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < lo)
+    throw Error("'" + file + "': " + key + " must be an integer >= " + std::to_string(lo) + ", found " +
+                json_excerpt(v));
+  return v.get<int64_t>();
+}
+
+int64_t int_field_or(const json& j, const char* key, const std::string& file, int64_t lo,
+                     int64_t fallback) {
+  return j.contains(key) && !j[key].is_null() ? int_field(j, key, file, lo) : fallback;
+}
+
+double number_field_or(const json& j, const char* key, const std::string& file, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number() || !std::isfinite(j[key].get<double>()))
+    throw Error("'" + file + "': " + key + " must be a number, found " + json_excerpt(j[key]));
+  return j[key].get<double>();
+}
+
+std::string string_field_or(const json& j, const char* key, const std::string& file,
+                            const std::string& fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string())
+    throw Error("'" + file + "': " + key + " must be a string, found " + json_excerpt(j[key]));
+  return j[key].get<std::string>();
+}
+
+bool is_hf_folder(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    const json j = json::parse(read_file(path));
+    return j.is_object() && j.contains("model_type");
+  } catch (const std::exception&) {
+    return false;  // qkv's own loader reports what is wrong with it
+  }
+}
+
+Architecture read_architecture(const std::string& dir) {
+  const std::string file = dir + "/config.json";
+  const json j = read_json(file);
+  if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
+  const std::string type = string_field_or(j, "model_type", file, "");
+  std::vector<std::string> names;
+  for (const std::string& f : weight_files(dir))
+    for (const SafetensorsEntry& e : safetensors_entries(f)) names.push_back(e.name);
+  if (type == "bert") return bert_architecture(j, file, names);
+  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert)");
+}
+
+std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
+  auto gpt = std::make_unique<GPT>(arch.config);
+  // Where each source tensor goes: its parameter, and its first row there.
+  struct Slot {
+    const ParamInfo* param;
+    int64_t row0, rows;
+    bool filled = false;
+  };
+  std::map<std::string, Slot> slots;
+  for (const ParamInfo& p : gpt->params()) {
+    const auto it = arch.weights.find(p.name);
+    if (it == arch.weights.end()) throw Error("model: no checkpoint tensor is mapped to " + p.name);
+    // Stacked sources split the rows evenly (q, k and v of one width).
+    const int64_t rows = p.shape[0] / static_cast<int64_t>(it->second.size());
+    for (size_t i = 0; i < it->second.size(); ++i)
+      slots[it->second[i]] = Slot{&p, static_cast<int64_t>(i) * rows, rows};
+  }
+  float* w = gpt->weights().data();
+  for (const std::string& file : weight_files(dir)) {
+    read_safetensors_as_f32(file, [&](const SafetensorsEntry& e) -> float* {
+      const auto it = slots.find(e.name);
+      if (it == slots.end()) return nullptr;  // unused (a pooler, position ids)
+      Slot& s = it->second;
+      Shape want = s.param->shape;
+      want[0] = s.rows;
+      if (e.shape != want)
+        throw Error("'" + file + "': tensor " + e.name + " should be " + shape_str(want) + " for " +
+                    s.param->name + " (from config.json), found " + shape_str(e.shape));
+      if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
+        throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
+      s.filled = true;
+      const int64_t row = shape_numel(s.param->shape) / s.param->shape[0];
+      return w + s.param->offset + s.row0 * row;
+    });
+  }
+  for (const auto& [name, s] : slots)
+    if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name + " (for " + s.param->name + ")");
+  for (const ParamInfo& p : gpt->params())
+    for (int64_t i = 0; i < p.size; ++i)
+      if (!std::isfinite(w[p.offset + i]))
+        throw Error("'" + dir + "': " + p.name + " holds a non-finite value at element " + std::to_string(i));
+  return gpt;
+}
+
+}  // namespace qkv::hf

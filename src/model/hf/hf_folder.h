@@ -1,0 +1,64 @@
+// hf_folder.h: a Hugging Face model folder (config.json + model.safetensors,
+// or shards listed by model.safetensors.index.json) read into qkv's model.
+//
+// An architecture is two things (one file each, e.g. bert.cpp): its
+// config.json read into a GPTConfig (the block description), and its
+// weight-name map, which says which of the checkpoint's tensors make each
+// of the model's parameters. Everything else (finding the shards, checking
+// names and shapes, converting F16/BF16, refusing non-finite values) is
+// shared here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/gpt.h"
+
+namespace qkv::hf {
+
+// One parameter's sources: tensors whose rows, stacked in this order (along
+// dim 0), make the parameter (q, k and v into the fused c_attn), or one.
+using WeightMap = std::map<std::string, std::vector<std::string>>;
+
+// What an architecture makes of a folder.
+struct Architecture {
+  std::string model_type;   // config.json's, e.g. "bert"
+  GPTConfig config;
+  WeightMap weights;        // by qkv's parameter names (ParamInfo::name)
+};
+
+// True when dir/config.json exists and names a "model_type" (a Hugging
+// Face folder, as opposed to qkv's own, whose config.json has "arch").
+bool is_hf_folder(const std::string& dir);
+
+// dir/config.json read by the architecture its model_type names; anything
+// it cannot run is a qkv::Error naming the field. `names` lists the
+// checkpoint's tensor names (an architecture may look for a prefix).
+Architecture read_architecture(const std::string& dir);
+
+// The model of `arch` with its weights read from dir's safetensors (one
+// file or shards), each parameter checked: every source present, shapes
+// stacking to the parameter's, a float dtype, finite values.
+std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch);
+
+// The architectures (bert.cpp, ...): config.json's object -> config and map,
+// `file` naming config.json in messages, `tensor_names` the checkpoint's.
+Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
+                               const std::vector<std::string>& tensor_names);
+
+// Shared helpers of the architectures: a required integer >= lo, an optional
+// one, a number, a string; each error names the field and the file.
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& file, int64_t lo);
+int64_t int_field_or(const nlohmann::json& j, const char* key, const std::string& file, int64_t lo,
+                     int64_t fallback);
+double number_field_or(const nlohmann::json& j, const char* key, const std::string& file,
+                       double fallback);
+std::string string_field_or(const nlohmann::json& j, const char* key, const std::string& file,
+                            const std::string& fallback);
+
+}  // namespace qkv::hf
