@@ -7,6 +7,8 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   # oneDNN, the GEMM; its CMake package also wants OpenCL's, which
                   # apt only recommends
                   libdnnl-dev ocl-icd-opencl-dev
+                  # Unicode categories for the tokenizers
+                  libutf8proc-dev
                   # the tsan preset: clang with LLVM's OpenMP runtime and Archer;
                   # the fuzz targets: libFuzzer and the sanitizer runtimes, lld
                   clang libomp-dev libclang-rt-14-dev lld
