@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-tokenizers = pytest.importorskip("tokenizers")
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
