@@ -111,6 +111,27 @@ TEST(Bpe, AddedTokensAreFoundFirstLongestWins) {
   EXPECT_EQ(tok.decode({3, 7, 8}, /*skip_special=*/true), "ab<|x|>a");
 }
 
+TEST(Bpe, NormalizedAddedTokensAreMatchedNormalized) {
+  // Llama 2's normalizer: "▁" in front, spaces as "▁". A normalized added
+  // token is looked for as its content normalized ("a b" as "▁a▁b"), in the
+  // stretches between the others, each normalized on its own (ids checked
+  // with tokenizers 0.23).
+  const std::string added =
+      R"([{"id": 5, "content": "<s>", "special": true, "normalized": false},
+          {"id": 6, "content": "▁b", "normalized": true}, {"id": 7, "content": "a b", "normalized": true}])";
+  std::string json = spec(R"({"<unk>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4})", R"(["▁ a"])", "null", "null",
+                          R"("unk_token": "<unk>", )", added);
+  const std::string normalizer = R"({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})";
+  json.replace(json.find(R"("normalizer": null)"), 18, R"("normalizer": )" + normalizer);
+  const auto tok = load(json);
+  EXPECT_EQ(tok.encode("a b"), (Ids{7}));
+  EXPECT_EQ(tok.encode("<s>a b"), (Ids{5, 7}));
+  EXPECT_EQ(tok.encode("a<s> b"), (Ids{4, 5, 6}));
+  EXPECT_EQ(tok.encode("ba b a"), (Ids{1, 3, 2, 1, 3, 4}));
+  EXPECT_EQ(tok.encode(""), Ids{});
+}
+
 TEST(Bpe, InvalidUtf8NamesTheByte) {
   const auto tok = load(spec(kAbc, "[]"));
   for (const auto& [text, offset] : std::vector<std::pair<std::string, int>>{

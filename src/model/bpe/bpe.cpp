@@ -32,10 +32,10 @@ std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vect
                                  bool normalized) {
   std::vector<const AddedToken*> tokens;
   for (const AddedToken& a : added)
-    if (a.normalized == normalized) tokens.push_back(&a);
+    if (a.normalized == normalized && !a.match.empty()) tokens.push_back(&a);
   if (tokens.empty()) return in;
   std::stable_sort(tokens.begin(), tokens.end(),
-                   [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
+                   [](const AddedToken* a, const AddedToken* b) { return a->match.size() > b->match.size(); });
   std::vector<Segment> out;
   for (const Segment& s : in) {
     if (s.id >= 0) {
@@ -46,7 +46,7 @@ std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vect
     for (size_t p = 0; p < s.text.size();) {
       const AddedToken* hit = nullptr;
       for (const AddedToken* a : tokens) {
-        if (s.text.compare(p, a->content.size(), a->content) == 0) {
+        if (s.text.compare(p, a->match.size(), a->match) == 0) {
           hit = a;
           break;
         }
@@ -56,8 +56,8 @@ std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vect
         continue;
       }
       if (p > from) out.push_back({s.text.substr(from, p - from), -1});
-      out.push_back({s.text.substr(p, hit->content.size()), hit->id});
-      p += hit->content.size();
+      out.push_back({s.text.substr(p, hit->match.size()), hit->id});
+      p += hit->match.size();
       from = p;
     }
     if (from < s.text.size()) out.push_back({s.text.substr(from), -1});
@@ -182,6 +182,14 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
 
 }  // namespace
 
+std::string bpe::normalize(const std::vector<NormalizeStep>& steps, std::string text) {
+  for (const NormalizeStep& s : steps) {
+    if (!s.prepend) replace_all(text, s.from, s.to);
+    else if (!text.empty()) text.insert(0, s.to);  // tokenizers' Prepend leaves "" alone
+  }
+  return text;
+}
+
 BpeTokenizer::BpeTokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 BpeTokenizer BpeTokenizer::from_json(const std::string& json, const std::string& name_for_errors) {
@@ -226,14 +234,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
     }
     // The normalizer, then the added tokens that are matched on its output.
     std::string_view text = raw.text;
-    if (!t.normalizer.empty()) {
-      std::string& n = owned.emplace_back(text);
-      for (const bpe::NormalizeStep& s : t.normalizer) {
-        if (!s.prepend) replace_all(n, s.from, s.to);
-        else if (!n.empty()) n.insert(0, s.to);
-      }
-      text = n;
-    }
+    if (!t.normalizer.empty()) text = owned.emplace_back(bpe::normalize(t.normalizer, std::string(text)));
     for (const Segment& seg : split_added({{text, -1}}, t.added, true)) {
       if (seg.id >= 0) {
         ids.push_back(seg.id);

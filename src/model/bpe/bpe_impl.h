@@ -16,9 +16,11 @@
 namespace qkv::bpe {
 
 // An entry of "added_tokens". `normalized` ones are looked for after the
-// normalizer, in what the others left; tokenizers does the same.
+// normalizer, in what the others left, as their content normalized;
+// tokenizers does the same.
 struct AddedToken {
   std::string content;
+  std::string match;  // what is looked for: content, normalized if `normalized`
   int32_t id = 0;
   bool normalized = false;
   bool special = false;
@@ -29,6 +31,9 @@ struct NormalizeStep {
   bool prepend = false;
   std::string from, to;
 };
+
+// `text` through the normalizer's steps.
+std::string normalize(const std::vector<NormalizeStep>& steps, std::string text);
 
 // A pre-tokenizer step: Split by a known pattern, or ByteLevel (optionally
 // a space in front of each piece, optionally GPT-2's split).

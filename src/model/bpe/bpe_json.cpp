@@ -284,7 +284,10 @@ void read_added_tokens(const Reader& r, const json& list, BpeTokenizer::Impl& im
     impl.added.push_back(a);
   }
   impl.special.assign(impl.tokens.size(), 0);
-  for (const AddedToken& a : impl.added) impl.special[a.id] = a.special ? 1 : 0;
+  for (AddedToken& a : impl.added) {
+    impl.special[a.id] = a.special ? 1 : 0;
+    a.match = a.normalized ? normalize(impl.normalizer, a.content) : a.content;
+  }
 }
 
 }  // namespace
