@@ -45,6 +45,8 @@ TEST(Bpe, MergesInRankOrder) {
   EXPECT_EQ(load(spec(kAbc, R"(["b c", "a bc"])")).encode("abc"), (Ids{5}));
   EXPECT_EQ(load(spec(kAbc, R"(["a b", "b c"])")).encode("abc"), (Ids{3, 2}));
   EXPECT_EQ(load(spec(kAbc, R"(["b c", "a b"])")).encode("abc"), (Ids{0, 4}));
+  // A pair listed twice ranks where it is listed last, as in tokenizers.
+  EXPECT_EQ(load(spec(kAbc, R"(["b c", "a b", "b c"])")).encode("abc"), (Ids{3, 2}));
   // Merges as pairs, as tokenizers writes them since 0.20.
   EXPECT_EQ(load(spec(kAbc, R"([["a", "b"], ["ab", "c"]])")).encode("abc"), (Ids{5}));
 }
@@ -132,6 +134,18 @@ TEST(Bpe, NormalizedAddedTokensAreMatchedNormalized) {
   EXPECT_EQ(tok.encode(""), Ids{});
 }
 
+TEST(Bpe, MetaspaceMarksSpaces) {
+  // Spaces become "_", one goes in front of the text's first stretch only
+  // ("first"), and each "_" begins a piece; the decoder drops the first one.
+  const std::string added = R"([{"id": 5, "content": "<s>", "special": true, "normalized": false}])";
+  const auto tok = load(spec(R"({"_": 0, "a": 1, "b": 2, "_a": 3, "_b": 4})", R"(["_ a", "_ b"])",
+                             R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "first", "split": true})",
+                             R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"})", "", added));
+  EXPECT_EQ(tok.encode("a  b"), (Ids{3, 0, 4}));
+  EXPECT_EQ(tok.encode("a<s>a"), (Ids{3, 5, 1}));
+  EXPECT_EQ(tok.decode({3, 0, 4}), "a  b");
+}
+
 TEST(Bpe, InvalidUtf8NamesTheByte) {
   const auto tok = load(spec(kAbc, "[]"));
   for (const auto& [text, offset] : std::vector<std::pair<std::string, int>>{
@@ -171,12 +185,22 @@ TEST(Bpe, UnsupportedFieldsAreNamed) {
                 R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated"})"),
            "pre_tokenizer.pattern.Regex");
   fails_at(with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Whitespace"})"), "pre_tokenizer.type");
+  fails_at(with(R"("pre_tokenizer": null)",
+                R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Metaspace", "replacement": "_"},
+                   {"type": "ByteLevel", "add_prefix_space": false}]})"),
+           "pre_tokenizer.pretokenizers[0]: Metaspace");
+  fails_at(with(R"("pre_tokenizer": null)",
+                R"("pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "twice"})"),
+           "pre_tokenizer.prepend_scheme");
   fails_at(with(R"("decoder": null)", R"("decoder": {"type": "Sequence", "decoders": [{"type": "WordPiece"}]})"),
            "decoder.decoders[0].type");
-  fails_at(with(R"("added_tokens": [])", R"("added_tokens": [{"id": 9, "content": "x", "lstrip": true}])"),
+  fails_at(with(R"("added_tokens": [])", R"("added_tokens": [{"id": 7, "content": "x", "lstrip": true}])"),
            "added_tokens[0].lstrip");
   fails_at(spec(kAbc, R"(["a z"])"), "model.merges[0]");
-  fails_at(spec(kAbc, R"(["a b", "c a"])"), "model.merges[1]");  // "ca" is not a token
+  fails_at(spec(kAbc, R"(["a b", "c a"])"), "model.merges[1]");
+  // Added tokens take the vocabulary's id, else the next free one.
+  fails_at(spec(kAbc, "[]", "null", "null", "", R"([{"id": 9, "content": "<s>"}])"), "added_tokens[0].id: 9");
+  fails_at(spec(kAbc, "[]", "null", "null", "", R"([{"id": 7, "content": "ab"}])"), "added_tokens[0].id: 7");  // "ca" is not a token
   fails_at(R"({"model": )", "not valid JSON");
 }
 

@@ -11,12 +11,19 @@
 //     piece one symbol); Split with GPT-2's or Llama 3's pattern (recognised
 //     by its exact text: the patterns are implemented by hand over Unicode
 //     categories, not by a regex engine), behavior Isolated; Sequence;
+//     Metaspace (on its own);
 //   - model: BPE with merges, unk_token, fuse_unk, byte_fallback (<0xNN>
 //     tokens for a character outside the vocabulary) and ignore_merges;
-//   - decoder: ByteLevel, ByteFallback, Fuse, Replace, Strip, Sequence.
+//   - decoder: ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace,
+//     Sequence.
 // Anything else in the file (another model, normalizer, pre-tokenizer or
 // decoder, a regex this class does not know, BPE dropout, an added token
 // with lstrip, rstrip or single_word) is a qkv::Error naming the field.
+//
+// Letters, numbers and white space are Unicode's categories as utf8proc
+// knows them (Unicode 15.0 in utf8proc 2.8); tokenizers 0.23's regex engine
+// knows Unicode 16.0, so text with characters new in 16.0 (Garay, Kirat Rai,
+// more Egyptian hieroglyphs, ...) may split differently.
 //
 // The post_processor is not applied: encode() returns the text's own ids,
 // as tokenizers' encode(text, add_special_tokens=False) does; a caller that

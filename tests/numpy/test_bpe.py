@@ -3,7 +3,8 @@
 Tokenizers are trained here with the tokenizers library (nothing is
 downloaded): GPT-2's layout (ByteLevel), Llama 3's (Split with its pattern,
 then ByteLevel; ignore_merges; special tokens) and Llama 2's (Prepend and
-Replace normalizer, byte_fallback, no pre-tokenizer). Each encodes seeded
+Replace normalizer, byte_fallback, no pre-tokenizer; or a Metaspace
+pre-tokenizer and decoder). Each encodes seeded
 lines that stress the pre-tokenizer rules; tests/bpe_check (QKV_BPE_CHECK)
 encodes and decodes them with qkv.
 """
@@ -119,25 +120,40 @@ def llama3():
     return tok
 
 
-def llama2(tmp):
+def sentencepiece(tmp, normalizer, pre_tokenizer, decoder):
     """SentencePiece's layout: spaces as "▁", characters outside the vocabulary as <0xNN> tokens."""
     tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")  # training only
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     trainer = trainers.BpeTrainer(vocab_size=2000, limit_alphabet=150, special_tokens=["<unk>", "<s>", "</s>"],
                                   show_progress=False)
     tok.train_from_iterator(training_lines(["<s>", "</s>"]), trainer)
-    # As Llama 2's file: no pre-tokenizer, and the 256 byte tokens in the vocabulary.
+    # The pipeline under test, and the 256 byte tokens in the vocabulary, as Llama's files have them.
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoder
     spec = json.loads(tok.to_str())
-    spec["pre_tokenizer"] = None
     vocab = spec["model"]["vocab"]
     for b in range(256):
         vocab[f"<0x{b:02X}>"] = len(vocab)
-    path = tmp / "llama2.json"
+    path = tmp / "sentencepiece.json"
     path.write_text(json.dumps(spec), encoding="utf-8")
     return Tokenizer.from_file(str(path))
+
+
+def llama2(tmp):
+    """Llama 2's (and transformers' "legacy" conversion's): a normalizer, no pre-tokenizer."""
+    return sentencepiece(
+        tmp, normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]), None,
+        decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                           decoders.Strip(" ", 1, 0)]))
+
+
+def metaspace(scheme, split):
+    """transformers' newer conversion: a Metaspace pre-tokenizer (and here its decoder) instead."""
+    return lambda tmp: sentencepiece(
+        tmp, None, pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme, split=split),
+        decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme=scheme), decoders.ByteFallback(),
+                           decoders.Fuse()]))
 
 
 CASES = {
@@ -145,6 +161,9 @@ CASES = {
     "gpt2_prefix_space": lambda tmp: gpt2(prefix_space=True),
     "llama3": lambda tmp: llama3(),
     "llama2": llama2,
+    "metaspace_first": metaspace("first", False),
+    "metaspace_always_split": metaspace("always", True),
+    "metaspace_never_split": metaspace("never", True),
 }
 
 

@@ -92,6 +92,49 @@ int32_t named_token(const nlohmann::json& config, const char* key, const BpeToke
   throw Error(file + ": " + key + ": " + json_excerpt(v) + " is not a token of tokenizer.json");
 }
 
+// Appends the pieces one pre-tokenizer step makes of `p` to `out`; text it
+// makes goes into `owned` (a deque: the views stay valid). `at_start`: p
+// begins the text (Metaspace's "first").
+void pre_tokenize(const bpe::PreTokenizeStep& step, std::string_view p, bool at_start,
+                  std::deque<std::string>& owned, std::vector<std::string_view>& out) {
+  using Kind = bpe::PreTokenizeStep::Kind;
+  using Prepend = bpe::PreTokenizeStep::Prepend;
+  switch (step.kind) {
+    case Kind::Split:
+      bpe::split_pieces(p, step.rule, out);
+      return;
+    case Kind::ByteLevel:
+      if (step.add_prefix_space && (p.empty() || p[0] != ' ')) {
+        std::string& spaced = owned.emplace_back(1, ' ');
+        spaced.append(p);
+        p = spaced;
+      }
+      if (step.use_regex) bpe::split_pieces(p, bpe::SplitRule::Gpt2, out);
+      else out.push_back(p);
+      return;
+    case Kind::Metaspace: {
+      const std::string& rep = step.replacement;
+      std::string& s = owned.emplace_back(p);
+      replace_all(s, " ", rep);
+      const bool prepend = step.prepend == Prepend::Always || (step.prepend == Prepend::First && at_start);
+      if (prepend && s.compare(0, rep.size(), rep) != 0) s.insert(0, rep);
+      const std::string_view v = s;
+      if (!step.split) {
+        out.push_back(v);
+        return;
+      }
+      // Each replacement begins a piece ("▁a▁▁b" -> "▁a", "▁", "▁b").
+      size_t start = 0;
+      for (size_t k = v.find(rep, 1); k != std::string_view::npos; k = v.find(rep, k + rep.size())) {
+        out.push_back(v.substr(start, k - start));
+        start = k;
+      }
+      out.push_back(v.substr(start));
+      return;
+    }
+  }
+}
+
 // Applies one decoder step to the tokens.
 void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
   using Kind = DecodeStep::Kind;
@@ -158,6 +201,12 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
       tokens = std::move(out);
       break;
     }
+    case Kind::Metaspace:
+      // The replacement is a space again, except in the first token, where
+      // it is what the pre-tokenizer put in front and is dropped.
+      for (size_t i = 0; i < tokens.size(); ++i)
+        replace_all(tokens[i], step.from, i == 0 && step.prepend ? "" : step.to);
+      break;
     case Kind::Fuse: {
       std::string all;
       for (const std::string& t : tokens) all += t;
@@ -240,21 +289,12 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
         ids.push_back(seg.id);
         continue;
       }
+      // Metaspace's "first": this stretch begins the text.
+      const bool at_start = raw.text.data() == utf8.data() && seg.text.data() == text.data();
       pieces.assign(1, seg.text);
       for (const bpe::PreTokenizeStep& step : t.pre_tokenizer) {
         next.clear();
-        for (std::string_view p : pieces) {
-          if (step.byte_level && step.add_prefix_space && (p.empty() || p[0] != ' ')) {
-            std::string& spaced = owned.emplace_back(1, ' ');
-            spaced.append(p);
-            p = spaced;
-          }
-          if (!step.byte_level || step.use_regex) {
-            bpe::split_pieces(p, step.rule, next);
-          } else {
-            next.push_back(p);
-          }
-        }
+        for (const std::string_view p : pieces) pre_tokenize(step, p, at_start, owned, next);
         pieces.swap(next);
       }
       for (const std::string_view p : pieces) t.model.encode_word(p, scratch, ids);

@@ -35,19 +35,26 @@ struct NormalizeStep {
 // `text` through the normalizer's steps.
 std::string normalize(const std::vector<NormalizeStep>& steps, std::string text);
 
-// A pre-tokenizer step: Split by a known pattern, or ByteLevel (optionally
-// a space in front of each piece, optionally GPT-2's split).
+// A pre-tokenizer step: Split by a known pattern; ByteLevel (optionally a
+// space in front of each piece, optionally GPT-2's split); or Metaspace
+// (spaces become `replacement`, one put in front, pieces split before each).
 struct PreTokenizeStep {
-  bool byte_level = false;
+  enum class Kind { Split, ByteLevel, Metaspace } kind = Kind::Split;
   SplitRule rule = SplitRule::Gpt2;  // Split's pattern, or ByteLevel's when use_regex
-  bool use_regex = true;             // ByteLevel only
-  bool add_prefix_space = false;     // ByteLevel only
+  bool use_regex = true;             // ByteLevel
+  bool add_prefix_space = false;     // ByteLevel
+  std::string replacement;           // Metaspace: what stands for the space ("▁")
+  // Metaspace: put `replacement` in front of every stretch of text, of the
+  // text's first only (not of one after an added token), or never.
+  enum class Prepend { Always, First, Never } prepend = Prepend::Always;
+  bool split = true;                 // Metaspace: a piece starts at each `replacement`
 };
 
 // A decoder step.
 struct DecodeStep {
-  enum class Kind { ByteLevel, ByteFallback, Fuse, Replace, Strip } kind = Kind::Fuse;
-  std::string from, to;       // Replace
+  enum class Kind { ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace } kind = Kind::Fuse;
+  std::string from, to;       // Replace; Metaspace: `replacement` and " "
+  bool prepend = false;       // Metaspace: the first token's replacements are dropped, not spaces
   std::string strip;          // Strip: the character removed
   int start = 0, stop = 0;    // Strip: how many from each end
 };

@@ -80,19 +80,48 @@ void read_normalizer(const Reader& r, const json& n, std::vector<NormalizeStep>&
   }
 }
 
+// Metaspace's fields, as a pre-tokenizer and as a decoder: "replacement",
+// and "prepend_scheme", or in older files "add_prefix_space" (true: always).
+void read_metaspace(const Reader& r, const json& m, const std::string& path, std::string& replacement,
+                    PreTokenizeStep::Prepend& prepend) {
+  using Prepend = PreTokenizeStep::Prepend;
+  replacement = r.string(m, path, "replacement");
+  if (replacement.empty()) r.fail(path + ".replacement", "an empty replacement is not supported");
+  if (m.contains("prepend_scheme")) {
+    const std::string scheme = r.string(m, path, "prepend_scheme");
+    if (scheme == "always") prepend = Prepend::Always;
+    else if (scheme == "first") prepend = Prepend::First;
+    else if (scheme == "never") prepend = Prepend::Never;
+    else r.fail(path + ".prepend_scheme", "\"" + scheme + "\" is not one of always, first, never");
+  } else {
+    prepend = r.flag(m, path, "add_prefix_space", true) ? Prepend::Always : Prepend::Never;
+  }
+}
+
 void read_pre_tokenizer(const Reader& r, const json& p, std::vector<PreTokenizeStep>& out) {
+  using Kind = PreTokenizeStep::Kind;
   if (p.is_null()) return;
-  for (const auto& [step, path] : r.steps(p, "pre_tokenizer", "pretokenizers")) {
-    if (!out.empty() && out.back().byte_level) r.fail(path, "nothing may follow a ByteLevel pre-tokenizer");
+  const auto steps = r.steps(p, "pre_tokenizer", "pretokenizers");
+  for (const auto& [step, path] : steps) {
+    if (!out.empty() && out.back().kind == Kind::ByteLevel)
+      r.fail(path, "nothing may follow a ByteLevel pre-tokenizer");
     const std::string type = r.string(*step, path, "type");
     PreTokenizeStep s;
-    if (type == "ByteLevel") {
-      s.byte_level = true;
+    if (type == "Metaspace") {
+      // Its "first" needs to know where a piece sat in the text: only
+      // alone is that the stretch between added tokens.
+      if (steps.size() > 1) r.fail(path, "Metaspace is supported only as the whole pre-tokenizer");
+      s.kind = Kind::Metaspace;
+      read_metaspace(r, *step, path, s.replacement, s.prepend);
+      s.split = r.flag(*step, path, "split", true);
+    } else if (type == "ByteLevel") {
+      s.kind = Kind::ByteLevel;
       const json& prefix = r.get(*step, path, "add_prefix_space");
       if (!prefix.is_boolean()) r.fail(path + ".add_prefix_space", "expected true or false");
       s.add_prefix_space = prefix.get<bool>();
       s.use_regex = r.flag(*step, path, "use_regex", true);
     } else if (type == "Split") {
+      s.kind = Kind::Split;
       const json& pattern = r.get(*step, path, "pattern");
       const auto it = pattern.is_object() ? pattern.find("Regex") : pattern.end();
       if (!pattern.is_object() || it == pattern.end() || !it->is_string())
@@ -122,6 +151,12 @@ void read_decoder(const Reader& r, const json& d, std::vector<DecodeStep>& out) 
     DecodeStep s;
     if (type == "ByteLevel") {
       s.kind = Kind::ByteLevel;
+    } else if (type == "Metaspace") {
+      s.kind = Kind::Metaspace;
+      PreTokenizeStep::Prepend prepend;
+      read_metaspace(r, *step, path, s.from, prepend);
+      s.to.assign(1, ' ');  // (not = " ": GCC 12 warns falsely of overlap)
+      s.prepend = prepend != PreTokenizeStep::Prepend::Never;
     } else if (type == "ByteFallback") {
       s.kind = Kind::ByteFallback;
     } else if (type == "Fuse") {
@@ -163,7 +198,8 @@ bool to_bytes(const std::string& token, const std::unordered_map<std::string, ch
   return true;
 }
 
-void read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::Impl& impl) {
+// Returns the vocabulary as the file spells it.
+Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::Impl& impl) {
   const std::string path = "model";
   if (const auto t = m.find("type"); t != m.end() && *t != "BPE") r.unsupported_type(m, path);
   if (const auto d = m.find("dropout"); d != m.end() && !d->is_null())
@@ -248,13 +284,20 @@ void read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::I
       r.fail(where, "expected \"left right\" or [left, right], found " + json_excerpt(e));
     }
     const uint64_t pair = (static_cast<uint64_t>(id_of(left, where)) << 32) | static_cast<uint32_t>(id_of(right, where));
-    // A pair listed twice keeps its first rank.
-    model.merges.emplace(pair, std::make_pair(static_cast<int32_t>(i), id_of(left + right, where)));
+    // A pair listed twice takes its last rank, as in tokenizers.
+    model.merges.insert_or_assign(pair, std::make_pair(static_cast<int32_t>(i), id_of(left + right, where)));
   }
+  return by_name;
 }
 
-void read_added_tokens(const Reader& r, const json& list, BpeTokenizer::Impl& impl) {
+// `vocab`: the model's, as the file spells it.
+void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, BpeTokenizer::Impl& impl) {
   if (!list.is_array()) r.fail("added_tokens", "expected an array");
+  // tokenizers gives an added token its vocabulary id, else the next id
+  // after the vocabulary and the added tokens before it, whatever the file
+  // says; a file that says otherwise was not written by it and is refused.
+  Vocab added;
+  auto next_id = static_cast<int32_t>(vocab.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = "added_tokens[" + std::to_string(i) + "]";
     const json& t = list[i];
@@ -265,6 +308,13 @@ void read_added_tokens(const Reader& r, const json& list, BpeTokenizer::Impl& im
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31) - 1)
       r.fail(path + ".id", "expected an id >= 0, found " + json_excerpt(id));
     a.id = id.get<int32_t>();
+    if (!added.emplace(a.content, a.id).second) r.fail(path + ".content", "\"" + a.content + "\" is added twice");
+    const auto in_vocab = vocab.find(a.content);
+    const int32_t expected = in_vocab != vocab.end() ? in_vocab->second : next_id++;
+    if (a.id != expected)
+      r.fail(path + ".id", std::to_string(a.id) + ", but tokenizers would give \"" + a.content + "\" id " +
+                               std::to_string(expected) +
+                               (in_vocab != vocab.end() ? " (its id in model.vocab)" : " (the next after the vocabulary)"));
     for (const char* key : {"single_word", "lstrip", "rstrip"})
       if (r.flag(t, path, key, false)) r.fail(path + "." + key, "true is not supported");
     a.normalized = r.flag(t, path, "normalized", true);
@@ -306,9 +356,10 @@ void read_tokenizer_json(const std::string& text, const std::string& name_for_er
       r.fail(key, json_excerpt(*it) + " is not supported (only null)");
   read_normalizer(r, j.value("normalizer", json()), impl.normalizer);
   read_pre_tokenizer(r, j.value("pre_tokenizer", json()), impl.pre_tokenizer);
-  const bool byte_level = !impl.pre_tokenizer.empty() && impl.pre_tokenizer.back().byte_level;
-  read_model(r, r.get(j, "the file", "model"), byte_level, impl);
-  read_added_tokens(r, j.value("added_tokens", json::array()), impl);
+  const bool byte_level =
+      !impl.pre_tokenizer.empty() && impl.pre_tokenizer.back().kind == PreTokenizeStep::Kind::ByteLevel;
+  const Vocab vocab = read_model(r, r.get(j, "the file", "model"), byte_level, impl);
+  read_added_tokens(r, j.value("added_tokens", json::array()), vocab, impl);
   const json decoder = j.value("decoder", json());
   impl.has_decoder = !decoder.is_null();
   if (impl.has_decoder) read_decoder(r, decoder, impl.decoder);
