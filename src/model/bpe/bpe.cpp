@@ -18,6 +18,10 @@ namespace {
 using bpe::AddedToken;
 using bpe::DecodeStep;
 
+// Words encode() remembers per call: English text has fewer distinct words
+// than this in a few megabytes, and the map stays a few megabytes at most.
+constexpr size_t kMaxCachedWords = 1 << 16;
+
 // A stretch of the text: an added token's id, or text (id -1) still to go
 // through the pipeline.
 struct Segment {
@@ -276,6 +280,9 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
   bpe::MergeScratch scratch;
   std::deque<std::string> owned;  // normalized text and pieces; a deque keeps views valid
   std::vector<std::string_view> pieces, next;
+  // Words already encoded -> where their ids are in `ids`; the views point
+  // into `utf8` or `owned`, which outlive the map.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
   for (const Segment& raw : split_added({{utf8, -1}}, t.added, false)) {
     if (raw.id >= 0) {
       ids.push_back(raw.id);
@@ -297,7 +304,16 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
         for (const std::string_view p : pieces) pre_tokenize(step, p, at_start, owned, next);
         pieces.swap(next);
       }
-      for (const std::string_view p : pieces) t.model.encode_word(p, scratch, ids);
+      for (const std::string_view p : pieces) {
+        // A word seen before in this text copies its ids from there.
+        if (const auto hit = seen.find(p); hit != seen.end()) {
+          ids.insert(ids.end(), ids.begin() + hit->second.first, ids.begin() + hit->second.second);
+          continue;
+        }
+        const size_t from = ids.size();
+        t.model.encode_word(p, scratch, ids);
+        if (seen.size() < kMaxCachedWords) seen.emplace(p, std::make_pair(from, ids.size()));
+      }
     }
   }
   return ids;
