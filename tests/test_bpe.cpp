@@ -198,6 +198,8 @@ TEST(Bpe, UnsupportedFieldsAreNamed) {
            "added_tokens[0].lstrip");
   fails_at(spec(kAbc, R"(["a z"])"), "model.merges[0]");
   fails_at(spec(kAbc, R"(["a b", "c a"])"), "model.merges[1]");
+  fails_at(spec(R"({"a": 0, "b": 2000000000})", "[]"), "model.vocab: \"b\" has id 2000000000");
+  fails_at(spec(R"({"a": 0, "b": 0})", "[]"), "model.vocab: id 0 is given to two tokens");
   // Added tokens take the vocabulary's id, else the next free one.
   fails_at(spec(kAbc, "[]", "null", "null", "", R"([{"id": 9, "content": "<s>"}])"), "added_tokens[0].id: 9");
   fails_at(spec(kAbc, "[]", "null", "null", "", R"([{"id": 7, "content": "ab"}])"), "added_tokens[0].id: 7");  // "ca" is not a token

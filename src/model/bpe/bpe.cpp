@@ -29,17 +29,12 @@ struct Segment {
   int32_t id;
 };
 
-// Splits the text segments of `in` at the added tokens that have
-// `normalized` as given: at each place the longest token that starts there,
-// the leftmost place first, as tokenizers' Aho-Corasick search does.
+// Splits the text segments of `in` at the added tokens of `index`: at each
+// place the longest token that starts there, the leftmost place first, as
+// tokenizers' Aho-Corasick search does.
 std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vector<AddedToken>& added,
-                                 bool normalized) {
-  std::vector<const AddedToken*> tokens;
-  for (const AddedToken& a : added)
-    if (a.normalized == normalized && !a.match.empty()) tokens.push_back(&a);
-  if (tokens.empty()) return in;
-  std::stable_sort(tokens.begin(), tokens.end(),
-                   [](const AddedToken* a, const AddedToken* b) { return a->match.size() > b->match.size(); });
+                                 const bpe::AddedIndex& index) {
+  if (index.empty) return in;
   std::vector<Segment> out;
   for (const Segment& s : in) {
     if (s.id >= 0) {
@@ -49,9 +44,9 @@ std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vect
     size_t from = 0;
     for (size_t p = 0; p < s.text.size();) {
       const AddedToken* hit = nullptr;
-      for (const AddedToken* a : tokens) {
-        if (s.text.compare(p, a->match.size(), a->match) == 0) {
-          hit = a;
+      for (const int32_t k : index.by_first_byte[static_cast<unsigned char>(s.text[p])]) {
+        if (s.text.compare(p, added[k].match.size(), added[k].match) == 0) {
+          hit = &added[k];
           break;
         }
       }
@@ -283,7 +278,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
   // Words already encoded -> where their ids are in `ids`; the views point
   // into `utf8` or `owned`, which outlive the map.
   std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
-  for (const Segment& raw : split_added({{utf8, -1}}, t.added, false)) {
+  for (const Segment& raw : split_added({{utf8, -1}}, t.added, t.added_raw)) {
     if (raw.id >= 0) {
       ids.push_back(raw.id);
       continue;
@@ -291,7 +286,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
     // The normalizer, then the added tokens that are matched on its output.
     std::string_view text = raw.text;
     if (!t.normalizer.empty()) text = owned.emplace_back(bpe::normalize(t.normalizer, std::string(text)));
-    for (const Segment& seg : split_added({{text, -1}}, t.added, true)) {
+    for (const Segment& seg : split_added({{text, -1}}, t.added, t.added_normalized)) {
       if (seg.id >= 0) {
         ids.push_back(seg.id);
         continue;

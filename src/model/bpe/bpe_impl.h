@@ -26,6 +26,13 @@ struct AddedToken {
   bool special = false;
 };
 
+// The added tokens looked for in one pass (by `match`), by its first byte,
+// longest first: indices into BpeTokenizer::Impl::added.
+struct AddedIndex {
+  std::array<std::vector<int32_t>, 256> by_first_byte;
+  bool empty = true;
+};
+
 // A normalizer step: Prepend(text) when `prepend`, else Replace(from, to).
 struct NormalizeStep {
   bool prepend = false;
@@ -124,6 +131,8 @@ struct BpeTokenizer::Impl {
   std::vector<uint8_t> assigned;    // id -> 1 when some token has it
   std::vector<uint8_t> special;     // id -> 1 for a special added token
   std::vector<bpe::AddedToken> added;
+  bpe::AddedIndex added_raw;         // normalized == false: looked for in the text as given
+  bpe::AddedIndex added_normalized;  // normalized == true: looked for after the normalizer
   std::vector<bpe::NormalizeStep> normalizer;
   std::vector<bpe::PreTokenizeStep> pre_tokenizer;
   bpe::BpeModel model;

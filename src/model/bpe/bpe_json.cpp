@@ -227,8 +227,13 @@ Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::
       r.fail("model.vocab[" + json_excerpt(json(token)) + "]", "expected an id >= 0, found " + json_excerpt(id));
     entries.emplace_back(token, id.get<int32_t>());
   }
-  int32_t size = 0;
-  for (const auto& e : entries) size = std::max(size, e.second + 1);
+  // The ids are 0..N-1, each once (checked below), as every trained
+  // vocabulary has them; so a hostile id cannot make the tables huge.
+  const auto size = static_cast<int32_t>(entries.size());
+  for (const auto& [token, id] : entries)
+    if (id >= size)
+      r.fail("model.vocab", json_excerpt(json(token)) + " has id " + std::to_string(id) + "; the " +
+                                std::to_string(size) + " ids must be 0.." + std::to_string(size - 1));
   impl.tokens.assign(static_cast<size_t>(size), "");
   impl.assigned.assign(static_cast<size_t>(size), 0);
   Vocab by_name;  // as the file spells the tokens
@@ -334,10 +339,20 @@ void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, Bp
     impl.added.push_back(a);
   }
   impl.special.assign(impl.tokens.size(), 0);
-  for (AddedToken& a : impl.added) {
+  for (size_t k = 0; k < impl.added.size(); ++k) {
+    AddedToken& a = impl.added[k];
     impl.special[a.id] = a.special ? 1 : 0;
     a.match = a.normalized ? normalize(impl.normalizer, a.content) : a.content;
+    if (a.match.empty()) continue;  // erased by the normalizer: skipped, or it would match everywhere
+    AddedIndex& index = a.normalized ? impl.added_normalized : impl.added_raw;
+    index.by_first_byte[static_cast<unsigned char>(a.match[0])].push_back(static_cast<int32_t>(k));
+    index.empty = false;
   }
+  for (AddedIndex* index : {&impl.added_raw, &impl.added_normalized})
+    for (auto& bucket : index->by_first_byte)
+      std::stable_sort(bucket.begin(), bucket.end(), [&](int32_t x, int32_t y) {
+        return impl.added[x].match.size() > impl.added[y].match.size();
+      });
 }
 
 }  // namespace
