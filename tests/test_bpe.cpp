@@ -217,9 +217,15 @@ TEST(Bpe, FolderNamesBeginAndEnd) {
   const auto tok = qkv::BpeTokenizer::from_folder(dir.string());
   EXPECT_EQ(tok.bos_id(), 7);
   EXPECT_EQ(tok.eos_id(), 8);
+  // A name the config lacks comes from special_tokens_map.json.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  std::ofstream(dir / "special_tokens_map.json") << R"({"bos_token": "<s>", "eos_token": "<s>"})";
+  EXPECT_EQ(qkv::BpeTokenizer::from_folder(dir.string()).bos_id(), 7);
+  EXPECT_EQ(qkv::BpeTokenizer::from_folder(dir.string()).eos_id(), 8);
   std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<nope>"})";
   EXPECT_NE(error_of([&] { qkv::BpeTokenizer::from_folder(dir.string()); }).find("eos_token"), std::string::npos);
   std::filesystem::remove_all(dir);
+  EXPECT_NE(error_of([&] { qkv::BpeTokenizer::from_folder(dir.string()); }).find("cannot read"), std::string::npos);
 }
 
 }  // namespace

@@ -52,8 +52,8 @@ class QKV_API BpeTokenizer {
 
   /// Reads `dir`/tokenizer.json, and the names of the beginning- and
   /// end-of-text tokens from `dir`/tokenizer_config.json ("bos_token",
-  /// "eos_token", as a string or as {"content": ...}), or failing that from
-  /// `dir`/special_tokens_map.json. Either file may be absent.
+  /// "eos_token", as a string or as {"content": ...}), each name it lacks
+  /// from `dir`/special_tokens_map.json. Either file may be absent.
   static BpeTokenizer from_folder(const std::string& dir);
 
   /// The ids of UTF-8 text: added tokens first, then each stretch between

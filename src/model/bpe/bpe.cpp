@@ -251,6 +251,7 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   const std::filesystem::path main = root / "tokenizer.json";
   auto impl = std::make_shared<Impl>();
   bpe::read_tokenizer_json(read_text_file(main), main.string(), *impl);
+  // Each name from the first file that gives it.
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const std::filesystem::path path = root / name;
     if (!std::filesystem::exists(path)) continue;
@@ -261,9 +262,8 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
       throw Error(path.string() + ": " + e.what());
     }
     if (!config.is_object()) throw Error(path.string() + ": expected a JSON object");
-    impl->bos = named_token(config, "bos_token", *impl, path.string());
-    impl->eos = named_token(config, "eos_token", *impl, path.string());
-    break;
+    if (impl->bos < 0) impl->bos = named_token(config, "bos_token", *impl, path.string());
+    if (impl->eos < 0) impl->eos = named_token(config, "eos_token", *impl, path.string());
   }
   return BpeTokenizer(std::move(impl));
 }
