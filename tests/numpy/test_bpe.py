@@ -19,7 +19,9 @@ import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+# Beside the repository, or beside the folder of its git worktrees.
+SHAKESPEARE = next((p for p in (ROOT.parent / "shared/data/tinyshakespeare.txt",
+                                ROOT.parents[1] / "shared/data/tinyshakespeare.txt") if p.exists()), None)
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
@@ -36,7 +38,7 @@ def bpe_check():
 
 
 def prose():
-    if SHAKESPEARE.exists():
+    if SHAKESPEARE:
         return SHAKESPEARE.read_text(encoding="utf-8").splitlines()
     rng = random.Random(1)
     words = ["the", "king", "shall", "not", "we", "thou", "art", "my", "lord", "good", "Romeo"]
