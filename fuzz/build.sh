@@ -48,7 +48,7 @@ declare -A sources=(
 # objects come first and win (--allow-multiple-definition), so the archives
 # only fill in what the harness does not compile itself.
 release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a \
-  $root/build/release/libqkv_io.a $root/build/release/libqkv_core.a -ldnnl -lgomp -lpthread"
+  $root/build/release/libqkv_io.a $root/build/release/libqkv_core.a -ldnnl -lutf8proc -lgomp -lpthread"
 declare -A libs=(
   [checkpoint]="$release_libs"
   [model]="$release_libs"

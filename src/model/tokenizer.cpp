@@ -1,95 +1,19 @@
 #include "qkv/tokenizer.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <string_view>
 
 #include "io/json_strict.h"
+#include "model/utf8.h"
 #include "qkv/error.h"
 
 namespace qkv {
 namespace {
 
-constexpr char32_t kMaxCodePoint = 0x10FFFF;
+using utf8::code_point_name;
+using utf8::for_each_code_point;
+using utf8::utf8_of;
+
 constexpr char32_t kReplacement = 0xFFFD;  // what unknown_id() decodes to
-
-std::string hex_byte(unsigned char b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02x", b);
-  return buf;
-}
-
-std::string code_point_name(char32_t c) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(c));
-  return buf;
-}
-
-std::string utf8_of(char32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
-
-// Calls fn(code point) for each character of `s`, which must be UTF-8 as
-// Unicode defines it (Table 3-7): shortest form only, no surrogates
-// (U+D800..U+DFFF), nothing above U+10FFFF. Anything else throws, naming the
-// byte offset of the bad sequence and its line.
-template <class Fn>
-void for_each_code_point(std::string_view s, Fn fn) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  size_t pos = 0;
-  const auto fail = [&](const std::string& why) {
-    const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(pos), '\n');
-    throw Error("invalid UTF-8 at byte " + std::to_string(pos) + " (line " + std::to_string(line) + "): " + why);
-  };
-  while (pos < s.size()) {
-    const unsigned char b0 = byte(pos);
-    if (b0 < 0x80) {
-      fn(char32_t{b0});
-      ++pos;
-      continue;
-    }
-    if (b0 < 0xC0) fail("stray continuation byte " + hex_byte(b0) + " with no lead byte before it");
-    if (b0 >= 0xF8) fail("byte " + hex_byte(b0) + " never occurs in UTF-8");
-    const size_t len = b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-    char32_t c = b0 & (0xFF >> (len + 1));
-    std::string seq = hex_byte(b0);
-    for (size_t k = 1; k < len; ++k) {
-      if (pos + k >= s.size())
-        fail("truncated sequence: lead byte " + hex_byte(b0) + " starts " + std::to_string(len) +
-             " bytes, the text ends after " + std::to_string(k));
-      const unsigned char b = byte(pos + k);
-      if ((b & 0xC0) != 0x80)
-        fail("lead byte " + hex_byte(b0) + " starts " + std::to_string(len) + " bytes, byte " + std::to_string(k + 1) +
-             " is " + hex_byte(b) + ", not a continuation byte (0x80-0xbf)");
-      c = (c << 6) | (b & 0x3F);
-      seq += ' ';
-      seq += hex_byte(b);
-    }
-    static constexpr char32_t kShortest[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < kShortest[len])
-      fail("overlong encoding " + seq + " of " + code_point_name(c) + " (UTF-8 allows only the shortest form)");
-    if (c >= 0xD800 && c <= 0xDFFF) fail(seq + " encodes the UTF-16 surrogate " + code_point_name(c));
-    if (c > kMaxCodePoint) fail(seq + " encodes " + code_point_name(c) + ", beyond U+10FFFF");
-    fn(c);
-    pos += len;
-  }
-}
 
 }  // namespace
 

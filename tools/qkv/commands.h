@@ -20,5 +20,6 @@ Runner add_logits(CLI::App& app);
 Runner add_size(CLI::App& app);
 Runner add_import(CLI::App& app);
 Runner add_export(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/bpe/bpe_pretokenize.h"
+#include "model/utf8.h"
 #include "qkv/bpe.h"
 
 namespace qkv::bpe {
@@ -110,9 +111,9 @@ struct BpeModel {
 void read_tokenizer_json(const std::string& json, const std::string& name_for_errors,
                          BpeTokenizer::Impl& impl);
 
-// Throws qkv::Error naming the byte offset of the first invalid UTF-8
-// sequence in `text` (overlong forms, surrogates, past U+10FFFF, truncated).
-void check_utf8(std::string_view text);
+// Throws qkv::Error naming the byte offset (and line) of the first invalid
+// UTF-8 sequence in `text`: the tokenizers' one strict decoder (model/utf8.h).
+inline void check_utf8(std::string_view text) { utf8::for_each_code_point(text, [](char32_t) {}); }
 
 // Appends `bytes` to `out`, each maximal ill-formed subsequence replaced by
 // one U+FFFD (Unicode's recommended practice; Rust's from_utf8_lossy).

@@ -1,9 +1,7 @@
-// UTF-8 checks and repairs, and GPT-2's byte-to-character map.
-#include <cstdio>
+// Repairing UTF-8 as tokenizers' decoders do, and GPT-2's byte-to-character map.
 #include <string>
 
 #include "model/bpe/bpe_impl.h"
-#include "qkv/error.h"
 
 namespace qkv::bpe {
 namespace {
@@ -44,18 +42,6 @@ int sequence_at(std::string_view s, size_t i) {
 }
 
 }  // namespace
-
-void check_utf8(std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const int len = sequence_at(text, i);
-    if (len < 0) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text[i]));
-      throw Error("invalid UTF-8 at byte " + std::to_string(i) + " (" + hex + ")");
-    }
-    i += static_cast<size_t>(len);
-  }
-}
 
 void append_utf8_lossy(std::string_view bytes, std::string& out) {
   for (size_t i = 0; i < bytes.size();) {
