@@ -7,7 +7,7 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   # oneDNN, the GEMM; its CMake package also wants OpenCL's, which
                   # apt only recommends
                   libdnnl-dev ocl-icd-opencl-dev
-                  # Unicode tables for BERT's WordPiece tokenizer
+                  # Unicode tables for the tokenizers (BERT's WordPiece, the BPE pre-tokenizers)
                   libutf8proc-dev
                   # the tsan preset: clang with LLVM's OpenMP runtime and Archer;
                   # the fuzz targets: libFuzzer and the sanitizer runtimes, lld

@@ -17,7 +17,7 @@ PY="$VENV/bin/python"
 want=(numpy:numpy scikit_build_core:scikit-build-core nanobind:nanobind)
 if [ "${1:-}" = --test ]; then
   want+=(pytest:pytest torch:torch nbclient:nbclient nbformat:nbformat ipykernel:ipykernel
-         selenium:selenium hypothesis:hypothesis)
+         selenium:selenium hypothesis:hypothesis tokenizers:tokenizers)
 fi
 missing=()
 for pair in "${want[@]}"; do

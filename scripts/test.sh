@@ -13,7 +13,8 @@ PY="${QKV_VENV:-$HOME/.cache/qkv/venv}/bin/python"
 cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release -j2
-QKV_BIN="$PWD/build/release/qkv" "$PY" -m pytest -q tests/numpy
+QKV_BIN="$PWD/build/release/qkv" QKV_BPE_CHECK="$PWD/build/release/tests/bpe_check" \
+  "$PY" -m pytest -q tests/numpy
 # The installed package (tests/python/conftest.py refuses a source folder).
 "$PY" -m pytest -q tests/python
 

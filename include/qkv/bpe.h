@@ -1,0 +1,90 @@
+// qkv/bpe.h: byte-pair-encoding tokenizers read from a Hugging Face
+// tokenizer.json, giving the ids the `tokenizers` library gives.
+//
+// A tokenizer.json names a pipeline, and this class runs the same one:
+//   added tokens -> normalizer -> pre_tokenizer -> model (BPE) -> decoder.
+// Supported, which covers GPT-2, Llama 3 and Llama 1/2 checkpoints:
+//   - added tokens ("<|endoftext|>", "<|begin_of_text|>", "<s>"): found in
+//     the text first, longest match at the leftmost place, and never split;
+//   - normalizer: null, Prepend, Replace (string patterns), Sequence;
+//   - pre_tokenizer: null; ByteLevel (GPT-2's split rule, each byte of a
+//     piece one symbol); Split with GPT-2's or Llama 3's pattern (recognised
+//     by its exact text: the patterns are implemented by hand over Unicode
+//     categories, not by a regex engine), behavior Isolated; Sequence;
+//     Metaspace (on its own);
+//   - model: BPE with merges, unk_token, fuse_unk, byte_fallback (<0xNN>
+//     tokens for a character outside the vocabulary) and ignore_merges;
+//   - decoder: ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace,
+//     Sequence.
+// Anything else in the file (another model, normalizer, pre-tokenizer or
+// decoder, a regex this class does not know, BPE dropout, an added token
+// with lstrip, rstrip or single_word) is a qkv::Error naming the field.
+//
+// Letters, numbers and white space are Unicode's categories as utf8proc
+// knows them (Unicode 15.0 in utf8proc 2.8); tokenizers 0.23's regex engine
+// knows Unicode 16.0, so text with characters new in 16.0 (Garay, Kirat Rai,
+// more Egyptian hieroglyphs, ...) may split differently.
+//
+// The post_processor is not applied: encode() returns the text's own ids,
+// as tokenizers' encode(text, add_special_tokens=False) does; a caller that
+// wants a beginning-of-text id puts bos_id() in front.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/export.h"
+
+namespace qkv {
+
+/// A BPE tokenizer as described by a Hugging Face tokenizer.json. Immutable
+/// once read; copies share the tables, and encode()/decode() may run on
+/// several threads at once.
+class QKV_API BpeTokenizer {
+ public:
+  /// Reads the text of a tokenizer.json. Throws qkv::Error, starting with
+  /// `name_for_errors`: , on JSON it cannot read and on any field it does
+  /// not implement (the message names the field, e.g.
+  /// "normalizer.type: \"NFKC\" is not supported").
+  static BpeTokenizer from_json(const std::string& json, const std::string& name_for_errors);
+
+  /// Reads `dir`/tokenizer.json, and the names of the beginning- and
+  /// end-of-text tokens from `dir`/tokenizer_config.json ("bos_token",
+  /// "eos_token", as a string or as {"content": ...}), each name it lacks
+  /// from `dir`/special_tokens_map.json. Either file may be absent.
+  static BpeTokenizer from_folder(const std::string& dir);
+
+  /// The ids of UTF-8 text: added tokens first, then each stretch between
+  /// them through the normalizer, pre-tokenizer and BPE. Invalid UTF-8 is a
+  /// qkv::Error naming the byte offset.
+  std::vector<int32_t> encode(const std::string& utf8) const;
+
+  /// The text of `ids` through the file's decoder. Byte sequences that are
+  /// not UTF-8 become U+FFFD, as tokenizers' decoders do. With
+  /// `skip_special`, special added tokens are left out. An id that names no
+  /// token is a qkv::Error naming its position.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
+  /// The token of `id` as the file spells it (GPT-2's "Ġthe", not " the").
+  /// Throws qkv::Error for an id that names no token.
+  std::string token(int32_t id) const;
+
+  /// One more than the largest id of the vocabulary and the added tokens.
+  int32_t vocab_size() const;
+
+  /// The beginning-of-text id named by from_folder()'s config files, or -1.
+  int32_t bos_id() const;
+  /// The end-of-text id named by from_folder()'s config files, or -1.
+  int32_t eos_id() const;
+
+  /// The tables, shared by copies (defined in src/model/bpe/bpe_impl.h).
+  struct Impl;
+
+ private:
+  explicit BpeTokenizer(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace qkv

@@ -1,0 +1,28 @@
+// The split rules of GPT-2's and Llama 3's pre-tokenizers: the regular
+// expressions their tokenizer.json files name, implemented by hand over
+// Unicode categories (utf8proc), so no regex engine is needed.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace qkv::bpe {
+
+enum class SplitRule {
+  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  Gpt2,
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+  // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  Llama3,
+};
+
+// The rule's regular expression exactly as tokenizer.json spells it.
+std::string_view split_pattern(SplitRule rule);
+
+// Appends the pieces of `text` (valid UTF-8) to `out`: what the rule's
+// regex matches, scanning left to right as a backtracking engine does
+// (first alternative that matches, greedy repeats). The rules leave no
+// character unmatched, so the pieces, joined, are `text`.
+void split_pieces(std::string_view text, SplitRule rule, std::vector<std::string_view>& out);
+
+}  // namespace qkv::bpe

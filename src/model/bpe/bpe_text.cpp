@@ -1,0 +1,79 @@
+// Repairing UTF-8 as tokenizers' decoders do, and GPT-2's byte-to-character map.
+#include <string>
+
+#include "model/bpe/bpe_impl.h"
+
+namespace qkv::bpe {
+namespace {
+
+// The length of a sequence that starts with lead byte `b`, and the range
+// its second byte must fall in (Unicode's Table 3-7, which rules out
+// overlong forms, surrogates and code points past U+10FFFF); 0 for a byte
+// that cannot start a sequence.
+struct Lead {
+  int len;
+  unsigned char lo, hi;
+};
+Lead lead(unsigned char b) {
+  if (b >= 0xC2 && b <= 0xDF) return {2, 0x80, 0xBF};
+  if (b == 0xE0) return {3, 0xA0, 0xBF};
+  if (b == 0xED) return {3, 0x80, 0x9F};
+  if (b >= 0xE1 && b <= 0xEF) return {3, 0x80, 0xBF};
+  if (b == 0xF0) return {4, 0x90, 0xBF};
+  if (b >= 0xF1 && b <= 0xF3) return {4, 0x80, 0xBF};
+  if (b == 0xF4) return {4, 0x80, 0x8F};
+  return {0, 0, 0};
+}
+
+// The length of the well-formed sequence at `i`, or, when it is not
+// well-formed, minus the length of its maximal ill-formed prefix (>= 1).
+int sequence_at(std::string_view s, size_t i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  if (b < 0x80) return 1;
+  const Lead l = lead(b);
+  if (l.len == 0) return -1;
+  int k = 1;
+  for (; k < l.len && i + k < s.size(); ++k) {
+    const auto c = static_cast<unsigned char>(s[i + k]);
+    const unsigned char lo = k == 1 ? l.lo : 0x80, hi = k == 1 ? l.hi : 0xBF;
+    if (c < lo || c > hi) return -k;
+  }
+  return k == l.len ? k : -k;
+}
+
+}  // namespace
+
+void append_utf8_lossy(std::string_view bytes, std::string& out) {
+  for (size_t i = 0; i < bytes.size();) {
+    const int len = sequence_at(bytes, i);
+    if (len > 0) {
+      out.append(bytes.substr(i, static_cast<size_t>(len)));
+      i += static_cast<size_t>(len);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += static_cast<size_t>(-len);
+    }
+  }
+}
+
+const std::array<std::string, 256>& byte_level_chars() {
+  // Printable bytes stand for themselves; the 68 others (controls, the
+  // space, DEL, 0x80-0xA0, the soft hyphen 0xAD) for U+0100 onwards, in order.
+  static const std::array<std::string, 256> chars = [] {
+    std::array<std::string, 256> c;
+    char32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      const char32_t cp = printable ? static_cast<char32_t>(b) : next++;
+      if (cp < 0x80) {
+        c[b] = std::string(1, static_cast<char>(cp));
+      } else {
+        c[b] = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      }
+    }
+    return c;
+  }();
+  return chars;
+}
+
+}  // namespace qkv::bpe
