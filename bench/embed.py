@@ -177,7 +177,8 @@ def pooling(model_dir):
     modules = read_json(Path(model_dir) / "modules.json")
     pool = [m for m in modules if m["type"].endswith(".Pooling")]
     if len(pool) != 1:
-        raise ValueError(f"{model_dir}/modules.json: expected one Pooling module, found {len(pool)}")
+        raise ValueError(f"{model_dir}/modules.json: expected one Pooling module, "
+                         f"found {len(pool)}")
     cfg = read_json(Path(model_dir) / pool[0]["path"] / "config.json")
     modes = [k for k, v in cfg.items() if k.startswith("pooling_mode_") and v]
     if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"],
@@ -206,13 +207,13 @@ def choose_texts(a, tok):
     """--texts texts of 1-4 consecutive non-blank lines of --text, joined by
     spaces (one text a line, should they be written out for `qkv embed`),
     keeping those of TOKENS tokens; the same ones for a given --seed."""
-    lines = [ln.strip() for ln in a.text.read_text(encoding="utf-8").splitlines()]
+    lines = [ln.strip() for ln in a.text.read_text(encoding="utf-8").splitlines() if ln.strip()]
     rng = np.random.default_rng(a.seed)
     texts = []
     for _ in range(1000 * a.texts):
         k = int(rng.integers(1, 5))
         start = int(rng.integers(0, len(lines) - k + 1))
-        text = " ".join(ln for ln in lines[start:start + k] if ln)
+        text = " ".join(lines[start:start + k])
         if TOKENS[0] <= sum(tok.encode(text).attention_mask) <= TOKENS[1]:
             texts.append(text)
             if len(texts) == a.texts:
@@ -246,8 +247,9 @@ def flops(lengths, config):
 
 
 def fma_peak(a):
-    """`qkv bench`'s measured float32 FMA peak at --threads, GFLOP/s, or None
-    without the binary."""
+    """`qkv bench`'s measured float32 FMA peak at --threads, GFLOP/s, and
+    whether it found the machine busy (the peak then reads low); None without
+    the binary."""
     if not Path(a.qkv).is_file():
         return None
     cmd = [str(a.qkv), "bench", "--json", "--threads", str(a.threads), "--reps", "1",
@@ -255,7 +257,8 @@ def fma_peak(a):
     r = run_on_all_cpus(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"bench/embed.py: qkv bench failed (exit {r.returncode}): {r.stderr.strip()}")
-    return json.loads(r.stdout.strip().splitlines()[-1])["peak_gflops"]
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"gflops": row["peak_gflops"], "busy": row["peak_busy"]}
 
 
 # --- The contenders, each made inside its own process ------------------------
@@ -286,10 +289,12 @@ def onnx_path(a):
 
 def export_onnx(a, path):
     """Exports the folder's BertModel (last_hidden_state) with dynamic batch and
-    sequence axes. Eager attention: exported from SDPA, the padding branches
-    freeze at the traced batch's shape, and other batches' embeddings come out
-    wrong (minimum cosine 0.88 measured). Traced on a padded batch, through the
-    TorchScript exporter (the dynamo one needs onnxscript)."""
+    sequence axes, through the TorchScript exporter (the dynamo one needs
+    onnxscript). Eager attention, traced on a padded batch: an export from SDPA
+    can freeze the mask's padding branches at the traced shape, and other
+    batches' embeddings then come out wrong (minimum cosine 0.88 was seen with
+    another transformers; with 5.24 and torch 2.15, SDPA exports traced at
+    batch 1 and 2 matched to 0.9999999)."""
     import warnings
     import torch
     from transformers import BertModel
@@ -453,6 +458,27 @@ def min_cosine(name, emb, ref):
 
 # --- The run -------------------------------------------------------------------
 
+def check_all(a, workers, texts):
+    """Every contender's embeddings of `texts` against PyTorch's, before any
+    timing (also each one's warm-up, with the query at batch 1: buffers
+    allocated, threads started); exits on one below MIN_COSINE. Returns
+    {contender: min cosine}, and "qkv-bf16 vs qkv" when both run."""
+    ref = workers["torch"].call("embed", texts, BATCH)
+    cosines, emb = {"torch": 1.0}, {}
+    for c in a.contenders:
+        workers[c].call("embed", [a.query], 1)
+        if c == "torch":
+            continue
+        emb[c] = workers[c].call("embed", texts, BATCH)
+        cosines[c] = min_cosine(c, emb[c], ref)
+        if cosines[c] < MIN_COSINE[c]:
+            sys.exit(f"bench/embed.py: {c}: minimum cosine to PyTorch's embeddings "
+                     f"{cosines[c]:.7f}, below {MIN_COSINE[c]}: not timed")
+    if "qkv" in emb and "qkv-bf16" in emb:
+        cosines["qkv-bf16 vs qkv"] = min_cosine("qkv-bf16", emb["qkv-bf16"], emb["qkv"])
+    return cosines
+
+
 def time_rounds(a, workers, workloads):
     """Per round, every workload once per contender, the order rotating;
     returns {(workload, contender): [per-round seconds]} and the most cores
@@ -488,15 +514,25 @@ def summarise(a, times, workloads, cosines, flop):
     return rows
 
 
+def peak_text(a, peak):
+    if peak is None:
+        return f"FMA peak not measured (no qkv binary at {a.qkv}; --qkv)"
+    busy = ", which found the machine busy: it reads low" if peak["busy"] else ""
+    return f"FMA fp32 peak {peak['gflops']:.1f} GFLOP/s (qkv bench{busy})"
+
+
+def ratio(x):
+    return f"{x:.2f}x" if x is not None else "-"
+
+
 def print_report(a, config, stats, query_tokens, peak, rows):
     threads = f"{a.threads} thread{'s' if a.threads != 1 else ''}"
     print(f"CPU: {cpu_model()}; {threads} (OMP_PROC_BIND={os.environ['OMP_PROC_BIND']}); "
-          + (f"FMA fp32 peak {peak:.1f} GFLOP/s (qkv bench)" if peak else
-             f"FMA peak not measured (no qkv binary at {a.qkv}; --qkv)"))
+          + peak_text(a, peak))
     print(f"model: {a.model}: {config['model_type']}, {config['num_hidden_layers']} layers, "
           f"hidden {config['hidden_size']}, {config['num_attention_heads']} heads, "
           f"intermediate {config['intermediate_size']}")
-    print(f"batch: {stats['texts']} texts of 1-4 lines of {a.text.name} (seed {a.seed}), "
+    print(f"batch: {stats['texts']} texts of 1-4 non-blank lines of {a.text.name} (seed {a.seed}), "
           f"{stats['min_tokens']}-{stats['max_tokens']} tokens, {stats['real_tokens']:,} real "
           f"tokens; batches of {BATCH} padded to their longest: "
           f"{stats['padded_tokens_text_order']:,} tokens in text order (ONNX Runtime), "
@@ -511,9 +547,8 @@ def print_report(a, config, stats, query_tokens, peak, rows):
           f"{'vs PyTorch':>10} {'min cosine':>11} {'GFLOP/s':>8} {'% peak':>7}")
     for r in rows:
         unit = "texts/s" if r["workload"] == "batch" else "ms"
-        ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
         cos = "reference" if r["contender"] == "torch" else f"{r['min_cosine']:.7f}"
-        pct = f"{r['gflops'] / peak:.0%}" if peak else "-"
+        pct = f"{r['gflops'] / peak['gflops']:.0%}" if peak else "-"
         print(f"{r['workload']:<9} {r['contender']:<10} {r['figure']:>7.1f} {unit:<7} "
               f"{ratio(r['vs_onnx']):>10} {ratio(r['vs_torch']):>10} {cos:>11} "
               f"{r['gflops']:>8.1f} {pct:>7}")
@@ -539,18 +574,7 @@ def main():
     workers = {c: Worker(ctx, c, a) for c in names}
     for w in workers.values():
         w.call()  # made (loaded, threads set)
-    everything = texts + [a.query]
-    ref = workers["torch"].call("embed", everything, BATCH)
-    cosines = {"torch": 1.0}
-    for c in a.contenders:
-        # Also the warm-up: buffers allocated, threads started, before any timing.
-        workers[c].call("embed", [a.query], 1)
-        if c == "torch":
-            continue
-        cosines[c] = min_cosine(c, workers[c].call("embed", everything, BATCH), ref)
-        if cosines[c] < MIN_COSINE[c]:
-            sys.exit(f"bench/embed.py: {c}: minimum cosine to PyTorch's embeddings "
-                     f"{cosines[c]:.7f}, below {MIN_COSINE[c]}: not timed")
+    cosines = check_all(a, workers, texts + [a.query])
     if "torch" not in a.contenders:
         workers.pop("torch").stop()
     peak = fma_peak(a)  # while every contender's process waits
@@ -562,6 +586,8 @@ def main():
     flop = {"batch": flops(stats["lengths"], config), "query": flops([query_tokens], config)}
     rows = summarise(a, times, workloads, cosines, flop)
     print_report(a, config, stats, query_tokens, peak, rows)
+    if "qkv-bf16 vs qkv" in cosines:
+        print(f"qkv-bf16 against qkv float32: minimum cosine {cosines['qkv-bf16 vs qkv']:.7f}")
     if others is not None:
         print(f"other processes kept up to {others:.1f} cores busy during a timing"
               + ("; on a busy machine these figures mean little: rerun when it is quiet"
@@ -569,10 +595,11 @@ def main():
     if a.json:
         a.json.write_text(json.dumps(
             {"cpu": cpu_model(), "threads": a.threads, "omp_proc_bind": os.environ["OMP_PROC_BIND"],
-             "rounds": a.rounds, "peak_gflops": peak, "other_cores_max": others, "model": str(a.model), "config": config,
+             "rounds": a.rounds, "peak": peak, "other_cores_max": others,
+             "model": str(a.model), "config": config,
              "query": a.query, "query_tokens": query_tokens, "query_reps": a.query_reps,
              "corpus": {k: v for k, v in stats.items() if k != "lengths"},
-             "flops": flop, "results": rows}, indent=1))
+             "flops": flop, "min_cosines": cosines, "results": rows}, indent=1))
 
 
 if __name__ == "__main__":
