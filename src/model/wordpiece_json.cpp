@@ -3,6 +3,7 @@
 // implements; anything else is refused by the name of its field, never
 // tokenized some other way.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "io/json_strict.h"

@@ -194,6 +194,21 @@ def raw_bytes_in_npy_header():
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
 
 
+# The smallest BERT tokenizer.json qkv reads.
+BERT_JSON = {
+    "added_tokens": [], "normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "BertPreTokenizer"},
+    "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}},
+}
+
+
+def bert_folder(i: Inputs, tokenizer_json, text=b"fine\n"):
+    folder = i.tmp / "bert"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(tokenizer_json)
+    return ["tokenize", "--model", folder, "--input", i.file("lines.txt", text)]
+
+
 def weights_into_directory(i: Inputs):
     (i.tmp / "w").mkdir()
     return i.attention("--lse", str(i.tmp / "lse.npy"), "--weights", str(i.tmp / "w"))
@@ -374,6 +389,13 @@ SETUP = {
     "size-heads-do-not-divide": lambda i: ["size", "--layers", "2", "--embd", "100", "--heads", "3",
                                            "--vocab", "5"],
     "size-preset-and-shape": lambda i: ["size", "gpt2", "--layers", "2"],
+    "tokenize-missing-folder": lambda i: ["tokenize", "--model", i.tmp / "nope", "--input", "-"],
+    "tokenize-no-tokenizer": lambda i: ["tokenize", "--model", i.tmp, "--input", "-"],
+    "tokenize-truncated-json": lambda i: bert_folder(i, json.dumps(BERT_JSON)[:40]),
+    "tokenize-unsupported-normalizer": lambda i: bert_folder(i, json.dumps({**BERT_JSON,
+                                                                            "normalizer": {"type": "NFKC"}})),
+    "tokenize-invalid-utf8": lambda i: bert_folder(i, json.dumps(BERT_JSON), text=b"fine\nbad\xff\n"),
+    "tokenize-max-length-too-small": lambda i: [*bert_folder(i, json.dumps(BERT_JSON)), "--max-length", "1"],
     "qkv-unknown-command": lambda i: ["attend"],
 }
 
