@@ -45,7 +45,10 @@ void ModelShape::validate() const {
 ModelShape shape_of(const GPTConfig& cfg) {
   ModelShape m;
   m.name = "qkv";
-  m.arch = Arch::gpt;
+  // A post-norm encoder with token types is BERT's layout (model_size
+  // counts its token-type table and embedding norm); the rest are GPT's.
+  m.arch = cfg.post_norm && !cfg.causal ? Arch::bert : Arch::gpt;
+  m.ffn = cfg.ffn;
   m.layers = cfg.layers;
   m.embd = cfg.embd;
   m.heads = cfg.heads;

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <cstdlib>
 #include <filesystem>
 
+#include "io/files.h"
 #include "support/files.h"
 #include "qkv/npy.h"
 #include "qkv/runtime.h"
@@ -141,6 +143,30 @@ std::string flush_stdout() {
 bool stdout_wants_color() {
   const char* no_color = std::getenv("NO_COLOR");
   return isatty(STDOUT_FILENO) && !(no_color && *no_color);
+}
+
+std::string read_text_arg(const std::string& opt, const std::string& path) {
+  if (path == "-") {
+    std::ostringstream s;
+    s << std::cin.rdbuf();
+    return s.str();
+  }
+  try {
+    return read_file(path);
+  } catch (const Error& e) {
+    throw Error(opt + ": " + e.what());
+  }
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
 }
 
 }  // namespace qkv::cli

@@ -85,6 +85,13 @@ void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
 using qkv::machine_memory_bytes;
 using qkv::memory_shortfall;
 
+// The text given to option `opt`: the file's bytes, or standard input for
+// "-"; errors name the option.
+std::string read_text_arg(const std::string& opt, const std::string& path);
+// The lines of a text, split at "\n" only (a "\r" before it stays: BERT's
+// normalizer takes it for whitespace); a final "\n" starts no other line.
+std::vector<std::string> split_lines(const std::string& text);
+
 // Throws qkv::Error "cannot write to stdout: <reason>" once anything written
 // to std::cout or stdout has failed (a full disk, a closed pipe): a command
 // that streams (qkv sample) stops there instead of generating for nothing.

@@ -2,12 +2,14 @@
 // for the presets of the lesson's table or any shape given by options.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "qkv/model.h"
 #include "support/model_size.h"
 
 namespace qkv::cli {
@@ -15,6 +17,7 @@ namespace {
 
 struct SizeArgs {
   std::vector<std::string> presets;
+  std::string model_dir;
   std::string arch = "gpt";
   int64_t layers = 0, embd = 0, heads = 0, kv_heads = 0, vocab = 0, context = 0, ffn = 0;
   int64_t batch = 1;
@@ -59,6 +62,16 @@ std::vector<ModelShape> shapes_from(const SizeArgs& a) {
     throw UsageError("--arch: sets the block layout of a custom shape (--layers, --embd, --heads, "
                      "--vocab); a preset has its own");
   std::vector<ModelShape> out;
+  if (a.given("--model")) {
+    if (custom || !a.presets.empty() || a.given("--arch"))
+      throw UsageError("--model: measures that folder's model; give it without presets or shape options");
+    if (a.model_dir.empty()) throw UsageError("--model: expected a model folder, found an empty path");
+    ModelShape m = shape_of(Model::load(a.model_dir).config());
+    m.name = std::filesystem::path(a.model_dir).lexically_normal().filename().string();
+    if (m.name.empty()) m.name = std::filesystem::path(a.model_dir).lexically_normal().parent_path().filename().string();
+    out.push_back(m);
+    return out;
+  }
   if (custom) {
     ModelShape m;
     m.name = "custom";
@@ -157,6 +170,8 @@ Runner add_size(CLI::App& app) {
       "presets bert-base, gpt2, llama3-8b, llama3-70b or any shape (--layers --embd --heads "
       "--vocab ...). FLOPs: one token's forward at a full context (a multiply-add = 2).");
   cmd->add_option("preset", a->presets, "preset names (default: all of them)");
+  cmd->add_option("--model", a->model_dir,
+                  "a model folder (qkv's own, or a Hugging Face encoder): its shape, read from config.json");
   cmd->add_option("--arch", a->arch, "block layout of a custom shape: gpt, bert or llama")
       ->capture_default_str();
   cmd->add_option("--layers", a->layers, "transformer blocks");

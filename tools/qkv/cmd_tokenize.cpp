@@ -1,9 +1,7 @@
 // qkv tokenize: the ids (or token strings) a BERT-family model folder's
 // tokenizer gives each line of a text, as Hugging Face's `tokenizers` gives
 // them: to check a folder's tokenizer, or to see what an encoder will read.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -19,18 +17,6 @@ struct TokenizeArgs {
   int64_t max_length = 0;
 };
 
-std::string read_input(const std::string& path) {
-  std::ostringstream s;
-  if (path == "-") {
-    s << std::cin.rdbuf();
-    return s.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--input: cannot read '" + path + "': missing or unreadable");
-  s << in.rdbuf();
-  return s.str();
-}
-
 int run_tokenize(const TokenizeArgs& a) {
   const WordPieceTokenizer tok = WordPieceTokenizer::from_folder(a.model_dir);
   try {
@@ -38,22 +24,16 @@ int run_tokenize(const TokenizeArgs& a) {
   } catch (const Error& e) {
     throw UsageError(std::string("--max-length: ") + e.what());
   }
-  const std::string text = read_input(a.input);
-  // Lines end at "\n" only; a "\r" before it is whitespace to BERT's
-  // normalizer, so Windows line ends give the same ids. A final "\n" does
-  // not start another line.
-  int64_t line_no = 0, cut_lines = 0;
+  const std::vector<std::string> lines = split_lines(read_text_arg("--input", a.input));
+  int64_t cut_lines = 0;
   std::string out;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    ++line_no;
+  for (size_t n = 0; n < lines.size(); ++n) {
     bool truncated = false;
     std::vector<int32_t> ids;
     try {
-      ids = tok.encode(text.substr(start, end - start), a.max_length, &truncated);
+      ids = tok.encode(lines[n], a.max_length, &truncated);
     } catch (const Error& e) {
-      throw Error("--input line " + std::to_string(line_no) + ": " + e.what());
+      throw Error("--input line " + std::to_string(n + 1) + ": " + e.what());
     }
     cut_lines += truncated;
     out.clear();
@@ -63,11 +43,10 @@ int run_tokenize(const TokenizeArgs& a) {
     }
     out += '\n';
     std::cout << out;
-    start = end + 1;
   }
   check_stdout();
   if (cut_lines > 0)
-    std::cerr << "qkv tokenize: " << cut_lines << " of " << line_no << " lines were cut to --max-length "
+    std::cerr << "qkv tokenize: " << cut_lines << " of " << lines.size() << " lines were cut to --max-length "
               << a.max_length << " tokens\n";
   return 0;
 }

@@ -21,5 +21,6 @@ Runner add_size(CLI::App& app);
 Runner add_import(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
+Runner add_embed(CLI::App& app);
 
 }  // namespace qkv::cli

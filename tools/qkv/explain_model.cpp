@@ -35,7 +35,7 @@ int explain_model(const ExplainModelArgs& a) {
   const GPTConfig& cfg = m.config();
   const std::vector<int64_t> layers = select(a.layer, cfg.layers, "--layer", "layer");
   const std::vector<int64_t> heads = select(a.head, cfg.heads, "--head", "head");
-  const Prompt p = encode_prompt("qkv explain", m.tokenizer(), a.prompt);
+  const Prompt p = encode_model_prompt("qkv explain", m, a.prompt);
   check_prompt_fits(p, cfg.context);
   const int64_t T = static_cast<int64_t>(p.ids.size());
   const Tensor maps = m.attention_maps(p.ids);  // [L, H, T, T]
@@ -55,9 +55,11 @@ int explain_model(const ExplainModelArgs& a) {
             << " heads (head dim " << cfg.head_dim();
   if (cfg.kv_heads != cfg.heads) std::cout << ", " << cfg.kv_heads << " key/value heads";
   std::cout << "), context " << cfg.context << ", vocabulary " << cfg.vocab << ", "
-            << (cfg.rope ? "RoPE" : "learned") << " positions\n"
+            << (cfg.rope ? "RoPE" : "learned") << " positions"
+            << (m.is_encoder() ? ", a " + m.architecture() + " encoder" : std::string()) << "\n"
             << "prompt: " << T << " tokens. Each row is a token reading (the query), each column a "
-               "token it may attend to: itself and those before it (causal).\n";
+            << (cfg.causal ? "token it may attend to: itself and those before it (causal).\n"
+                           : "token it attends to: every token of the text, both ways (bidirectional).\n");
   std::vector<HeatmapPanel> panels;
   for (int64_t i = 0; i < nl; ++i)
     for (int64_t j = 0; j < nh; ++j) {

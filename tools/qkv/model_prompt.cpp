@@ -30,6 +30,21 @@ std::string u_plus(uint32_t cp) {
 
 }  // namespace
 
+Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text) {
+  if (!m.is_encoder()) return encode_prompt(cmd, m.tokenizer(), text);
+  Prompt p;
+  bool cut = false;
+  try {
+    p.ids = m.tokenize(text, &cut);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--prompt: ") + e.what());
+  }
+  if (cut)
+    std::cerr << cmd << ": warning: --prompt cut to the model's " << m.max_length() << " tokens\n";
+  for (const int32_t id : p.ids) p.chars.push_back(m.token_text(id));
+  return p;
+}
+
 Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std::string& text) {
   Prompt p;
   try {

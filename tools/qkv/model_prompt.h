@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "qkv/model.h"
 #include "qkv/tokenizer.h"
 
 namespace qkv::cli {
 
 struct Prompt {
   std::vector<int32_t> ids;         // one token per character
-  std::vector<std::string> chars;   // the UTF-8 of each character, as typed
+  std::vector<std::string> chars;   // the UTF-8 of each token: a character as typed, or a word piece
 };
 
 // Encodes `text` with the model's tokenizer. Invalid UTF-8 is a UsageError
@@ -22,6 +23,11 @@ struct Prompt {
 // ("<cmd>: warning: ..."), each distinct character once however often it
 // occurs, so a long prompt cannot flood the terminal.
 Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std::string& text);
+
+// The prompt as any model reads it: characters for qkv's models (as
+// above), or an encoder's WordPiece tokens ([CLS] ... [SEP], cut to its
+// max_length with one stderr line saying so), labelled by their text.
+Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text);
 
 // For commands that run the whole prompt through the model in one pass
 // (explain, logits): refuses an empty prompt and one longer than the model's

@@ -1,0 +1,91 @@
+// qkv embed: one vector per line of a text from a BERT-family encoder
+// folder, as sentence-transformers' encode() gives them (pooled, and
+// normalised when the folder says so), into a .npy file.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "qkv/model.h"
+
+namespace qkv::cli {
+namespace {
+
+struct EmbedArgs {
+  std::string model_dir, input, out, dtype = "float32";
+  int64_t batch = 32, max_length = 0;
+  int threads = 0;
+};
+
+// "\r[=====>    ] 1200/5000 texts" on a terminal's stderr, redrawn per batch.
+void draw_progress(int64_t done, int64_t total) {
+  constexpr int kWidth = 30;
+  const int fill = static_cast<int>(kWidth * done / total);
+  std::string bar(static_cast<size_t>(fill), '=');
+  if (fill < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - fill - 1), ' ');
+  std::fprintf(stderr, "\r[%s] %lld/%lld texts", bar.c_str(), static_cast<long long>(done),
+               static_cast<long long>(total));
+  if (done == total) std::fputc('\n', stderr);
+}
+
+int run_embed(const EmbedArgs& a) {
+  check_threads("--threads", a.threads);
+  if (a.batch < 1) throw UsageError("--batch: must be at least 1, found " + std::to_string(a.batch));
+  if (a.max_length < 0 || a.max_length == 1)
+    throw UsageError("--max-length: must be 0 (the model's maximum) or at least 2 ([CLS] and [SEP]), found " +
+                     std::to_string(a.max_length));
+  refuse_overlapping_paths({{"--model", a.model_dir}, {"--input", a.input == "-" ? "" : a.input}},
+                           {{"--out", a.out}});
+  EmbedOptions o;
+  o.batch = a.batch;
+  o.max_length = a.max_length;
+  o.dtype = a.dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  Model m = Model::load(a.model_dir);
+  if (!m.is_encoder())
+    throw UsageError("--model: '" + a.model_dir + "' is a " + m.architecture() +
+                     " language model; qkv embed needs an encoder (a BERT-family folder)");
+  m.set_threads(a.threads);
+  const std::vector<std::string> texts = split_lines(read_text_arg("--input", a.input));
+  if (texts.empty()) throw Error("--input: no lines to embed");
+  // A bar only where someone watches, and only when there are several batches.
+  if (isatty(STDERR_FILENO) && static_cast<int64_t>(texts.size()) > 4 * a.batch) o.progress = draw_progress;
+  int64_t cut = 0;
+  const Tensor e = m.embed(texts, o, &cut);
+  if (cut > 0)
+    std::cerr << "qkv embed: " << cut << " of " << texts.size() << " lines were cut to "
+              << (a.max_length ? std::min(a.max_length, m.max_length()) : m.max_length()) << " tokens\n";
+  save_npy_arg("--out", a.out, e);
+  std::cout << "wrote " << texts.size() << " embeddings " << shape_str(e.shape()) << " float32 ("
+            << (m.pooling().mode == Pooling::Mode::cls ? "[CLS] token" : "pooled")
+            << (m.pooling().normalize ? ", unit length" : "") << ") to " << a.out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_embed(CLI::App& app) {
+  auto a = std::make_shared<EmbedArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "embed",
+      "One vector per line of a text from a BERT-family encoder folder (config.json, model.safetensors, "
+      "tokenizer.json; sentence-transformers' modules.json for its pooling), as sentence-transformers' "
+      "encode() gives them, into a [lines, hidden] float32 .npy file.");
+  cmd->add_option("--model", a->model_dir, "a Hugging Face encoder folder")->required();
+  cmd->add_option("--input", a->input, "the texts, UTF-8, one per line (\"-\": standard input)")->required();
+  cmd->add_option("-o,--out", a->out, "output .npy file: embeddings [lines, hidden] float32")->required();
+  cmd->add_option("--batch", a->batch, "texts per forward pass")->capture_default_str();
+  cmd->add_option("--max-length", a->max_length,
+                  "cut each text to N tokens, [CLS] and [SEP] included (0: the model's maximum)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "float32, or bfloat16 (the layers' products in bf16)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str();
+  check_integers<int64_t>(cmd, {"--batch", "--max-length"});
+  check_integers<int>(cmd, {"--threads"});
+  return [a] { return run_embed(*a); };
+}
+
+}  // namespace qkv::cli
