@@ -82,8 +82,11 @@ enum class Causal { none, top_left, bottom_right };
 
 // "none", "top-left", "bottom-right".
 QKV_API const char* causal_name(Causal c);
-// Inverse of causal_name; std::nullopt for anything else.
-QKV_API std::optional<Causal> parse_causal(const std::string& s);
+// Inverse of causal_name, the one place a causal name is read (the command
+// line and the Python package call it). Throws qkv::Error naming the field
+// and the allowed names: "causal: expected none, top-left or bottom-right,
+// found 'x'".
+QKV_API Causal parse_causal(const std::string& s);
 
 // Which implementation runs. Both give the same results within float32
 // rounding; automatic picks fast for float32, the reference for float64.
@@ -92,7 +95,9 @@ enum class Kernel { reference, fast, automatic };
 
 // "reference", "fast", "auto".
 QKV_API const char* kernel_name(Kernel k);
-QKV_API std::optional<Kernel> parse_kernel(const std::string& s);
+// Inverse of kernel_name; throws qkv::Error as parse_causal does ("kernel:
+// expected reference, fast or auto, found 'x'").
+QKV_API Kernel parse_kernel(const std::string& s);
 
 struct SlidingWindow {
   int64_t left = -1;   // keys before the diagonal a query may see; -1 = all
