@@ -15,6 +15,8 @@ QKV_APT_PACKAGES=(build-essential cmake ninja-build pkg-config
                   # qkv::mpi: ring attention and data-parallel training
                   openmpi-bin libopenmpi-dev
                   python3 python3-venv
+                  # the API reference, a test (docs/Doxyfile)
+                  doxygen
                   # the browser test of explain's HTML page (Selenium drives it headless)
                   chromium chromium-driver)
 missing=()

@@ -158,3 +158,24 @@ TEST(MaskOptions, RejectBadValues) {
   c.softcap = -1.0;
   expect_error(c, "softcap: expected 0 (off) or a positive number");
 }
+
+// The names are read in one place, the library; an unknown one is refused
+// naming the field and every accepted name, as the command line and the
+// Python package show it.
+TEST(OptionNames, ParseOrNameTheChoices) {
+  for (Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
+    EXPECT_EQ(parse_causal(causal_name(c)), c);
+  for (Kernel k : {Kernel::reference, Kernel::fast, Kernel::automatic})
+    EXPECT_EQ(parse_kernel(kernel_name(k)), k);
+  auto message = [](auto parse, const char* s) -> std::string {
+    try {
+      parse(s);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message(parse_causal, "diagonal"),
+            "causal: expected none, top-left or bottom-right, found 'diagonal'");
+  EXPECT_EQ(message(parse_kernel, "Fast"), "kernel: expected reference, fast or auto, found 'Fast'");
+}

@@ -1,4 +1,5 @@
-// qkv/sampler.h: text generation from a trained GPT.
+/// @file
+/// qkv/sampler.h: text generation from a trained GPT.
 #pragma once
 
 #include <cstdint>
@@ -12,40 +13,41 @@
 
 namespace qkv {
 
+/// How sample() draws: the prompt, how many tokens and the sampling rule.
 struct SampleOptions {
-  std::string prompt = "\n";  // nanoGPT's default start
-  int64_t tokens = 500;
-  double temperature = 1.0;  // >= 0; lower is more conservative, 0 = greedy (argmax)
-  int64_t top_k = 0;         // keep only the k most likely tokens; 0 = all
-  double top_p = 1.0;        // nucleus: in (0, 1]; 1 = all
-  uint64_t seed = 1337;
-  bool use_cache = true;     // KV cache; false recomputes the whole context each step
+  std::string prompt = "\n";  ///< nanoGPT's default start
+  int64_t tokens = 500;      ///< tokens to generate after the prompt
+  double temperature = 1.0;  ///< >= 0; lower is more conservative, 0 = greedy (argmax)
+  int64_t top_k = 0;         ///< keep only the k most likely tokens; 0 = all
+  double top_p = 1.0;        ///< nucleus: in (0, 1]; 1 = all
+  uint64_t seed = 1337;      ///< seed of the draws
+  bool use_cache = true;     ///< KV cache; false recomputes the whole context each step
 };
 
-// The distribution the next token is drawn from, given the model's logits
-// [V]: softmax(logits / temperature) over the tokens that survive, in this
-// order: `excluded` removed (the tokenizer's fallback id: it stands for no
-// character of the training text, so drawing it could only print U+FFFD;
-// -1 = none), the top_k likeliest kept (ties with the k-th kept too), then
-// the smallest set of likeliest tokens whose probability reaches top_p
-// (nucleus sampling; computed on the tempered, top-k distribution). With
-// temperature 0 all the mass goes to the likeliest surviving token, the
-// lowest id on ties: greedy decoding. Returns probabilities [V] summing to 1,
-// zero outside the set. Throws qkv::Error on options out of range.
+/// The distribution the next token is drawn from, given the model's logits
+/// [V]: softmax(logits / temperature) over the tokens that survive, in this
+/// order: `excluded` removed (the tokenizer's fallback id: it stands for no
+/// character of the training text, so drawing it could only print U+FFFD;
+/// -1 = none), the top_k likeliest kept (ties with the k-th kept too), then
+/// the smallest set of likeliest tokens whose probability reaches top_p
+/// (nucleus sampling; computed on the tempered, top-k distribution). With
+/// temperature 0 all the mass goes to the likeliest surviving token, the
+/// lowest id on ties: greedy decoding. Returns probabilities [V] summing to 1,
+/// zero outside the set. Throws qkv::Error on options out of range.
 QKV_API std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
                                              int32_t excluded);
 
-// The first token whose cumulative probability exceeds u in [0, 1) (inverse
-// CDF); a one-hot `probs` gives its token whatever u.
+/// The first token whose cumulative probability exceeds u in [0, 1) (inverse
+/// CDF); a one-hot `probs` gives its token whatever u.
 QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 
-// Generates opts.tokens tokens after the prompt, calling on_token with the
-// text of each as it is produced, and returns the generated ids. With or
-// without the cache the tokens are the same for the same seed: the cache
-// only avoids recomputing the keys and values of earlier positions. Past the
-// context, both crop to the last `context` tokens (as nanoGPT does), the
-// cached path by rebuilding its cache for the cropped window. Each token is
-// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
+/// Generates opts.tokens tokens after the prompt, calling on_token with the
+/// text of each as it is produced, and returns the generated ids. With or
+/// without the cache the tokens are the same for the same seed: the cache
+/// only avoids recomputing the keys and values of earlier positions. Past the
+/// context, both crop to the last `context` tokens (as nanoGPT does), the
+/// cached path by rebuilding its cache for the cropped window. Each token is
+/// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
 QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
                                     const std::function<void(const std::string&)>& on_token);
 

@@ -40,22 +40,19 @@ struct OptionArgs {
 
 qkv::AttentionOptions options(const OptionArgs& a, qkv::TensorView& mask_view) {
   qkv::AttentionOptions o;
-  // PyTorch's is_causal picks the mask; causal only its flavour, so a
-  // flavour without is_causal (bottom-right ignored: a non-causal result)
-  // or "none" with it is refused rather than silently dropped.
-  const auto causal = qkv::parse_causal(a.causal);
-  if (!causal || (a.is_causal && *causal == qkv::Causal::none))
-    throw nb::value_error(
-        ("causal: expected 'top-left' or 'bottom-right', found '" + a.causal + "'").c_str());
-  if (!a.is_causal && *causal == qkv::Causal::bottom_right)
+  // The library reads the names (a qkv::Error, a ValueError here, for an
+  // unknown one). PyTorch's is_causal picks the mask; causal only its
+  // flavour, so a flavour without is_causal (bottom-right ignored: a
+  // non-causal result) or "none" with it is refused rather than silently
+  // dropped.
+  const qkv::Causal causal = qkv::parse_causal(a.causal);
+  if (a.is_causal && causal == qkv::Causal::none)
+    throw nb::value_error("causal: expected 'top-left' or 'bottom-right' with is_causal=True, found 'none'");
+  if (!a.is_causal && causal == qkv::Causal::bottom_right)
     throw nb::value_error("causal: 'bottom-right' needs is_causal=True (without it no causal "
                           "mask applies)");
-  o.causal = a.is_causal ? *causal : qkv::Causal::none;
-  const auto kernel = qkv::parse_kernel(a.kernel);
-  if (!kernel)
-    throw nb::value_error(
-        ("kernel: expected 'auto', 'fast' or 'reference', got '" + a.kernel + "'").c_str());
-  o.kernel = *kernel;
+  o.causal = a.is_causal ? causal : qkv::Causal::none;
+  o.kernel = qkv::parse_kernel(a.kernel);
   o.scale = a.scale;
   if (a.window) o.window = qkv::SlidingWindow{a.window->first, a.window->second};
   o.key_lengths = a.key_lengths;

@@ -20,12 +20,6 @@ namespace {
 
 std::atomic<int> g_stop_training{0};  // set by request_stop(), read by the trainer's loop
 
-qkv::Kernel kernel_of(const std::string& s) {
-  const auto k = qkv::parse_kernel(s);
-  if (!k) throw nb::value_error(("kernel: expected 'auto', 'fast' or 'reference', got '" + s + "'").c_str());
-  return *k;
-}
-
 // train(dtype=...): "float32", or "bf16" / "bfloat16" for mixed precision.
 qkv::DType train_dtype(const std::string& s) {
   if (s == "float32") return qkv::DType::f32;
@@ -65,7 +59,7 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
     else if (k == "grad_clip") o.adam.grad_clip = f64();
     else if (k == "seed") o.seed = nb::cast<uint64_t>(value);
     else if (k == "threads") o.threads = nb::cast<int>(value);
-    else if (k == "kernel") o.kernel = kernel_of(nb::cast<std::string>(value));
+    else if (k == "kernel") o.kernel = qkv::parse_kernel(nb::cast<std::string>(value));
     else if (k == "dtype") o.dtype = train_dtype(nb::cast<std::string>(value));
     else if (k == "resume") o.resume = nb::cast<bool>(value);
     else if (k == "force") o.force = nb::cast<bool>(value);
@@ -127,7 +121,7 @@ void bind_model(nb::module_& m) {
         return self.tokenizer().decode(ids);
       })
       .def("set_threads", [](qkv::Model& self, int threads, const std::string& kernel) {
-        self.set_threads(threads, kernel_of(kernel));
+        self.set_threads(threads, qkv::parse_kernel(kernel));
       })
       .def("logits",
            [](qkv::Model& self, const std::vector<int32_t>& tokens) {

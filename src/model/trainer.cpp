@@ -64,32 +64,55 @@ double full_loss(GPT& model, const Part& data, Shard& sh) {
 }  // namespace
 
 void TrainOptions::validate() const {
+  // Each message names the field, never a command-line flag: the command
+  // and the Python package present it with their own names.
   auto need = [](bool ok, const std::string& what) {
-    if (!ok) throw Error("train: " + what);
+    if (!ok) throw Error("train options: " + what);
+  };
+  auto at_least = [&](const char* field, int64_t v, int64_t min) {
+    need(v >= min, std::string(field) + " must be at least " + std::to_string(min) + ", found " +
+                       std::to_string(v));
+  };
+  auto shortest = [](double x) {
+    std::ostringstream s;
+    s << x;
+    return s.str();
   };
   need(!text_path.empty(), "text_path is empty");
   need(!out_dir.empty(), "out_dir is empty");
-  need(!(resume && force), "resume and force exclude each other (continue the run, or start it over)");
-  need(batch >= 1, "batch must be at least 1, found " + std::to_string(batch));
-  need(iters >= 0, "iters must be at least 0, found " + std::to_string(iters));
-  need(eval_interval >= 1, "eval_interval must be at least 1, found " + std::to_string(eval_interval));
-  need(eval_iters >= 1, "eval_iters must be at least 1, found " + std::to_string(eval_iters));
-  need(log_interval >= 1, "log_interval must be at least 1, found " + std::to_string(log_interval));
-  need(std::isfinite(lr) && lr > 0, "lr must be a finite number > 0, found " + std::to_string(lr));
+  need(!(resume && force), "resume cannot be combined with force (continue the run, or start it over)");
+  at_least("batch", batch, 1);
+  at_least("iters", iters, 1);
+  at_least("eval_interval", eval_interval, 1);
+  at_least("eval_iters", eval_iters, 1);
+  at_least("log_interval", log_interval, 1);
+  need(stop_at < 0 || stop_at % eval_interval == 0,
+       "stop_at must be a multiple of eval_interval " + std::to_string(eval_interval) + " (a checkpoint "
+       "is written there), found " + std::to_string(stop_at));
+  need(std::isfinite(lr) && lr > 0, "lr must be a finite number > 0, found " + shortest(lr));
   need(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,
-       "min_lr must be in [0, lr], found " + std::to_string(min_lr));
-  need(std::isfinite(adam.beta1) && adam.beta1 >= 0 && adam.beta1 < 1, "beta1 must be in [0, 1)");
-  need(std::isfinite(adam.beta2) && adam.beta2 >= 0 && adam.beta2 < 1, "beta2 must be in [0, 1)");
-  need(std::isfinite(adam.weight_decay) && adam.weight_decay >= 0, "weight_decay must be finite and >= 0");
-  need(std::isfinite(adam.grad_clip) && adam.grad_clip >= 0, "grad_clip must be finite and >= 0 (0 = off)");
+       "min_lr must be in [0, lr " + shortest(lr) + "], found " + shortest(min_lr));
+  need(std::isfinite(adam.beta1) && adam.beta1 >= 0 && adam.beta1 < 1,
+       "beta1 must be in [0, 1), found " + shortest(adam.beta1));
+  need(std::isfinite(adam.beta2) && adam.beta2 >= 0 && adam.beta2 < 1,
+       "beta2 must be in [0, 1), found " + shortest(adam.beta2));
+  need(std::isfinite(adam.weight_decay) && adam.weight_decay >= 0,
+       "weight_decay must be a finite number >= 0, found " + shortest(adam.weight_decay));
+  need(std::isfinite(adam.grad_clip) && adam.grad_clip >= 0,
+       "grad_clip must be a finite number >= 0 (0 = off), found " + shortest(adam.grad_clip));
   need(dtype == DType::f32 || dtype == DType::bf16,
        std::string("dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
   check_threads(threads);
   need(ranks >= 1 && rank >= 0 && rank < ranks, "rank " + std::to_string(rank) + " of " + std::to_string(ranks));
-  need(batch % ranks == 0, "batch " + std::to_string(batch) + " must divide by the " +
-                               std::to_string(ranks) + " ranks (each takes an equal share)");
+  need(batch % ranks == 0, "batch must divide by the " + std::to_string(ranks) +
+                               " ranks (each takes an equal share), found " + std::to_string(batch));
   need(ranks == 1 || (sum_over_ranks && sum_scalar_over_ranks),
        "more than one rank needs sum_over_ranks and sum_scalar_over_ranks");
+  // The model's sizes, before any file is read: the vocabulary, which comes
+  // from the text, is the one thing left unchecked here.
+  GPTConfig m = model;
+  m.vocab = 1;
+  m.validate();
 }
 
 std::string TrainOptions::to_json() const {
@@ -197,8 +220,8 @@ void refuse_conflicts_with_checkpoint(const TrainOptions& given, const TrainOpti
 TrainOptions saved_train_options(const std::string& out_dir) {
   std::error_code ec;
   if (!fs::exists(out_dir + "/train_state.safetensors", ec))
-    throw Error("--resume: no checkpoint in '" + out_dir +
-                "' (train_state.safetensors is missing); train without --resume to start");
+    throw Error("resume: no checkpoint in '" + out_dir +
+                "' (train_state.safetensors is missing); train without resume to start");
   return TrainOptions::from_json(load_train_state(out_dir).options_json,
                                  out_dir + "/train_state.safetensors");
 }
@@ -212,7 +235,7 @@ TrainResult train(const TrainOptions& given) {
     try {
       return CharTokenizer::from_text(text);
     } catch (const Error& e) {
-      throw Error("--text: '" + o.text_path + "': " + e.what());
+      throw Error("text_path: '" + o.text_path + "': " + e.what());
     }
   }();
   o.model.vocab = tok.vocab_size();
@@ -221,16 +244,16 @@ TrainResult train(const TrainOptions& given) {
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);  // every rank: none waits for another
   if (ec || !fs::is_directory(o.out_dir))
-    throw Error("--out: cannot create directory '" + o.out_dir + "': " + ec.message());
+    throw Error("out_dir: cannot create directory '" + o.out_dir + "': " + ec.message());
   std::optional<run_dir::RunLock> lock;
   if (writer) {
     lock.emplace(o.out_dir);
     run_dir::remove_stale_temporaries(o.out_dir);
   }
   if (!o.resume && !o.force && fs::exists(o.out_dir + "/train_state.safetensors", ec))
-    throw Error("--out: '" + o.out_dir +
+    throw Error("out_dir: '" + o.out_dir +
                 "' already holds a trained run (train_state.safetensors); continue it with "
-                "--resume, or pass --force to start over and overwrite it");
+                "resume, or pass force to start over and overwrite it");
 
   o.text_hash = fnv1a(text);
   // The text is only needed as ids from here on.
@@ -244,7 +267,7 @@ TrainResult train(const TrainOptions& given) {
     refuse_conflicts_with_checkpoint(o, saved);
     st = load_train_state(o.out_dir);
     if (saved.text_hash != o.text_hash)
-      throw Error("--resume: '" + o.text_path + "' is not the text the checkpoint in '" +
+      throw Error("resume: '" + o.text_path + "' is not the text the checkpoint in '" +
                   o.out_dir + "' was trained on");
     saved.text_path = o.text_path, saved.out_dir = o.out_dir, saved.threads = o.threads;
     saved.kernel = o.kernel, saved.on_progress = o.on_progress, saved.resume = true;

@@ -173,11 +173,14 @@ def test_train_bad_text(tmp_path, run):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--heads", "3"], "--heads: expected a divisor of --embd"),
-    (["--kv-heads", "3"], "--kv-heads: expected a divisor of --heads"),
-    (["--iters", "0"], "--iters: expected a positive integer"),
-    (["--lr", "-1"], "--lr, --min-lr"),
-    (["--stop-at", "7"], "--stop-at: expected a multiple of --eval-interval"),
+    # The library's checks, worded with the flags (its messages name fields).
+    (["--heads", "5"], "--heads: must divide --embd 128, found 5"),
+    (["--kv-heads", "3"], "--kv-heads: must divide --heads 4, found 3"),
+    (["--iters", "0"], "--iters: must be at least 1, found 0"),
+    (["--lr", "-1"], "--lr: must be a finite number > 0, found -1"),
+    (["--min-lr", "1"], "--min-lr: must be in [0, --lr 0.001], found 1"),
+    (["--stop-at", "7"], "--stop-at: must be a multiple of --eval-interval 250"),
+    (["--kernel", "gpu"], "--kernel: expected reference, fast or auto, found 'gpu'"),
     (["--frobnicate"], "--frobnicate"),
 ])
 def test_train_bad_options(args, message, run, tmp_path):

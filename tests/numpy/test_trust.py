@@ -249,7 +249,7 @@ def test_second_writer_is_refused(run, tmp_path):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running qkv train holds it
         r = run("train", "--text", write_text(tmp_path / "t.txt"), "--out", out, *TINY)
     assert r.returncode == DATA, r.stderr
-    assert "is in use by another qkv train" in r.stderr
+    assert "is in use by another training run" in r.stderr
     assert not (out / "log.jsonl").exists()
 
 
@@ -317,10 +317,10 @@ def test_attention_option_values(run, tmp_path, extra, fragment):
 
 
 @pytest.mark.parametrize("extra, fragment", [
-    (["--lr", "inf"], "--lr, --min-lr: expected"),
-    (["--weight-decay", "nan"], "--weight-decay: expected a finite number >= 0, found nan"),
-    (["--grad-clip", "inf"], "--grad-clip: expected a finite number >= 0, found inf"),
-    (["--rope"], "--rope: expected an even head dim, found --embd / --heads = 3"),
+    (["--lr", "inf"], "--lr: must be a finite number > 0, found inf"),
+    (["--weight-decay", "nan"], "--weight-decay: must be a finite number >= 0, found nan"),
+    (["--grad-clip", "inf"], "--grad-clip: must be a finite number >= 0 (0 = off), found inf"),
+    (["--rope"], "--rope: needs an even head dim, found --embd / --heads = 3"),
     (["--seed", "18446744073709551616"], "--seed: expected an integer from 0 to 18446744073709551615, found '18446744073709551616'"),
     (["--seed", "-1"], "--seed: expected an integer from 0 to 18446744073709551615, found '-1'"),
     (["--iters", "99999999999999999999"], "--iters: expected an integer from -9223372036854775808"),

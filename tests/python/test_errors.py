@@ -110,6 +110,25 @@ def test_bad_options(kw, match):
         qkv.scaled_dot_product_attention(q, k, v, **kw)
 
 
+@pytest.mark.parametrize("kw,message", [
+    (dict(iters=0), "train options: iters must be at least 1, found 0"),
+    (dict(min_lr=0.5), "train options: min_lr must be in [0, lr 0.001], found 0.5"),
+    (dict(stop_at=7), "train options: stop_at must be a multiple of eval_interval 250"),
+    (dict(embd=8, heads=3), "model config: heads must divide embd 8, found 3"),
+    (dict(kernel="gpu"), "kernel: expected reference, fast or auto, found 'gpu'"),
+])
+def test_train_errors_name_the_keyword(kw, message, tmp_path):
+    """train() checks nothing itself: the library's message names its field,
+    the keyword the caller passed, never a command-line flag."""
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat. " * 40)
+    with pytest.raises(ValueError) as info:
+        qkv.train(text, tmp_path / "out", **kw)
+    assert message in str(info.value)
+    assert "--" not in str(info.value)
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
 def test_fast_kernel_refuses_float64():
     q, k, v = qkv3()
     with pytest.raises(ValueError, match="float"):

@@ -134,7 +134,7 @@ def test_config_that_disagrees_with_the_weights_is_refused(tmp_path):
 
 def test_resume_and_force_together_are_refused(tmp_path):
     (tmp_path / "t.txt").write_text(TEXT)
-    with pytest.raises(ValueError, match="resume and force exclude each other"):
+    with pytest.raises(ValueError, match="resume cannot be combined with force"):
         qkv.train(tmp_path / "t.txt", tmp_path / "m", resume=True, force=True, iters=1)
 
 

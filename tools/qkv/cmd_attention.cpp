@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cli_common.h"
+#include "field_flags.h"
 #include "commands.h"
 #include "one_head.h"
 #include "sequence_parallel.h"
@@ -138,6 +139,8 @@ void check_output_memory(const Tensor& q, const Tensor& k, const Tensor& v,
 int run_attention(const AttentionArgs& a) {
   AttentionOptions opts;
   parse_number_options(a, opts);  // before loading, so a typo costs no I/O
+  opts.causal = as_usage(kAttentionFlags, [&] { return parse_causal(a.causal); });
+  opts.kernel = as_usage(kAttentionFlags, [&] { return parse_kernel(a.kernel); });
   if (a.sequence_parallel) {
 #ifdef QKV_HAVE_MPI
     return run_sequence_parallel({a.q, a.k, a.v, a.out, a.lse, a.causal, a.kernel, opts.scale,
@@ -163,8 +166,6 @@ int run_attention(const AttentionArgs& a) {
   }
   // Hq is q's third dim from the end; a q with fewer dims is reported by attention().
   if (a.alibi && q.rank() >= 3) opts.alibi_slopes = alibi_paper_slopes(q.dim(-3));
-  opts.causal = *parse_causal(a.causal);  // CLI11 already checked the value
-  opts.kernel = *parse_kernel(a.kernel);  // likewise
   opts.return_weights = !a.weights.empty();
   opts.return_lse = !a.lse.empty();
   check_output_memory(q, k, v, opts);
@@ -203,7 +204,6 @@ Runner add_attention(CLI::App& app) {
                   "[..., Hq, N, S] (.npy)");
   cmd->add_option("--causal", args->causal,
                   "none; top-left: query i sees keys j <= i; bottom-right: j <= i + S - N")
-      ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
       ->capture_default_str();
   cmd->add_option("--window", args->window,
                   "query i sees keys a(i) - LEFT <= j <= a(i) + RIGHT, a(i) its diagonal "
@@ -233,7 +233,6 @@ Runner add_attention(CLI::App& app) {
   cmd->add_option("--kernel", args->kernel,
                   "reference (plain loops, double sums), fast (tiled SIMD, float32 and bf16) or "
                   "auto (fast for float32 and bf16, reference for float64)")
-      ->check(CLI::IsMember({"reference", "fast", "auto"}))
       ->capture_default_str();
   cmd->add_option("--threads", args->threads,
                   "threads for the fast kernel (default 0 = all cores; at most 4 x cores)")

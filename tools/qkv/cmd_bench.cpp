@@ -19,6 +19,7 @@
 
 #include "bench_suite.h"
 #include "cli_common.h"
+#include "field_flags.h"
 #include "commands.h"
 #include "qkv/runtime.h"
 #include "support/peak.h"
@@ -60,10 +61,7 @@ BenchCase case_from(const BenchArgs& a) {
     throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(c.heads) +
                      ", found " + std::to_string(c.kv_heads));
   if (c.window) require_at_least("--window", 0, *c.window);
-  const auto causal = parse_causal(a.causal);
-  if (!causal)
-    throw UsageError("--causal: expected none, top-left or bottom-right, found '" + a.causal + "'");
-  c.causal = *causal;
+  c.causal = as_usage(kAttentionFlags, [&] { return parse_causal(a.causal); });
   // q, k, v and out in float32, plus a second output when the reference is
   // compared; in double, so sizes whose product overflows are refused too.
   const double B = static_cast<double>(c.batch), N = static_cast<double>(c.n),
@@ -85,10 +83,8 @@ BenchSettings settings_from(const BenchArgs& a) {
   check_threads("--threads", a.threads);
   require_at_least("--reps", 1, a.reps);
   require_at_least("--warmup", 0, a.warmup);
-  const auto kernel = parse_kernel(a.kernel);
-  if (!kernel)
-    throw UsageError("--kernel: expected reference, fast or auto, found '" + a.kernel + "'");
-  return {*kernel, a.threads ? a.threads : default_threads(), a.reps, a.warmup,
+  const Kernel kernel = as_usage(kAttentionFlags, [&] { return parse_kernel(a.kernel); });
+  return {kernel, a.threads ? a.threads : default_threads(), a.reps, a.warmup,
           a.compare_reference, a.check_finite};
 }
 

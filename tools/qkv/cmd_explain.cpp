@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "field_flags.h"
 #include "commands.h"
 #include "explain_model.h"
 #include "explain_stages.h"
@@ -202,6 +203,7 @@ int run_explain(ExplainArgs& a, const CLI::App& cmd) {
     throw UsageError("--tokens: expected at least one word, found an empty string");
   if (a.scale && !std::isfinite(*a.scale))
     throw UsageError("--scale: expected a finite number, found " + std::to_string(*a.scale));
+  const Causal causal = as_usage(kAttentionFlags, [&] { return parse_causal(a.causal); });
 
   // The mask is read in both forms, before anything is printed: in the words
   // form it is broadcast against [Hq, T, T], e.g. one bool per word for padding.
@@ -218,7 +220,7 @@ int run_explain(ExplainArgs& a, const CLI::App& cmd) {
     in = inputs_from_tokens(a, tokens);
   }
   AttentionOptions opts;
-  opts.causal = *parse_causal(a.causal);
+  opts.causal = causal;
   if (!a.mask.empty()) opts.mask = mask;
   opts.scale = a.scale;
   opts.return_weights = true;
@@ -270,7 +272,6 @@ Runner add_explain(CLI::App& app) {
       ->check(CLI::IsMember({"none", "sinusoidal", "rope"}))
       ->capture_default_str();
   cmd->add_option("--causal", a->causal, "none, top-left or bottom-right (see qkv attention --help)")
-      ->check(CLI::IsMember({"none", "top-left", "bottom-right"}))
       ->capture_default_str();
   cmd->add_option("--q", a->q,
                   "explain these queries [..., Hq, N, D] or 2-D (N, D), one head (.npy), "

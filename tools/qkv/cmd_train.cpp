@@ -12,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "field_flags.h"
 #include "support/model_size.h"
 #include "support/peak.h"
 #include "support/plot.h"
@@ -215,50 +216,30 @@ void check_train_memory(const TrainOptions& o) {
   if (!refused.empty()) throw UsageError(refused);
 }
 
+// The library's field for each of the command's flags: its checks name the
+// field, the command shows the flag.
+const FieldFlags kTrainFlags = {
+    {"text_path", "--text"}, {"out_dir", "--out"}, {"layers", "--layers"}, {"heads", "--heads"},
+    {"kv_heads", "--kv-heads"}, {"embd", "--embd"}, {"context", "--context"}, {"rope", "--rope"},
+    {"bias", "--bias"}, {"batch", "--batch"}, {"iters", "--iters"}, {"lr", "--lr"},
+    {"min_lr", "--min-lr"}, {"warmup", "--warmup"}, {"weight_decay", "--weight-decay"},
+    {"grad_clip", "--grad-clip"}, {"eval_interval", "--eval-interval"},
+    {"eval_iters", "--eval-iters"}, {"log_interval", "--log-interval"}, {"seed", "--seed"},
+    {"threads", "--threads"}, {"kernel", "--kernel"}, {"dtype", "--dtype"}, {"resume", "--resume"},
+    {"force", "--force"}, {"stop_at", "--stop-at"}, {"eval_full", "--eval-full"}};
+
 int run_train(TrainArgs& a) {
   TrainOptions& o = a.o;
-  auto positive = [](const char* flag, int64_t v) {
-    if (v < 1) throw UsageError(std::string(flag) + ": expected a positive integer, found " + std::to_string(v));
-  };
-  positive("--layers", o.model.layers);
-  positive("--heads", o.model.heads);
-  positive("--embd", o.model.embd);
-  positive("--context", o.model.context);
-  positive("--batch", o.batch);
-  positive("--iters", o.iters);
-  positive("--eval-interval", o.eval_interval);
-  positive("--eval-iters", o.eval_iters);
-  positive("--log-interval", o.log_interval);
+  // The library takes any warmup < 0 as its default; on the command line the
+  // default is not giving the flag, so a negative value is a typo.
   if (a.cmd->count("--warmup") > 0 && o.warmup < 0)
     throw UsageError("--warmup: expected an integer >= 0, found " + std::to_string(o.warmup));
   if (o.model.kv_heads == 0) o.model.kv_heads = o.model.heads;
-  if (o.model.kv_heads < 1 || o.model.heads % o.model.kv_heads != 0)
-    throw UsageError("--kv-heads: expected a divisor of --heads " + std::to_string(o.model.heads) +
-                     ", found " + std::to_string(o.model.kv_heads));
-  if (o.model.embd % o.model.heads != 0)
-    throw UsageError("--heads: expected a divisor of --embd " + std::to_string(o.model.embd) +
-                     ", found " + std::to_string(o.model.heads));
-  if (!(o.lr > 0.0) || !(o.min_lr >= 0.0) || o.min_lr > o.lr || !std::isfinite(o.lr))
-    throw UsageError("--lr, --min-lr: expected 0 <= min-lr <= lr and 0 < lr < inf, found lr " +
-                     std::to_string(o.lr) + ", min-lr " + std::to_string(o.min_lr));
-  // Non-finite values would only surface as "training diverged" later.
-  auto finite_at_least_0 = [](const char* flag, double v) {
-    if (!std::isfinite(v) || v < 0.0)
-      throw UsageError(std::string(flag) + ": expected a finite number >= 0, found " + std::to_string(v));
-  };
-  finite_at_least_0("--weight-decay", o.adam.weight_decay);
-  finite_at_least_0("--grad-clip", o.adam.grad_clip);
-  if (o.model.rope && (o.model.embd / o.model.heads) % 2 != 0)
-    throw UsageError("--rope: expected an even head dim, found --embd / --heads = " +
-                     std::to_string(o.model.embd / o.model.heads));
-  check_threads("--threads", o.threads);
-  if (o.stop_at >= 0 && o.stop_at % o.eval_interval != 0)
-    throw UsageError("--stop-at: expected a multiple of --eval-interval " +
-                     std::to_string(o.eval_interval) + ", found " + std::to_string(o.stop_at));
-  check_train_memory(o);
   o.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
-  if (o.resume) refuse_conflicts_with_checkpoint(a);
-  o.kernel = *parse_kernel(a.kernel);
+  o.kernel = as_usage(kTrainFlags, [&] { return parse_kernel(a.kernel); });
+  as_usage(kTrainFlags, [&] { o.validate(); });
+  check_train_memory(o);
+  if (o.resume) in_flags(kTrainFlags, [&] { refuse_conflicts_with_checkpoint(a); });
   // A resumed run goes on with its checkpoint's options: the summary and the
   // progress lines show those, not this command line's defaults.
   TrainOptions shown = o;
@@ -272,9 +253,9 @@ int run_train(TrainArgs& a) {
   o.stop_requested = &g_stop_signal;
 #ifdef QKV_HAVE_MPI
   // Under mpirun (or srun) with more than one rank: data parallel.
-  if (launched_by_mpi()) return run_data_parallel(o, g_stop_signal);
+  if (launched_by_mpi()) return in_flags(kTrainFlags, [&] { return run_data_parallel(o, g_stop_signal); });
 #endif
-  const TrainResult r = train(o);
+  const TrainResult r = in_flags(kTrainFlags, [&] { return train(o); });
   plot_training_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
   if (!r.interrupted) return 0;
   std::fflush(stdout);
@@ -315,7 +296,6 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "seed for the initial weights and the batches")->capture_default_str();
   cmd->add_option("--threads", o.threads, "threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--kernel", a->kernel, "attention kernel: reference, fast or auto")
-      ->check(CLI::IsMember({"reference", "fast", "auto"}))
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "float32, or bf16: mixed precision (Linear layers and attention on operands "

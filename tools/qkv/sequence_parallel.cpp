@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli_common.h"
+#include "field_flags.h"
 #include "one_head.h"
 #include "qkv/ring_attention.h"
 
@@ -42,7 +43,7 @@ int run(const SequenceParallelArgs& a, int rank, int ranks) {
   o.length = L;
   o.causal = a.causal == "top-left";
   o.scale = a.scale;
-  o.kernel = *parse_kernel(a.kernel);
+  o.kernel = as_usage(kAttentionFlags, [&] { return parse_kernel(a.kernel); });
   o.threads = a.threads;
   AttentionResult res;
   ring_attention_forward(res, ring_scatter(q, o.comm), ring_scatter(k, o.comm), ring_scatter(v, o.comm), o);

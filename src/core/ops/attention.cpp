@@ -16,10 +16,10 @@ const char* causal_name(Causal c) {
   return "?";
 }
 
-std::optional<Causal> parse_causal(const std::string& s) {
+Causal parse_causal(const std::string& s) {
   for (Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
     if (s == causal_name(c)) return c;
-  return std::nullopt;
+  throw Error("causal: expected none, top-left or bottom-right, found '" + s + "'");
 }
 
 const char* kernel_name(Kernel k) {
@@ -31,10 +31,10 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
-std::optional<Kernel> parse_kernel(const std::string& s) {
+Kernel parse_kernel(const std::string& s) {
   for (Kernel k : {Kernel::reference, Kernel::fast, Kernel::automatic})
     if (s == kernel_name(k)) return k;
-  return std::nullopt;
+  throw Error("kernel: expected reference, fast or auto, found '" + s + "'");
 }
 
 namespace {

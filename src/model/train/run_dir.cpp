@@ -21,15 +21,15 @@ using nlohmann::json;
 RunLock::RunLock(const std::string& dir) {
   const std::string path = dir + "/.qkv-train.lock";
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ < 0) throw Error("--out: cannot create the lock file '" + path + "': " + std::strerror(errno));
+  if (fd_ < 0) throw Error("out_dir: cannot create the lock file '" + path + "': " + std::strerror(errno));
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     close(fd_);
     if (err == EWOULDBLOCK)
-      throw Error("--out: '" + dir +
-                  "' is in use by another qkv train (it holds .qkv-train.lock); wait for it to "
-                  "finish or choose another --out");
-    throw Error("--out: cannot lock '" + path + "': " + std::strerror(err));
+      throw Error("out_dir: '" + dir +
+                  "' is in use by another training run (it holds .qkv-train.lock); wait for it to "
+                  "finish or choose another out_dir");
+    throw Error("out_dir: cannot lock '" + path + "': " + std::strerror(err));
   }
 }
 

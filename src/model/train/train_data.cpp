@@ -11,15 +11,15 @@ namespace qkv::train_data {
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw Error("--text: '" + path + "' is a directory, not a file");
+    throw Error("text_path: '" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error("--text: cannot read '" + path + "': no such file or no permission");
+  if (!in) throw Error("text_path: cannot read '" + path + "': no such file or no permission");
   const std::streamoff size = in.tellg();
-  if (size == 0) throw Error("--text: '" + path + "' is empty; qkv train needs text to learn");
+  if (size == 0) throw Error("text_path: '" + path + "' is empty; training needs text to learn");
   std::string text(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
   in.seekg(0);
   if (size < 0 || !in.read(text.data(), size))
-    throw Error("--text: cannot read '" + path + "': read error");
+    throw Error("text_path: cannot read '" + path + "': read error");
   return text;
 }
 
@@ -68,9 +68,9 @@ Split split_data(const TokenIds& ids, int64_t T, const std::string& path) {
   const int64_t n = id_count(ids), n_train = n * 9 / 10;
   const int64_t need = 10 * (T + 1);  // so the 10% validation part holds one window
   if (n < need)
-    throw Error("--text: '" + path + "' has " + std::to_string(n) + " characters; with --context " +
+    throw Error("text_path: '" + path + "' has " + std::to_string(n) + " characters; with context " +
                 std::to_string(T) + " it needs at least " + std::to_string(need) +
-                " (90% train / 10% validation, each longer than the context)");
+                " (90% train / 10% validation, each at least context + 1 characters)");
   return Split{Part{&ids, 0, n_train}, Part{&ids, n_train, n}};
 }
 
