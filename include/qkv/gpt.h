@@ -1,21 +1,22 @@
-// qkv/gpt.h: the transformer, with forward and backward. nanoGPT's GPT is
-// its default configuration; a real checkpoint's architecture (BERT, GPT-2,
-// ...) is another GPTConfig, run by the same code.
-//
-//   tokens [B, T] -> wte + wpe (+ wtt) (-> ln_e) -> L x block (-> ln_f)
-//                 -> logits = x · wteᵀ (tied), or the hidden states (an encoder)
-//   block, pre-norm (GPT):   x += attn(ln_1(x));  x += mlp(ln_2(x))
-//   block, post-norm (BERT): x = ln_1(x + attn(x));  x = ln_2(x + mlp(x))
-//   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> attention
-//          (qkv::attention; causal top-left, or bidirectional) -> c_proj
-//   mlp:   c_fc (F = GPTConfig::ffn_dim()) -> GELU (exact or tanh) -> c_proj
-// Every layer is one of qkv/nn.h; RoPE (when on) turns q and k after the
-// head split, from one cos/sin table built with the model.
-//
-// Parameters live in one buffer (so the optimiser and checkpoints
-// treat them as one vector) and are named as in nanoGPT's state_dict, so a
-// checkpoint loads into PyTorch by name. Activations are allocated once for
-// a given (B, T) and reused every step.
+/// @file
+/// qkv/gpt.h: the transformer, with forward and backward. nanoGPT's GPT is
+/// its default configuration; a real checkpoint's architecture (BERT, GPT-2,
+/// ...) is another GPTConfig, run by the same code.
+///
+///   tokens [B, T] -> wte + wpe (+ wtt) (-> ln_e) -> L x block (-> ln_f)
+///                 -> logits = x · wteᵀ (tied), or the hidden states (an encoder)
+///   block, pre-norm (GPT):   x += attn(ln_1(x));  x += mlp(ln_2(x))
+///   block, post-norm (BERT): x = ln_1(x + attn(x));  x = ln_2(x + mlp(x))
+///   attn:  c_attn (fused Q, K, V; Hkv <= H heads for GQA) -> attention
+///          (qkv::attention; causal top-left, or bidirectional) -> c_proj
+///   mlp:   c_fc (F = GPTConfig::ffn_dim()) -> GELU (exact or tanh) -> c_proj
+/// Every layer is one of qkv/nn.h; RoPE (when on) turns q and k after the
+/// head split, from one cos/sin table built with the model.
+///
+/// Parameters live in one buffer (so the optimiser and checkpoints
+/// treat them as one vector) and are named as in nanoGPT's state_dict, so a
+/// checkpoint loads into PyTorch by name. Activations are allocated once for
+/// a given (B, T) and reused every step.
 #pragma once
 
 #include <cstdint>
@@ -31,201 +32,207 @@
 
 namespace qkv {
 
+/// The model's shape and its block description, validated by validate().
 struct QKV_API GPTConfig {
-  int64_t vocab = 0;
-  int64_t context = 64;  // maximum sequence length T (block_size)
-  int64_t layers = 4;
-  int64_t heads = 4;
-  int64_t kv_heads = 4;  // GQA when < heads
-  int64_t embd = 128;    // C
-  bool rope = false;     // RoPE on q and k instead of the learned wpe table
-  bool bias = false;     // biases in Linear and LayerNorm layers (nanoGPT: off)
-  // The MLP's GELU: exact (erf, nanoGPT's nn.GELU()) for new models; tanh for
-  // models trained before the choice existed (a config.json without "gelu").
+  int64_t vocab = 0;     ///< vocabulary size V
+  int64_t context = 64;  ///< maximum sequence length T (block_size)
+  int64_t layers = 4;    ///< transformer blocks L
+  int64_t heads = 4;     ///< query heads H
+  int64_t kv_heads = 4;  ///< GQA when < heads
+  int64_t embd = 128;    ///< C
+  bool rope = false;     ///< RoPE on q and k instead of the learned wpe table
+  bool bias = false;     ///< biases in Linear and LayerNorm layers (nanoGPT: off)
+  /// The MLP's GELU: exact (erf, nanoGPT's nn.GELU()) for new models; tanh for
+  /// models trained before the choice existed (a config.json without "gelu").
   nn::Gelu gelu = nn::Gelu::exact;
 
-  // The rest of the block description: nanoGPT's choices by default; a real
-  // checkpoint's architecture sets them (Model::load reads a Hugging Face
-  // config.json into them). Training (backward) takes the defaults only.
-  int64_t ffn = 0;          // the MLP's hidden width F; 0 means 4 * embd
-  double norm_eps = 1e-5;   // every LayerNorm's eps
-  bool post_norm = false;   // normalise after each residual sum (BERT) instead of before
-  bool causal = true;       // false: every position attends to every other (an encoder)
-  int64_t token_types = 0;  // rows of a token-type table (BERT's segments); type 0 is added
-  bool embed_norm = false;  // a LayerNorm on the embeddings (ln_e, BERT)
-  bool final_norm = true;   // ln_f after the last block (GPT; BERT has none)
-  bool lm_head = true;      // logits through the tied wte; false: the hidden states are the output
+  /// The rest of the block description: nanoGPT's choices by default; a real
+  /// checkpoint's architecture sets them (Model::load reads a Hugging Face
+  /// config.json into them). Training (backward) takes the defaults only.
+  int64_t ffn = 0;          ///< the MLP's hidden width F; 0 means 4 * embd
+  double norm_eps = 1e-5;   ///< every LayerNorm's eps
+  bool post_norm = false;   ///< normalise after each residual sum (BERT) instead of before
+  bool causal = true;       ///< false: every position attends to every other (an encoder)
+  int64_t token_types = 0;  ///< rows of a token-type table (BERT's segments); type 0 is added
+  bool embed_norm = false;  ///< a LayerNorm on the embeddings (ln_e, BERT)
+  bool final_norm = true;   ///< ln_f after the last block (GPT; BERT has none)
+  bool lm_head = true;      ///< logits through the tied wte; false: the hidden states are the output
 
-  int64_t head_dim() const { return embd / heads; }
+  int64_t head_dim() const { return embd / heads; }  ///< hs = C / H
+  /// The MLP's hidden width: ffn, or 4 * embd when ffn is 0.
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
-  // True when only the defaults above are set: what backward() can train.
+  /// True when only the defaults above are set: what backward() can train.
   bool trainable() const {
     return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head;
   }
-  // Throws qkv::Error naming the first inconsistent field.
+  /// Throws qkv::Error naming the first inconsistent field.
   void validate() const;
 };
 
-// One named parameter: a view into the flat buffer.
+/// One named parameter: a view into the flat buffer.
 struct ParamInfo {
-  std::string name;
-  Shape shape;
-  int64_t offset = 0;  // in floats
-  int64_t size = 0;
-  bool decay = false;  // weight decay applies (matrices, not biases or norms)
+  std::string name;    ///< nanoGPT's state_dict name, e.g. "transformer.h.0.attn.c_attn.weight"
+  Shape shape;         ///< its shape
+  int64_t offset = 0;  ///< in floats
+  int64_t size = 0;    ///< in floats
+  bool decay = false;  ///< weight decay applies (matrices, not biases or norms)
 };
 
-// Keys and values of the tokens decoded so far, per layer: the KV cache of
-// generation. It owns its buffers and is made for one model shape (by
-// GPT::new_cache, or from the model's config); decode refuses a cache
-// made for another shape or element type, and refuses to append past the
-// context, with a qkv::Error naming what differs.
+/// Keys and values of the tokens decoded so far, per layer: the KV cache of
+/// generation. It owns its buffers and is made for one model shape (by
+/// GPT::new_cache, or from the model's config); decode refuses a cache
+/// made for another shape or element type, and refuses to append past the
+/// context, with a qkv::Error naming what differs.
 class QKV_API KVCache {
  public:
-  // An empty cache for a model of this config (validated) and element type
-  // (float32 for GPT, float64 for BasicGPT<double>).
+  /// An empty cache for a model of this config (validated) and element type
+  /// (float32 for GPT, float64 for BasicGPT<double>).
   explicit KVCache(const GPTConfig& cfg, DType dtype = DType::f32);
 
-  int64_t len() const { return len_; }            // positions filled: 0 .. capacity()
-  int64_t capacity() const { return cfg_.context; }
-  DType dtype() const { return dtype_; }
-  // Starts a new sequence; the buffers are kept and overwritten.
+  int64_t len() const { return len_; }            ///< positions filled: 0 .. capacity()
+  int64_t capacity() const { return cfg_.context; }  ///< positions it can hold: the context
+  DType dtype() const { return dtype_; }             ///< float32 or float64
+  /// Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
-  // Layer l's keys (RoPE already applied when the model uses it) and values,
-  // [1, Hkv, capacity, D]; positions >= len() hold stale values. Throws
-  // qkv::Error for a layer outside 0 .. layers - 1.
+  /// Layer l's keys (RoPE already applied when the model uses it) and values,
+  /// [1, Hkv, capacity, D]; positions >= len() hold stale values. Throws
+  /// qkv::Error for a layer outside 0 .. layers - 1.
   const Tensor& keys(int64_t layer) const;
-  const Tensor& values(int64_t layer) const;
+  const Tensor& values(int64_t layer) const;  ///< see keys()
 
  private:
   template <class T>
   friend class BasicGPT;
-  // Throws qkv::Error unless the cache was made for a model of cfg's shape
-  // (layers, kv_heads, head dim, context, RoPE) and this dtype, and has n
-  // free positions.
+  /// Throws qkv::Error unless the cache was made for a model of cfg's shape
+  /// (layers, kv_heads, head dim, context, RoPE) and this dtype, and has n
+  /// free positions.
   void check_append(const GPTConfig& cfg, DType dtype, int64_t n) const;
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;
   int64_t len_ = 0;
-  std::vector<Tensor> k_, v_;  // per layer [1, Hkv, context, D]
+  std::vector<Tensor> k_, v_;  ///< per layer [1, Hkv, context, D]
 };
 
-// The model, over its element type T:
-//   float   (GPT) training and sampling: the GEMM backend and the fast
-//           attention kernel (by default; see set_attention);
-//   double  the same code on the float64 layers of qkv/nn.h and the
-//           reference attention kernel: slow, for checking the float model
-//           and its gradients (tests/test_gpt_grad.cpp).
+/// The model, over its element type T:
+///   float   (GPT) training and sampling: the GEMM backend and the fast
+///           attention kernel (by default; see set_attention);
+///   double  the same code on the float64 layers of qkv/nn.h and the
+///           reference attention kernel: slow, for checking the float model
+///           and its gradients (tests/test_gpt_grad.cpp).
 template <class T>
 class BasicGPT {
  public:
+  /// A model of this config (validated: qkv::Error naming the field), its
+  /// weights zero until init() or a load sets them.
   explicit BasicGPT(const GPTConfig& cfg);
   ~BasicGPT();
-  BasicGPT(BasicGPT&&) noexcept;
-  BasicGPT& operator=(BasicGPT&&) noexcept;
+  BasicGPT(BasicGPT&&) noexcept;             ///< moves the weights and scratch
+  BasicGPT& operator=(BasicGPT&&) noexcept;  ///< moves the weights and scratch
 
-  const GPTConfig& config() const { return cfg_; }
-  const std::vector<ParamInfo>& params() const { return params_; }
-  std::vector<T>& weights() { return w_; }
-  const std::vector<T>& weights() const { return w_; }
-  std::vector<T>& grads() { return g_; }
-  int64_t num_params() const { return static_cast<int64_t>(w_.size()); }
+  const GPTConfig& config() const { return cfg_; }                    ///< its shape
+  const std::vector<ParamInfo>& params() const { return params_; }    ///< every parameter, in buffer order
+  std::vector<T>& weights() { return w_; }                            ///< the flat parameter buffer
+  const std::vector<T>& weights() const { return w_; }                ///< the flat parameter buffer
+  std::vector<T>& grads() { return g_; }                              ///< gradients, as weights()
+  int64_t num_params() const { return static_cast<int64_t>(w_.size()); }  ///< weights().size()
 
-  // nanoGPT's initialisation from a seed: N(0, 0.02) for matrices and
-  // embeddings, N(0, 0.02 / sqrt(2 L)) for the residual projections, zero
-  // biases, unit LayerNorm weights.
+  /// nanoGPT's initialisation from a seed: N(0, 0.02) for matrices and
+  /// embeddings, N(0, 0.02 / sqrt(2 L)) for the residual projections, zero
+  /// biases, unit LayerNorm weights.
   void init(uint64_t seed);
 
-  // Runs the model on tokens [B, T] (T <= context). With targets [B, T],
-  // returns the mean cross-entropy loss (summed in double) and keeps what
-  // backward needs; without, returns 0. logits() is [B*T, V] afterwards.
+  /// Runs the model on tokens [B, T] (T <= context). With targets [B, T],
+  /// returns the mean cross-entropy loss (summed in double) and keeps what
+  /// backward needs; without, returns 0. logits() is [B*T, V] afterwards.
   T forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn);
-  // Gradients of the last forward's mean loss into grads(), replacing (never
-  // adding to) what it held.
+  /// Gradients of the last forward's mean loss into grads(), replacing (never
+  /// adding to) what it held.
   void backward();
+  /// The last forward's logits [B*T, V] (a view of this model's scratch).
   const T* logits() const;
 
-  // Generation with the KV cache: runs tokens [n] (B = 1) at positions
-  // cache.len() .. cache.len() + n - 1 through the same blocks as forward(),
-  // appends their keys and values to the cache, and returns the logits [V]
-  // of the token after the last one. The queries attend to every cached key
-  // and causally among themselves. decode_step(token, cache) is the one-token
-  // case: one query against the cached keys instead of recomputing the whole
-  // context. Throws qkv::Error (and leaves the cache as it was) if the tokens
-  // do not fit in the cache, the cache was made for another model shape, or
-  // a token is outside the vocabulary. Always float32 compute (bf16 compute
-  // is for training).
-  //
-  // The span views this model's scratch: valid until the next call on this
-  // model (or its destruction). A view, not a copy, because sampling calls
-  // this once per token and reads the logits once; a caller who keeps them
-  // copies them (std::vector<float>(l.begin(), l.end())).
+  /// Generation with the KV cache: runs tokens [n] (B = 1) at positions
+  /// cache.len() .. cache.len() + n - 1 through the same blocks as forward(),
+  /// appends their keys and values to the cache, and returns the logits [V]
+  /// of the token after the last one. The queries attend to every cached key
+  /// and causally among themselves. decode_step(token, cache) is the one-token
+  /// case: one query against the cached keys instead of recomputing the whole
+  /// context. Throws qkv::Error (and leaves the cache as it was) if the tokens
+  /// do not fit in the cache, the cache was made for another model shape, or
+  /// a token is outside the vocabulary. Always float32 compute (bf16 compute
+  /// is for training).
+  ///
+  /// The span views this model's scratch: valid until the next call on this
+  /// model (or its destruction). A view, not a copy, because sampling calls
+  /// this once per token and reads the logits once; a caller who keeps them
+  /// copies them (std::vector<float>(l.begin(), l.end())).
   std::span<const T> decode(const int32_t* tokens, int64_t n, KVCache& cache);
+  /// decode() of one token.
   std::span<const T> decode_step(int32_t token, KVCache& cache) { return decode(&token, 1, cache); }
 
-  // The last hidden states of a batch of sequences packed end to end: tokens
-  // [N = Σ n_i], lengths [B] = n_i, each 1 .. context. Each sequence sits at
-  // positions 0 .. n_i - 1 and attends only within itself (causally or not,
-  // as the config says); the layers spend no work on padding. Returns [N, C]
-  // (after ln_f when the model has one): an encoder's output, and what an
-  // embedding pools. A view of this model's scratch, valid until the next
-  // call on this model. Throws qkv::Error on a bad length or token id.
+  /// The last hidden states of a batch of sequences packed end to end: tokens
+  /// [N = Σ n_i], lengths [B] = n_i, each 1 .. context. Each sequence sits at
+  /// positions 0 .. n_i - 1 and attends only within itself (causally or not,
+  /// as the config says); the layers spend no work on padding. Returns [N, C]
+  /// (after ln_f when the model has one): an encoder's output, and what an
+  /// embedding pools. A view of this model's scratch, valid until the next
+  /// call on this model. Throws qkv::Error on a bad length or token id.
   std::span<const T> hidden_states(const int32_t* tokens, std::span<const int64_t> lengths);
-  // An empty cache for this model: KVCache(config(), dtype of T).
+  /// An empty cache for this model: KVCache(config(), dtype of T).
   KVCache new_cache() const;
 
-  // What the model looks at: the attention weights of every layer and head
-  // for one sequence tokens [n] (n <= context), as its forward computes them
-  // (causal or not as configured, after RoPE when on): [layers, heads, n, n]
-  // in T, rows summing to 1.
+  /// What the model looks at: the attention weights of every layer and head
+  /// for one sequence tokens [n] (n <= context), as its forward computes them
+  /// (causal or not as configured, after RoPE when on): [layers, heads, n, n]
+  /// in T, rows summing to 1.
   Tensor attention_maps(const int32_t* tokens, int64_t n);
 
-  // Threads for everything the model runs (attention, layers, GEMM; 0 = all
-  // cores): forward, backward, decode and attention_maps each run
-  // under a ThreadScope of this count, the one place it is set.
+  /// Threads for everything the model runs (attention, layers, GEMM; 0 = all
+  /// cores): forward, backward, decode and attention_maps each run
+  /// under a ThreadScope of this count, the one place it is set.
   void set_threads(int threads);
-  int threads() const { return attn_opts_.threads; }
-  // The attention kernel, and the threads as set_threads.
+  int threads() const { return attn_opts_.threads; }  ///< as set_threads set it
+  /// The attention kernel, and the threads as set_threads.
   void set_attention(Kernel kernel, int threads);
-  // Mixed precision (GPT only): DType::bf16 runs every Linear layer as a
-  // bf16 GEMM (operands rounded to bfloat16, products summed in float32;
-  // nn::Matmul::bf16) and attention on q, k, v rounded to bfloat16 (float32
-  // scores, softmax, output and gradients). Weights, gradients, the
-  // activations between layers, LayerNorm, GELU and the loss stay float32:
-  // the weights are the float32 "master" copy the optimiser updates.
-  // DType::f32, the default, is float32 throughout; decode always is.
-  // Throws qkv::Error for another dtype, or bf16 on BasicGPT<double>.
+  /// Mixed precision (GPT only): DType::bf16 runs every Linear layer as a
+  /// bf16 GEMM (operands rounded to bfloat16, products summed in float32;
+  /// nn::Matmul::bf16) and attention on q, k, v rounded to bfloat16 (float32
+  /// scores, softmax, output and gradients). Weights, gradients, the
+  /// activations between layers, LayerNorm, GELU and the loss stay float32:
+  /// the weights are the float32 "master" copy the optimiser updates.
+  /// DType::f32, the default, is float32 throughout; decode always is.
+  /// Throws qkv::Error for another dtype, or bf16 on BasicGPT<double>.
   void set_compute_dtype(DType dtype);
-  DType compute_dtype() const { return compute_; }
+  DType compute_dtype() const { return compute_; }  ///< as set_compute_dtype set it
 
  private:
-  struct Work;  // activations and scratch, reused across calls (src/model/gpt_work.h)
+  struct Work;  ///< activations and scratch, reused across calls (src/model/gpt_work.h)
 
   void build_params();
-  // The one forward of every path: tokens [B, T] at positions pos0 .. pos0 +
-  // T - 1 through the embedding, every block and the final norm. Without a
-  // cache (training, logits, attention maps) the blocks attend among the T
-  // positions and every position's logits are computed; with one (B = 1,
-  // generation) keys and values go to the cache and only the last
-  // position's logits are.
-  // With `lengths` (cache null, pos0 0), the B = lengths.size() sequences
-  // are packed end to end in tokens, each at positions 0 .. n_i - 1: the
-  // layers run on the Σ n_i real rows and attention on them padded to the
-  // longest, with key lengths.
+  /// The one forward of every path: tokens [B, T] at positions pos0 .. pos0 +
+  /// T - 1 through the embedding, every block and the final norm. Without a
+  /// cache (training, logits, attention maps) the blocks attend among the T
+  /// positions and every position's logits are computed; with one (B = 1,
+  /// generation) keys and values go to the cache and only the last
+  /// position's logits are.
+  /// With `lengths` (cache null, pos0 0), the B = lengths.size() sequences
+  /// are packed end to end in tokens, each at positions 0 .. n_i - 1: the
+  /// layers run on the Σ n_i real rows and attention on them padded to the
+  /// longest, with key lengths.
   void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
            std::span<const int64_t> lengths = {});
-  // Block l's attention (q, k, v from its c_attn output) and its backward.
+  /// Block l's attention (q, k, v from its c_attn output) and its backward.
   void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
   void packed_attention_forward(int64_t l);
-  // The final hidden states [rows, C] of the last run.
+  /// The final hidden states [rows, C] of the last run.
   const T* hidden() const;
   void attention_backward(int64_t l);
-  // The Linear layers' GEMM for a compute dtype.
+  /// The Linear layers' GEMM for a compute dtype.
   static nn::Matmul matmul_for(DType compute) {
     return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
   }
-  // Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
+  /// Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
   T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
@@ -234,13 +241,13 @@ class BasicGPT {
   std::vector<T> w_, g_;
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
-  std::unique_ptr<Work> work_;  // heavy and address-stable
+  std::unique_ptr<Work> work_;  ///< heavy and address-stable
 };
 
 extern template class QKV_API BasicGPT<float>;
 extern template class QKV_API BasicGPT<double>;
 
-// The model that trains, samples and is saved in checkpoints.
+/// The model that trains, samples and is saved in checkpoints.
 using GPT = BasicGPT<float>;
 
-}  // namespace qkv
+}  ///< namespace qkv

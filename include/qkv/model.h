@@ -1,24 +1,25 @@
-// qkv/model.h: a trained model, ready to use, in one object.
-//
-// The one way `qkv sample`, `qkv logits`, `qkv embed`, `qkv explain
-// --model`, `qkv import`, `qkv export` and the Python package load and run a
-// model, for C++ callers too: load it (checked), tokenize text, run it on
-// token ids, look at its attention, generate text or embed sentences, read
-// or set its weights by name. Two kinds of folder load:
-//   - qkv's own (config.json with "arch", vocab.json, model.safetensors):
-//     the character-level GPTs `qkv train` makes;
-//   - a Hugging Face model folder (config.json with "model_type",
-//     model.safetensors or its shards, tokenizer.json or vocab.txt, and
-//     sentence-transformers' modules.json when present): BERT-family
-//     encoders ("bert").
-// The pieces underneath stay public for finer control: the checkpoint files
-// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
-// (qkv/sampler.h) and training (qkv/trainer.h).
-//
-//   qkv::Model m = qkv::Model::load("shakespeare");
-//   qkv::Tensor logits = m.logits(m.tokenize("ROMEO:"));      // [T, vocab]
-//   qkv::Model e = qkv::Model::load("all-MiniLM-L6-v2");
-//   qkv::Tensor v = e.embed({"A man is eating.", "Someone eats."});  // [2, 384]
+/// @file
+/// qkv/model.h: a trained model, ready to use, in one object.
+///
+/// The one way `qkv sample`, `qkv logits`, `qkv embed`, `qkv explain
+/// --model`, `qkv import`, `qkv export` and the Python package load and run a
+/// model, for C++ callers too: load it (checked), tokenize text, run it on
+/// token ids, look at its attention, generate text or embed sentences, read
+/// or set its weights by name. Two kinds of folder load:
+///   - qkv's own (config.json with "arch", vocab.json, model.safetensors):
+///     the character-level GPTs `qkv train` makes;
+///   - a Hugging Face model folder (config.json with "model_type",
+///     model.safetensors or its shards, tokenizer.json or vocab.txt, and
+///     sentence-transformers' modules.json when present): BERT-family
+///     encoders ("bert").
+/// The pieces underneath stay public for finer control: the checkpoint files
+/// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
+/// (qkv/sampler.h) and training (qkv/trainer.h).
+///
+///   qkv::Model m = qkv::Model::load("shakespeare");
+///   qkv::Tensor logits = m.logits(m.tokenize("ROMEO:"));      // [T, vocab]
+///   qkv::Model e = qkv::Model::load("all-MiniLM-L6-v2");
+///   qkv::Tensor v = e.embed({"A man is eating.", "Someone eats."});  // [2, 384]
 #pragma once
 
 #include <functional>
@@ -38,102 +39,104 @@ namespace qkv {
 
 class WordPieceTokenizer;
 
-// How an encoder's token vectors become one vector per text: the Pooling
-// and Normalize modules of a sentence-transformers folder (mean pooling,
-// not normalised, without one).
+/// How an encoder's token vectors become one vector per text: the Pooling
+/// and Normalize modules of a sentence-transformers folder (mean pooling,
+/// not normalised, without one).
 struct Pooling {
+  /// mean, the [CLS] token's vector, the per-channel max, or the sum / sqrt(T).
   enum class Mode { mean, cls, max, mean_sqrt_len };
-  Mode mode = Mode::mean;  // over the text's tokens, [CLS] and [SEP] included
-  bool normalize = false;  // divide each vector by its L2 norm
+  Mode mode = Mode::mean;  ///< over the text's tokens, [CLS] and [SEP] included
+  bool normalize = false;  ///< divide each vector by its L2 norm
 };
 
-// Options of Model::embed.
+/// Options of Model::embed.
 struct EmbedOptions {
-  int64_t batch = 32;       // texts per forward (>= 1)
-  int64_t max_length = 0;   // tokens per text, specials included; 0: the model's max_length()
-  DType dtype = DType::f32; // bfloat16: the Linear layers' products in bf16, summed in float32
-  // Called after each batch with (texts done, texts in all); may be empty.
+  int64_t batch = 32;       ///< texts per forward (>= 1)
+  int64_t max_length = 0;   ///< tokens per text, specials included; 0: the model's max_length()
+  DType dtype = DType::f32; ///< bfloat16: the Linear layers' products in bf16, summed in float32
+  /// Called after each batch with (texts done, texts in all); may be empty.
   std::function<void(int64_t, int64_t)> progress;
 };
 
+/// A loaded model: its network, its tokenizer and, for an encoder, its pooling.
 class QKV_API Model {
  public:
-  // Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
-  // truncated or inconsistent file is a qkv::Error naming it.
-  // A Hugging Face folder is recognised by config.json's "model_type"; a
-  // model_type, option or tensor qkv does not implement is an error naming it.
+  /// Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
+  /// truncated or inconsistent file is a qkv::Error naming it.
+  /// A Hugging Face folder is recognised by config.json's "model_type"; a
+  /// model_type, option or tensor qkv does not implement is an error naming it.
   static Model load(const std::string& dir);
-  // A model of config `cfg` (validated) whose parameters are taken from
-  // `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
-  // Every parameter must be there, float32, of its shape, with finite
-  // values, as load() requires of model.safetensors; the qkv::Error names
-  // the first that is not, after `source` (the file they came from). Tensors no parameter names are not looked at.
+  /// A model of config `cfg` (validated) whose parameters are taken from
+  /// `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
+  /// Every parameter must be there, float32, of its shape, with finite
+  /// values, as load() requires of model.safetensors; the qkv::Error names
+  /// the first that is not, after `source` (the file they came from). Tensors no parameter names are not looked at.
   static Model from_tensors(const GPTConfig& cfg, const std::map<std::string, Tensor>& tensors,
                             CharTokenizer tok, const std::string& source);
-  // Writes {config.json, vocab.json, model.safetensors} into the existing
-  // directory dir (save_model).
+  /// Writes {config.json, vocab.json, model.safetensors} into the existing
+  /// directory dir (save_model).
   void save(const std::string& dir) const;
-  // Every parameter as a named float32 tensor (a copy), in ParamInfo order.
+  /// Every parameter as a named float32 tensor (a copy), in ParamInfo order.
   std::vector<std::pair<std::string, Tensor>> named_weights() const;
 
   ~Model();
-  Model(Model&&) noexcept;
-  Model& operator=(Model&&) noexcept;
+  Model(Model&&) noexcept;             ///< moves the network
+  Model& operator=(Model&&) noexcept;  ///< moves the network
 
-  const GPTConfig& config() const { return gpt_->config(); }
-  // "gpt" (qkv's own), or the folder's model_type ("bert").
+  const GPTConfig& config() const { return gpt_->config(); }  ///< the network's shape and block description
+  /// "gpt" (qkv's own), or the folder's model_type ("bert").
   const std::string& architecture() const { return architecture_; }
-  // An encoder gives hidden states and embeddings, no logits.
+  /// An encoder gives hidden states and embeddings, no logits.
   bool is_encoder() const { return !config().lm_head; }
-  // The character tokenizer of qkv's own models; a qkv::Error for another kind.
+  /// The character tokenizer of qkv's own models; a qkv::Error for another kind.
   const CharTokenizer& tokenizer() const;
-  GPT& gpt() { return *gpt_; }
+  GPT& gpt() { return *gpt_; }  ///< the network itself, for finer control
 
-  // Text to ids as the model reads it: one id per character (qkv's models),
-  // or WordPiece with [CLS] and [SEP], cut to max_length() tokens (an
-  // encoder; *truncated, when given, says whether it was cut).
+  /// Text to ids as the model reads it: one id per character (qkv's models),
+  /// or WordPiece with [CLS] and [SEP], cut to max_length() tokens (an
+  /// encoder; *truncated, when given, says whether it was cut).
   std::vector<int32_t> tokenize(const std::string& text, bool* truncated = nullptr) const;
-  // One id's text: its character, or its WordPiece token ("##ing", "[CLS]").
+  /// One id's text: its character, or its WordPiece token ("##ing", "[CLS]").
   std::string token_text(int32_t id) const;
-  // The most tokens one text may have: the context, or for a
-  // sentence-transformers folder its max_seq_length.
+  /// The most tokens one text may have: the context, or for a
+  /// sentence-transformers folder its max_seq_length.
   int64_t max_length() const { return max_length_; }
-  const Pooling& pooling() const { return pooling_; }
+  const Pooling& pooling() const { return pooling_; }  ///< how embed() pools
 
-  // Threads for everything the model runs (0 = all cores) and the attention
-  // kernel; the default is all cores and the automatic kernel.
+  /// Threads for everything the model runs (0 = all cores) and the attention
+  /// kernel; the default is all cores and the automatic kernel.
   void set_threads(int threads, Kernel kernel = Kernel::automatic);
 
-  // The next-token logits after each prefix of `tokens` (1 <= T <= context,
-  // ids < vocab): [T, vocab] float32. qkv::Error on bad ids or lengths.
+  /// The next-token logits after each prefix of `tokens` (1 <= T <= context,
+  /// ids < vocab): [T, vocab] float32. qkv::Error on bad ids or lengths.
   Tensor logits(const std::vector<int32_t>& tokens);
-  // Every layer's and head's attention weights over `tokens`: [layers,
-  // heads, T, T] float32 (GPT::attention_maps).
+  /// Every layer's and head's attention weights over `tokens`: [layers,
+  /// heads, T, T] float32 (GPT::attention_maps).
   Tensor attention_maps(const std::vector<int32_t>& tokens);
-  // The last hidden states of one sequence: [T, C] float32.
+  /// The last hidden states of one sequence: [T, C] float32.
   Tensor hidden_states(const std::vector<int32_t>& tokens);
-  // One vector per text, pooled as pooling() says: [n, C] float32. Texts
-  // are tokenized (tokenize()), cut to opts.max_length, and run in batches
-  // of similar lengths; the result is in the texts' order. Encoders only.
-  // *truncated, when given, counts the texts that were cut.
+  /// One vector per text, pooled as pooling() says: [n, C] float32. Texts
+  /// are tokenized (tokenize()), cut to opts.max_length, and run in batches
+  /// of similar lengths; the result is in the texts' order. Encoders only.
+  /// *truncated, when given, counts the texts that were cut.
   Tensor embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {},
                int64_t* truncated = nullptr);
-  // The same from token ids (each 1 .. context long).
+  /// The same from token ids (each 1 .. context long).
   Tensor embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts = {});
-  // Generates after opts.prompt, streaming each piece of text to on_token;
-  // returns the generated ids (qkv/sampler.h).
+  /// Generates after opts.prompt, streaming each piece of text to on_token;
+  /// returns the generated ids (qkv/sampler.h).
   std::vector<int32_t> generate(const SampleOptions& opts,
                                 const std::function<void(const std::string&)>& on_token = {});
 
  private:
   Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok);
 
-  std::unique_ptr<GPT> gpt_;  // heavy and address-stable: scratch points into it
+  std::unique_ptr<GPT> gpt_;  ///< heavy and address-stable: scratch points into it
   std::string architecture_ = "gpt";
-  std::optional<CharTokenizer> chars_;                   // qkv's models
-  std::shared_ptr<const WordPieceTokenizer> wordpiece_;  // encoders
+  std::optional<CharTokenizer> chars_;                   ///< qkv's models
+  std::shared_ptr<const WordPieceTokenizer> wordpiece_;  ///< encoders
   Pooling pooling_;
   int64_t max_length_ = 0;
 };
 
-}  // namespace qkv
+}  ///< namespace qkv
