@@ -66,6 +66,13 @@ void check_threads(const std::string& opt, int64_t value) {
   }
 }
 
+void check_paths(CLI::App* cmd, std::initializer_list<const char*> names) {
+  const CLI::Validator nonempty(
+      [](std::string& s) { return s.empty() ? std::string("expected a path, found an empty string") : ""; },
+      "");
+  for (const char* name : names) cmd->get_option(name)->check(nonempty)->type_name("PATH");
+}
+
 namespace {
 
 // The path with links and ".." resolved as far as it exists (weakly_canonical).

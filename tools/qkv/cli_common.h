@@ -81,6 +81,12 @@ void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
   for (const char* name : names) cmd->get_option(name)->check(integer_of_type<T>());
 }
 
+// Puts a check on each named path option of `cmd` ("--out", "--model"):
+// an empty value is a usage error naming the option ("--out: expected a
+// path, found an empty string"), not a later "cannot write ''" or a read of
+// "/config.json" (an empty directory joined with a file name).
+void check_paths(CLI::App* cmd, std::initializer_list<const char*> names);
+
 // machine_memory_bytes and memory_shortfall: qkv/runtime.h.
 using qkv::machine_memory_bytes;
 using qkv::memory_shortfall;
