@@ -1,12 +1,14 @@
-"""Path options of every command: an empty path is a usage error naming the
-option (exit 2), whichever command and option it is; and `qkv train --text`
-reads a pipe, a FIFO or /dev/stdin to its end, as it reads a file."""
+"""What commands read: an empty path is a usage error naming the option
+(exit 2), whichever command and path option it is; `qkv train --text` reads a
+pipe, a FIFO or /dev/stdin to its end, as it reads a file; `qkv import` names
+the tensor whose shape is empty, and a --vocab-text that is a directory."""
 import os
 import subprocess
 import threading
 
 import pytest
 
+from test_bad_inputs_table import Inputs, nanogpt_state
 from test_trust import TINY, model, qkv_inputs, write_text  # noqa: F401 - fixture
 
 USAGE = 2
@@ -96,3 +98,24 @@ def test_train_text_from_an_empty_pipe_is_empty(qkv_bin, tmp_path):
                         *TINY], input=b"", capture_output=True, text=False, timeout=120)
     assert r.returncode == 1
     assert b"--text: '/dev/stdin' is empty" in r.stderr
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("transformer.wpe.weight", (0, 8)),
+    ("transformer.wte.weight", (0, 8)),
+    ("transformer.wpe.weight", (8, 0)),
+])
+def test_import_names_an_empty_tensor(run, tmp_path, name, shape):
+    r = run(*nanogpt_state(Inputs(tmp_path, tmp_path), reshape=(name, shape)))
+    assert r.returncode == 1, r.stderr
+    assert f"tensor '{name}' has shape" in r.stderr or f"{name} [" in r.stderr, r.stderr
+    assert "--heads" not in r.stderr
+
+
+def test_import_vocab_text_directory(run, tmp_path):
+    args = nanogpt_state(Inputs(tmp_path, tmp_path))
+    (tmp_path / "d").mkdir()
+    args[args.index("--vocab-text") + 1] = tmp_path / "d"
+    r = run(*args)
+    assert r.returncode == 1, r.stderr
+    assert "is a directory" in r.stderr and "missing or unreadable" not in r.stderr
