@@ -100,6 +100,18 @@ void check_stdout();
 // reason ("cannot write to stdout: No space left on device"), else "".
 std::string flush_stdout();
 
+// This process's rank when an MPI launcher (mpirun, srun) started it, read
+// from the launcher's environment, so known before MPI starts; 0 otherwise.
+int launcher_rank();
+
+// Writes `line` and a newline to stderr in one write(), so that lines of the
+// ranks of an MPI job never mix. Every rank runs the command, and most
+// errors (a bad option, a batch the ranks do not divide) hit them all: rank 0
+// reports at once, any other rank only after a grace period in which rank
+// 0's exit or MPI_Abort ends the job, so an error is reported once, by rank 0,
+// unless it is another rank's own.
+void report_error(const std::string& line);
+
 // True when stdout is a terminal that should get colour (and NO_COLOR unset).
 bool stdout_wants_color();
 
