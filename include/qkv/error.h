@@ -1,4 +1,5 @@
-// qkv/error.h: the one exception type the library throws.
+// qkv/error.h: the exception type the library throws (and Interrupted, the
+// one kind of it that is no error of the input).
 //
 // Every check in qkv throws qkv::Error with a message that names the argument,
 // what was expected and what was found, e.g.
@@ -17,6 +18,13 @@ namespace qkv {
 class QKV_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A call stopped by its thread's InterruptScope (qkv/runtime.h) before it
+// finished; not a problem with the input.
+class QKV_API Interrupted : public Error {
+ public:
+  Interrupted() : Error("interrupted") {}
 };
 
 }  // namespace qkv

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/values.h"
+#include "core/runtime/interrupt.h"
 
 namespace qkv {
 namespace {
@@ -159,13 +160,16 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
   };
   int64_t first_bad = units;
   Bits max_bits = 0;
+  Interrupt interrupt;
 #pragma omp parallel for schedule(static) reduction(min : first_bad) reduction(max : max_bits) \
     if (n > 4 * kBlock)
   for (int64_t u = 0; u < units; ++u) {
+    if (interrupt.stop()) continue;
     const Scan<Bits> s = unit_scan(u);
     if (s.bad) first_bad = std::min(first_bad, u);
     max_bits = std::max(max_bits, s.max_bits);
   }
+  interrupt.throw_if_stopped();
   T m;
   std::memcpy(&m, &max_bits, sizeof m);
   *max_abs = as_double(m);
