@@ -206,6 +206,22 @@ def test_an_error_of_every_rank_is_reported_once(qkv_bin, tmp_path, bad):
     assert lines[0].endswith("(see 'qkv train --help')"), r.stderr
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_data_error_of_every_rank_is_reported_once(qkv_bin, tmp_path, ranks):
+    r = mpi_train(ranks, qkv_bin, "--text", tmp_path / "missing.txt", "--out", tmp_path / "o",
+                  *TRAIN)
+    assert r.returncode == 1, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"qkv train: error: rank 0 of {ranks}: --text: cannot open"), r.stderr
+    # The ring alike: every rank fails to read --q.
+    r = mpirun(ranks, qkv_bin, "--q", tmp_path / "missing.npy", "--k", tmp_path / "missing.npy",
+               "--v", tmp_path / "missing.npy", "--sequence-parallel", "-o", tmp_path / "o.npy")
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "qkv attention: error:" in line]
+    assert len(lines) == 1 and f"rank 0 of {ranks}: --q: cannot open" in lines[0], r.stderr
+
+
 def test_an_error_of_one_rank_is_reported_by_it(qkv_bin, tmp_path):
     # Rank 1 alone reads a text too short for the context: it fails inside
     # training, while rank 0 waits for it; its line comes out whole, once.
