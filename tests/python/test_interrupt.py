@@ -1,10 +1,10 @@
 """Ctrl-C stops long calls: a SIGINT sent 0.5 s into an attention forward or
-backward (fast float32 kernel, reference float64 kernel, many small blocks
-of a broadcast input), generate or train raises KeyboardInterrupt within a
-second or two, though the call runs with the GIL released and would take
-far longer. Each call runs in a child interpreter, which reports when the
-interrupt reached Python; the bound is generous (not a timing test): these
-calls take 10 s to minutes uninterrupted."""
+backward (fast float32 kernel, reference float64 kernel, a broadcast input
+whose scan, output and blocks are huge), generate or train raises
+KeyboardInterrupt within a second or two, though the call runs with the GIL
+released and would take far longer. Each call runs in a child interpreter,
+which reports when the interrupt reached Python; the bound is generous (not
+a timing test): these calls take 10 s to minutes uninterrupted."""
 import os
 import signal
 import subprocess
@@ -41,6 +41,10 @@ CASES = {
     "reference-forward": (
         "q = np.random.default_rng(0).random((1, 8, 8192, 64)); k = v = q.copy()",
         "qkv.scaled_dot_product_attention(q, k, v)"),
+    "broadcast-rows": (  # one row in memory: its output is zeroed and computed in slices
+        "q = np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (1, 1, 2**29, 1));"
+        "k = v = np.zeros((1, 1, 4, 1), np.float32)",
+        "[qkv.scaled_dot_product_attention(q, k, v) for _ in range(10)]"),
     "broadcast-many-blocks": (
         "q = np.broadcast_to(np.ones((1, 1, 1, 8), np.float32), (1, 1, 2**24, 8));"
         "k = v = np.ones((1, 1, 8, 8), np.float32)",
@@ -123,3 +127,17 @@ def test_a_call_from_another_thread_is_not_stopped_by_the_poll():
     t.join()
     expect = qkv.scaled_dot_product_attention(q, q, q, kernel="reference")
     np.testing.assert_array_equal(results[0], expect)
+
+
+@pytest.mark.parametrize("where", [0, 2])
+def test_broadcast_rows_are_still_checked(where):
+    # A view whose rows are one row in memory is scanned once: a NaN in it is
+    # still found, at the first row.
+    import numpy as np
+
+    import qkv
+    row = np.ones(4)
+    row[where] = np.nan
+    q = np.broadcast_to(row, (1, 2, 7, 4))
+    with pytest.raises(ValueError, match=rf"values must be finite, found NaN at \[0, 0, 0, {where}\]"):
+        qkv.scaled_dot_product_attention(q, np.ones((1, 2, 5, 4)), np.ones((1, 2, 5, 4)))
