@@ -1,5 +1,6 @@
 /// @file
-/// qkv/error.h: the one exception type the library throws.
+/// qkv/error.h: the exception type the library throws (and Interrupted, the
+/// one kind of it that is no error of the input).
 ///
 /// Every check in qkv throws qkv::Error with a message that names the argument,
 /// what was expected and what was found, e.g.
@@ -20,6 +21,13 @@ class QKV_API Error : public std::runtime_error {
  public:
   /// `what`: the argument, what was expected and what was found.
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A call stopped by its thread's InterruptScope (qkv/runtime.h) before it
+// finished; not a problem with the input.
+class QKV_API Interrupted : public Error {
+ public:
+  Interrupted() : Error("interrupted") {}
 };
 
 }  // namespace qkv

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -84,6 +85,27 @@ class QKV_API ThreadScope {
 
  private:
   int saved_;
+};
+
+// Lets the calling thread stop its long calls. While an InterruptScope
+// lives, the library's long loops (attention and its backward, hence the
+// model's forward, generation and training steps; the finiteness scan of
+// the inputs) call `poll` from this thread between chunks of their work, at
+// most every 100 ms and never in a call shorter than that; once it returns
+// true the call stops early (without asking it again) and throws
+// qkv::Interrupted, its outputs unspecified. `poll` must not throw (a throw counts as true). The Python
+// module polls for Ctrl-C this way; the library knows nothing of signals.
+// Scopes nest: the innermost one's poll is used.
+class QKV_API InterruptScope {
+ public:
+  explicit InterruptScope(std::function<bool()> poll);
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  std::function<bool()> poll_;
+  const std::function<bool()>* saved_;
 };
 
 }  // namespace qkv

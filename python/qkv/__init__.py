@@ -239,7 +239,7 @@ def scaled_dot_product_attention(
     tuple (out, weights?, lse?) when asked for more, as the query's kind of array.
     Raises TypeError for a wrong dtype, kind or device, and ValueError (with the
     library's message) for shapes, options and NaN/Inf in the inputs.
-    The GIL is released while the kernel runs.
+    The GIL is released while the kernel runs; Ctrl-C (KeyboardInterrupt) still stops it.
     """
     torch_in = _is_torch(query)
     for x, what in ((query, "query"), (key, "key"), (value, "value"), (attn_mask, "attn_mask")):

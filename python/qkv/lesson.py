@@ -32,14 +32,25 @@ def _shape(size: Size) -> Tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def _seed(seed, bits: int) -> int:
-    """A seed qkv's generator takes: an integer in [0, 2**bits). NumPy takes
-    larger ones too, but this stream reproduces NumPy's only in that range."""
+def _seed(seed) -> int:
+    """A seed as NumPy takes it: a non-negative integer (Python or NumPy, not
+    bool or float)."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected an integer, found {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**bits:
-        raise ValueError(f"seed: expected an integer in [0, 2**{bits}), found {int(seed)}")
+    if int(seed) < 0:
+        raise ValueError(f"seed: expected a non-negative integer, found {int(seed)}")
     return int(seed)
+
+
+def _words(seed: int) -> list:
+    """The seed's 32-bit words, least significant first: how SeedSequence
+    reads an int of any size (0 is [0])."""
+    words = [seed & 0xFFFFFFFF]
+    seed >>= 32
+    while seed:
+        words.append(seed & 0xFFFFFFFF)
+        seed >>= 32
+    return words
 
 
 def _draw(fill, size: Size):
@@ -52,7 +63,7 @@ class Generator:
     """``np.random.default_rng(seed)``: PCG64 seeded by SeedSequence, NumPy's ziggurat."""
 
     def __init__(self, seed: int):
-        self._g = _qkv.NumpyGenerator(_seed(seed, 64))
+        self._g = _qkv.NumpyGenerator(_words(_seed(seed)))
 
     def random(self, size: Size = None):
         """Generator.random: floats in [0, 1)."""
@@ -81,7 +92,10 @@ class RandomState:
     legacy polar Box-Muller gauss (its spare value kept between calls, as NumPy does)."""
 
     def __init__(self, seed: int):
-        self._s = _qkv.NumpyRandomState(_seed(seed, 32))
+        seed = _seed(seed)
+        if seed >= 2**32:  # NumPy's own limit for RandomState
+            raise ValueError(f"seed: expected an integer in [0, 2**32), found {seed}")
+        self._s = _qkv.NumpyRandomState(seed)
 
     def randn(self, *shape: int):
         """np.random.randn(*shape); a float with no arguments."""

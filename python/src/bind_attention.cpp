@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "interruptible.h"
 #include "qkv/attention.h"
 #include "testing.h"
 
@@ -114,10 +115,7 @@ void bind_attention(nb::module_& m) {
           if (return_weights) r.weights = reuse(q.dtype(), weights_shape);
           if (return_lse) r.lse = reuse(q.dtype(), rows);
         }
-        {
-          nb::gil_scoped_release unlocked;
-          qkv::attention_into(r, q, k, v, o);
-        }
+        interruptible([&] { qkv::attention_into(r, q, k, v, o); });
         const Framework fw = torch_out ? Framework::torch : Framework::numpy;
         return nb::make_tuple(wrap(std::move(r.out), fw), maybe(r.weights, return_weights, fw),
                               maybe(r.lse, return_lse, fw));
@@ -156,10 +154,7 @@ void bind_attention(nb::module_& m) {
                      alibi_slopes, softcap, kernel, threads},
                     mask_view);
         qkv::AttentionGrads g;
-        {
-          nb::gil_scoped_release unlocked;
-          qkv::attention_backward_into(g, q, k, v, out, lse, dout, o);
-        }
+        interruptible([&] { qkv::attention_backward_into(g, q, k, v, out, lse, dout, o); });
         const Framework fw = torch_out ? Framework::torch : Framework::numpy;
         return nb::make_tuple(wrap(std::move(g.dq), fw), wrap(std::move(g.dk), fw),
                               wrap(std::move(g.dv), fw));

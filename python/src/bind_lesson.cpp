@@ -1,6 +1,9 @@
 // _qkv.NumpyGenerator / _qkv.NumpyRandomState: the lessons' random streams
 // (qkv/rng.h), for qkv.lesson. Each fills a new float64 array in C order.
+#include <nanobind/stl/vector.h>
+
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "arrays.h"
@@ -23,7 +26,13 @@ nb::object filled(int64_t n, Fill fill) {
 
 void bind_lesson(nb::module_& m) {
   nb::class_<qkv::NumpyGenerator>(m, "NumpyGenerator")
-      .def(nb::init<uint64_t>(), nb::arg("seed"))
+      // The seed's 32-bit words (any size, as NumPy's SeedSequence takes it).
+      .def(
+          "__init__",
+          [](qkv::NumpyGenerator* self, const std::vector<uint32_t>& words) {
+            new (self) qkv::NumpyGenerator(std::span<const uint32_t>(words));
+          },
+          nb::arg("seed_words"))
       .def("next_uint64", &qkv::NumpyGenerator::next_uint64)
       .def("random", [](qkv::NumpyGenerator& g, int64_t n) { return filled(n, [&] { return g.random(); }); })
       .def("normal", [](qkv::NumpyGenerator& g, double loc, double scale, int64_t n) {

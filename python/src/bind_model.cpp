@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "interruptible.h"
 #include "qkv/heatmap.h"
 #include "qkv/model.h"
 #include "qkv/trainer.h"
@@ -125,20 +126,12 @@ void bind_model(nb::module_& m) {
       })
       .def("logits",
            [](qkv::Model& self, const std::vector<int32_t>& tokens) {
-             qkv::Tensor t;
-             {
-               nb::gil_scoped_release unlocked;
-               t = self.logits(tokens);
-             }
+             qkv::Tensor t = interruptible([&] { return self.logits(tokens); });
              return wrap(std::move(t), Framework::numpy);
            })
       .def("attention_maps",
            [](qkv::Model& self, const std::vector<int32_t>& tokens) {
-             qkv::Tensor t;
-             {
-               nb::gil_scoped_release unlocked;
-               t = self.attention_maps(tokens);
-             }
+             qkv::Tensor t = interruptible([&] { return self.attention_maps(tokens); });
              return wrap(std::move(t), Framework::numpy);
            })
       // on_token is called with the GIL held, once per generated piece of text.
@@ -154,8 +147,7 @@ void bind_model(nb::module_& m) {
                  nb::gil_scoped_acquire locked;
                  on_token(nb::bytes(piece.data(), piece.size()));
                };
-             nb::gil_scoped_release unlocked;
-             return self.generate(o, cb);
+             return interruptible([&] { return self.generate(o, cb); });
            },
            nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
            nb::arg("seed"), nb::arg("use_cache"), nb::arg("on_token").none());

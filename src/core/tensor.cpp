@@ -1,6 +1,11 @@
 #include "qkv/tensor.h"
 
+#include "core/runtime/interrupt.h"
 #include "core/values.h"
+
+#include <omp.h>
+
+#include <algorithm>
 
 #include <cstdlib>
 #include <cstring>
@@ -71,7 +76,22 @@ Tensor::Tensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)) {
   if (static_cast<uint64_t>(numel_) > std::numeric_limits<size_t>::max() / 8)
     throw Error("shape " + shape_str(shape_) + " is too large to allocate");
-  storage_.assign(static_cast<size_t>(numel_) * dtype_size(dtype_), std::byte{0});
+  const size_t bytes = static_cast<size_t>(numel_) * dtype_size(dtype_);
+  // Zeroing faults every page in: an 8 GiB result takes some 25 s. A large
+  // tensor is zeroed in slices, between which the calling thread's
+  // InterruptScope may stop it (only outside a parallel region, where
+  // nothing may throw).
+  constexpr size_t kSlice = size_t{256} << 20;
+  if (bytes <= kSlice || omp_in_parallel()) {
+    storage_.assign(bytes, std::byte{0});
+    return;
+  }
+  storage_.reserve(bytes);
+  Interrupt interrupt;
+  while (storage_.size() < bytes) {
+    interrupt.check();
+    storage_.resize(std::min(bytes, storage_.size() + kSlice));
+  }
 }
 
 Tensor::Tensor(const Tensor&) = default;

@@ -85,7 +85,8 @@ class Inputs:
         sizes = {"layers": 1, "heads": 2, "embd": 8, "context": 8, "iters": 2, "eval_iters": 1,
                  "threads": 1, **options}
         flags = [x for k, v in sizes.items() for x in ("--" + k.replace("_", "-"), str(v))]
-        return ["train", "--text", text or self.text(), "--out", str(out or self.tmp / "run"),
+        return ["train", "--text", self.text() if text is None else text,
+                "--out", str(self.tmp / "run" if out is None else out),
                 *flags, "--no-progress", *extra]
 
     def model(self):
@@ -154,6 +155,14 @@ def nanogpt_state(i: Inputs, drop=None, reshape=None, vocab_rows=4, untied=False
     weights = i.file("ckpt.safetensors", safetensors_bytes(h, data))
     return ["import", "--from", "nanogpt", "--weights", weights, "--vocab-text",
             i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
+
+
+def vocab_text_directory(i: Inputs, path):
+    """nanogpt_state's import with --vocab-text naming a directory."""
+    args = nanogpt_state(i)
+    Path(path).mkdir(exist_ok=True)
+    args[args.index("--vocab-text") + 1] = str(path)
+    return args
 
 
 def edited_config(i: Inputs, **changes):
@@ -279,6 +288,9 @@ SETUP = {
     "train-text-too-short": lambda i: i.train(text=i.text("to be or not to be")),
     "train-text-is-directory": lambda i: i.train(text=str(i.tmp)),
     "train-text-missing": lambda i: i.train(text=str(i.tmp / "nope.txt")),
+    "train-text-empty-path": lambda i: i.train(text=""),
+    "train-out-empty": lambda i: i.train(out=""),
+    "train-resume-and-force": lambda i: i.train("--resume", "--force"),
     "train-out-is-file": lambda i: i.train(out=Path(i.file("taken", "x"))),
     "train-context-exceeds-memory": lambda i: i.train(context=100_000_000),
     "train-embd-overflow": lambda i: i.train(embd=4_000_000_000, heads=1),
@@ -337,6 +349,8 @@ SETUP = {
     "logits-missing-output": lambda i: ["logits", "--model", i._model, "--prompt", "the"],
     "logits-unwritable-output": lambda i: ["logits", "--model", i._model, "--prompt", "the",
                                            "-o", i.tmp / "no" / "dir" / "l.npy"],
+    "logits-model-empty": lambda i: ["logits", "--model", "", "--prompt", "the", "-o", i.tmp / "l.npy"],
+    "logits-out-empty": lambda i: ["logits", "--model", i._model, "--prompt", "the", "-o", ""],
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],
@@ -349,6 +363,8 @@ SETUP = {
                                          "--vocab-text", i.file("input.txt", "abc"), "--heads", "2",
                                          "-o", i.tmp / "m"],
     "import-heads-not-divisor": lambda i: [*nanogpt_state(i)[:-3], "3", "-o", i.tmp / "imported"],
+    "import-empty-positions": lambda i: nanogpt_state(i, reshape=("transformer.wpe.weight", (0, 8))),
+    "import-vocab-text-directory": lambda i: vocab_text_directory(i, i.tmp / "vocab"),
     "export-unknown-to": lambda i: ["export", "--to", "gguf", "--model", i._model, "-o", i.tmp / "x"],
     "export-missing-model": lambda i: ["export", "--to", "nanogpt", "--model", i.tmp / "nowhere",
                                        "-o", i.tmp / "x.safetensors"],

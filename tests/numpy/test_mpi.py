@@ -63,12 +63,17 @@ def test_ring_equals_the_reference(qkv_bin, tmp_path, ranks, lead, hq, hkv, L, d
     np.testing.assert_allclose(np.load(tmp_path / "lse.npy"), lse, rtol=2e-5, atol=2e-5)
 
 
-def test_option_the_ring_does_not_take_is_a_usage_error(qkv_bin, tmp_path):
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_option_the_ring_does_not_take_is_a_usage_error(qkv_bin, tmp_path, ranks):
     inputs(tmp_path, (), 2, 2, 16, 8, seed=1)
-    r = mpirun(2, qkv_bin, "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v",
+    r = mpirun(ranks, qkv_bin, "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v",
                tmp_path / "v.npy", "--window", "4,0", "--sequence-parallel", "-o", tmp_path / "o.npy")
     assert r.returncode == 2, r.stderr
-    assert "--sequence-parallel: --window not supported" in r.stderr
+    # Every rank meets it; one line reports it, whole.
+    lines = [line for line in r.stderr.splitlines() if "qkv attention: error:" in line]
+    assert lines == ["qkv attention: error: --sequence-parallel: --window not supported with it "
+                     "(ring attention takes causal top-left or none, --scale, --kernel, --threads, "
+                     "--lse) (see 'qkv attention --help')"], r.stderr
     assert not (tmp_path / "o.npy").exists()
 
 
@@ -169,11 +174,72 @@ def test_resume_under_mpi_continues_exactly(qkv_bin, tmp_path):
         assert a[it] == b[it], it
 
 
-def test_global_batch_must_divide_by_ranks(qkv_bin, tmp_path):
-    r = mpi_train(2, qkv_bin, "--text", train_text(tmp_path), "--out", tmp_path / "o",
-                  *[x if x != "8" else "7" for x in TRAIN])
-    assert r.returncode != 0
-    assert "batch 7 must divide by the 2 ranks" in r.stderr
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "qkv train: error:" in line]
+
+
+@pytest.mark.parametrize("ranks, batch", [(2, "7"), (4, "6"), (3, "8")])
+def test_global_batch_must_divide_by_ranks(qkv_bin, tmp_path, ranks, batch):
+    # A usage error (exit 2), which every rank meets: reported once, whole.
+    r = mpi_train(ranks, qkv_bin, "--text", train_text(tmp_path), "--out", tmp_path / "o",
+                  *[x if x != "8" else batch for x in TRAIN])
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("qkv train: error: --batch: the global batch " + batch +
+                               f" must divide by the {ranks} ranks"), r.stderr
+
+
+@pytest.mark.parametrize("bad", [["--heads", "3"], ["--lr", "-1"], ["--frobnicate"],
+                                 ["--out", ""]])
+def test_an_error_of_every_rank_is_reported_once(qkv_bin, tmp_path, bad):
+    args = ["--text", str(train_text(tmp_path)), "--out", str(tmp_path / "o"), *TRAIN]
+    if bad[0] in args:
+        args[args.index(bad[0]) + 1] = bad[1]
+    else:
+        args += bad
+    r = mpi_train(4, qkv_bin, *args)
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("qkv train: error: "), r.stderr
+    assert lines[0].endswith("(see 'qkv train --help')"), r.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_data_error_of_every_rank_is_reported_once(qkv_bin, tmp_path, ranks):
+    r = mpi_train(ranks, qkv_bin, "--text", tmp_path / "missing.txt", "--out", tmp_path / "o",
+                  *TRAIN)
+    assert r.returncode == 1, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"qkv train: error: rank 0 of {ranks}: --text: cannot open"), r.stderr
+    # The ring alike: every rank fails to read --q.
+    r = mpirun(ranks, qkv_bin, "--q", tmp_path / "missing.npy", "--k", tmp_path / "missing.npy",
+               "--v", tmp_path / "missing.npy", "--sequence-parallel", "-o", tmp_path / "o.npy")
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "qkv attention: error:" in line]
+    assert len(lines) == 1 and f"rank 0 of {ranks}: --q: cannot open" in lines[0], r.stderr
+
+
+def test_an_error_of_one_rank_is_reported_by_it(qkv_bin, tmp_path):
+    # Rank 1 alone reads a text too short for the context: it fails inside
+    # training, while rank 0 waits for it; its line comes out whole, once.
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    text = train_text(tmp_path)
+    script = tmp_path / "rank.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then text={short}; else text={text}; fi\n'
+        f'exec {qkv_bin} train --text "$text" --out {tmp_path / "o"} {" ".join(TRAIN)}\n')
+    script.chmod(0o755)
+    r = subprocess.run([MPIRUN, "-np", "2", "--oversubscribe", str(script)], capture_output=True,
+                       text=True, timeout=120, env=ENV, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("qkv train: error: rank 1 of 2: --text: '"), r.stderr
 
 
 def test_a_killed_training_rank_ends_the_job(qkv_bin, tmp_path):

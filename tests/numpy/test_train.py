@@ -159,7 +159,7 @@ def test_train_bad_text(tmp_path, run):
     r = run("train", "--text", empty, "--out", tmp_path / "o", "--iters", "1")
     assert r.returncode == 1 and "is empty" in r.stderr
     r = run("train", "--text", tmp_path / "nope.txt", "--out", tmp_path / "o", "--iters", "1")
-    assert r.returncode == 1 and "cannot read" in r.stderr
+    assert r.returncode == 1 and "cannot open" in r.stderr and "No such file" in r.stderr
     r = run("train", "--text", tmp_path, "--out", tmp_path / "o", "--iters", "1")
     assert r.returncode == 1 and "is a directory" in r.stderr
     short = tmp_path / "short.txt"

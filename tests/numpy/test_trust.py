@@ -347,7 +347,7 @@ def test_sample_option_values(run, model, extra, fragment):
 def test_sample_empty_model_names_option(run):
     r = run("sample", "--model", "")
     assert r.returncode == USAGE, r.stderr
-    assert "--model: expected a directory, found an empty string" in r.stderr
+    assert "--model: expected a path, found an empty string" in r.stderr
 
 
 @pytest.mark.parametrize("edit, fragment", [

@@ -299,7 +299,25 @@ def test_model_arguments_name_themselves(tmp_path):
         m.generate("t", tokens=1, seed=-1)
 
 
-@pytest.mark.parametrize("seed,exc", [(2**100, ValueError), (-1, ValueError), (1.0, TypeError)])
+@pytest.mark.parametrize("seed,exc", [(-1, ValueError), (-2**100, ValueError), (1.0, TypeError),
+                                      (True, TypeError), ("3", TypeError)])
 def test_lesson_seed_names_itself(seed, exc):
     with pytest.raises(exc, match="seed: expected"):
         qkv.lesson.default_rng(seed)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, 2**32, 2**64 - 1, 2**64, 2**100, 2**128 - 1,
+                                  2**128, 3**200, np.uint64(2**63)])
+def test_lesson_accepts_the_seeds_numpy_accepts(seed):
+    ours, numpys = qkv.lesson.default_rng(seed), np.random.default_rng(seed)
+    assert [ours.random_raw() for _ in range(4)] == \
+        [int(x) for x in numpys.bit_generator.random_raw(4)]
+    np.testing.assert_array_equal(ours.normal(size=5), numpys.normal(size=5))
+
+
+@pytest.mark.parametrize("seed", [2**32, 2**100])
+def test_lesson_random_state_refuses_what_numpy_refuses(seed):
+    with pytest.raises(ValueError):
+        np.random.RandomState(seed)
+    with pytest.raises(ValueError, match=r"seed: expected an integer in \[0, 2\*\*32\)"):
+        qkv.lesson.RandomState(seed)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "io/files.h"
 #include "support/files.h"
@@ -66,6 +68,13 @@ void check_threads(const std::string& opt, int64_t value) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+}
+
+void check_paths(CLI::App* cmd, std::initializer_list<const char*> names) {
+  const CLI::Validator nonempty(
+      [](std::string& s) { return s.empty() ? std::string("expected a path, found an empty string") : ""; },
+      "");
+  for (const char* name : names) cmd->get_option(name)->check(nonempty)->type_name("PATH");
 }
 
 namespace {
@@ -138,6 +147,27 @@ std::string flush_stdout() {
   std::cout.flush();
   const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout;
   return failed ? stdout_error() : "";
+}
+
+int launcher_rank() {
+  // Open MPI's mpirun, and PMI-based launchers (Slurm's srun, MPICH).
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+void report_error(const std::string& line) {
+  // Long enough for mpirun to notice rank 0's exit and stop the others.
+  constexpr auto kGrace = std::chrono::seconds(3);
+  if (launcher_rank() > 0) std::this_thread::sleep_for(kGrace);
+  std::fflush(stdout);
+  const std::string text = line + "\n";
+  for (size_t at = 0; at < text.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    at += static_cast<size_t>(n);
+  }
 }
 
 bool stdout_wants_color() {

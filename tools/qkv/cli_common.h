@@ -81,6 +81,12 @@ void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
   for (const char* name : names) cmd->get_option(name)->check(integer_of_type<T>());
 }
 
+// Puts a check on each named path option of `cmd` ("--out", "--model"):
+// an empty value is a usage error naming the option ("--out: expected a
+// path, found an empty string"), not a later "cannot write ''" or a read of
+// "/config.json" (an empty directory joined with a file name).
+void check_paths(CLI::App* cmd, std::initializer_list<const char*> names);
+
 // machine_memory_bytes and memory_shortfall: qkv/runtime.h.
 using qkv::machine_memory_bytes;
 using qkv::memory_shortfall;
@@ -100,6 +106,18 @@ void check_stdout();
 // Flushes std::cout and stdout; on a failed write returns the one-line
 // reason ("cannot write to stdout: No space left on device"), else "".
 std::string flush_stdout();
+
+// This process's rank when an MPI launcher (mpirun, srun) started it, read
+// from the launcher's environment, so known before MPI starts; 0 otherwise.
+int launcher_rank();
+
+// Writes `line` and a newline to stderr in one write(), so that lines of the
+// ranks of an MPI job never mix. Every rank runs the command, and most
+// errors (a bad option, a batch the ranks do not divide) hit them all: rank 0
+// reports at once, any other rank only after a grace period in which rank
+// 0's exit or MPI_Abort ends the job, so an error is reported once, by rank 0,
+// unless it is another rank's own.
+void report_error(const std::string& line);
 
 // True when stdout is a terminal that should get colour (and NO_COLOR unset).
 bool stdout_wants_color();

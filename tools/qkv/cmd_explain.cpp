@@ -296,6 +296,7 @@ Runner add_explain(CLI::App& app) {
   cmd->add_option("--head", a->model.head, "with --model: show this head only (from 0)");
   cmd->add_option("--weights-npy", a->model.weights_npy,
                   "with --model: save the weights shown, [layers, heads, T, T] float32 (.npy)");
+  check_paths(cmd, {"--q", "--k", "--v", "--mask", "--png", "--model", "--html", "--weights-npy"});
   return [a, cmd] { return run_explain(*a, *cmd); };
 }
 

@@ -25,7 +25,6 @@ struct ExportArgs {
 int run_export(const ExportArgs& a) {
   if (a.to != "nanogpt")
     throw UsageError("--to: expected \"nanogpt\" (the only format qkv exports), found \"" + a.to + "\"");
-  if (a.out.empty()) throw UsageError("--out: expected a file, found an empty string");
   refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   const Model m = Model::load(a.model_dir);
   const GPTConfig& c = m.config();
@@ -66,6 +65,7 @@ Runner add_export(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "the model directory (qkv train's --out, or qkv import's)")
       ->required();
   cmd->add_option("-o,--out", a->out, "output .safetensors file")->required();
+  check_paths(cmd, {"--model", "--out"});
   return [a] { return run_export(*a); };
 }
 

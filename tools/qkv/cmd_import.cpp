@@ -14,12 +14,15 @@
 // characters of --vocab-text, sorted, exactly nanoGPT's `sorted(set(text))`,
 // and has no unknown id (vocab.json's "unknown" is null).
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -39,7 +42,6 @@ int run_import(const ImportArgs& a) {
   if (a.from != "nanogpt")
     throw UsageError("--from: expected \"nanogpt\" (the only format qkv imports), found \"" + a.from + "\"");
   if (a.heads < 1) throw UsageError("--heads: expected nanoGPT's n_head, a count >= 1, found " + std::to_string(a.heads));
-  if (a.out.empty()) throw UsageError("--out: expected a directory, found an empty string");
   // The files import writes: an input may live in --out (nanoGPT's own out
   // directory, say), but must not be one of them.
   refuse_overlapping_paths({{"--weights", a.weights}, {"--vocab-text", a.vocab_text}},
@@ -47,9 +49,12 @@ int run_import(const ImportArgs& a) {
                             {"--out", a.out + "/config.json"},
                             {"--out", a.out + "/vocab.json"}});
 
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.vocab_text, ec))
+    throw Error("--vocab-text: '" + a.vocab_text + "' is a directory; expected the text file "
+                "nanoGPT's vocabulary was built from");
   std::ifstream in(a.vocab_text, std::ios::binary);
-  if (!in || std::filesystem::is_directory(a.vocab_text))
-    throw Error("--vocab-text: cannot read '" + a.vocab_text + "': missing or unreadable");
+  if (!in) throw Error("--vocab-text: cannot open '" + a.vocab_text + "': " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   const CharTokenizer tok = [&] {
@@ -87,6 +92,14 @@ int run_import(const ImportArgs& a) {
   if (wte.rank() != 2 || wpe.rank() != 2 || wpe.shape()[1] != wte.shape()[1])
     throw Error(pre + "expected transformer.wte.weight [vocab, embd] and transformer.wpe.weight "
                 "[context, embd], found " + shape_str(wte.shape()) + " and " + shape_str(wpe.shape()));
+
+  // Sizes read from the shapes: an empty one is the file's fault, named
+  // here, not the config check's (which would blame --heads).
+  for (const auto& [name, t, rows] : {std::tuple{"transformer.wte.weight", &wte, "token (vocab)"},
+                                      std::tuple{"transformer.wpe.weight", &wpe, "position (context)"}})
+    if (t->shape()[0] < 1 || t->shape()[1] < 1)
+      throw Error(pre + "tensor '" + name + "' has shape " + shape_str(t->shape()) +
+                  ": expected at least one " + rows + " row and one embedding column");
 
   GPTConfig cfg;
   cfg.vocab = wte.shape()[0];
@@ -136,7 +149,6 @@ int run_import(const ImportArgs& a) {
   }
 
   namespace fs = std::filesystem;
-  std::error_code ec;
   if (fs::exists(a.out + "/model.safetensors", ec) && !a.force)
     throw UsageError("--out: '" + a.out + "' already holds a model (model.safetensors); --force replaces it");
   fs::create_directories(a.out, ec);
@@ -168,6 +180,7 @@ Runner add_import(CLI::App& app) {
   cmd->add_option("-o,--out", a->out, "output model directory")->required();
   cmd->add_flag("--force", a->force, "replace a model already in --out");
   check_integers<int64_t>(cmd, {"--heads"});
+  check_paths(cmd, {"--weights", "--vocab-text", "--out"});
   return [a] { return run_import(*a); };
 }
 

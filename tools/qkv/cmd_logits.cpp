@@ -44,6 +44,7 @@ Runner add_logits(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "the text, at most the model's context in characters")
       ->required();
   cmd->add_option("-o,--out", a->out, "output .npy file: logits [T, vocab] float32")->required();
+  check_paths(cmd, {"--model", "--out"});
   return [a] { return run_logits(*a); };
 }
 

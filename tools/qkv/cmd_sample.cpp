@@ -34,7 +34,6 @@ int run_sample(SampleArgs& a) {
     throw UsageError("--top-p: expected a probability in (0, 1] (1 = off), found " + number_str(a.o.top_p));
   if (a.o.top_k < 0) throw UsageError("--top-k: expected 0 (off) or a positive count, found " + std::to_string(a.o.top_k));
   check_threads("--threads", a.threads);
-  if (a.model_dir.empty()) throw UsageError("--model: expected a directory, found an empty string");
   try {
     if (!a.o.prompt.empty()) CharTokenizer::from_text(a.o.prompt);  // only to check its UTF-8
   } catch (const Error& e) {
@@ -89,6 +88,7 @@ Runner add_sample(CLI::App& app) {
   check_integers<int64_t>(cmd, {"--tokens", "--top-k"});
   check_integers<uint64_t>(cmd, {"--seed"});
   check_integers<int>(cmd, {"--threads"});
+  check_paths(cmd, {"--model"});
   return [a] { return run_sample(*a); };
 }
 

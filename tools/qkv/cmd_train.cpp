@@ -320,6 +320,7 @@ Runner add_train(CLI::App& app) {
                                 "--log-interval", "--stop-at"});
   check_integers<uint64_t>(cmd, {"--seed"});
   check_integers<int>(cmd, {"--threads"});
+  check_paths(cmd, {"--text", "--out"});
   return [a] { return run_train(*a); };
 }
 

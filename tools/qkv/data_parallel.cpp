@@ -2,7 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
+#include <string>
 
 #include "cli_common.h"
 #include "qkv/data_parallel.h"
@@ -24,6 +24,11 @@ int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal) {
   GradientSum sum(MPI_COMM_WORLD);
   int code = 0;
   try {
+    // The library refuses this too; checked here, it is the command line's
+    // fault (exit 2), reported once.
+    if (o.batch % sum.ranks() != 0)
+      throw UsageError("--batch: the global batch " + std::to_string(o.batch) + " must divide by the " +
+                       std::to_string(sum.ranks()) + " ranks (each rank runs batch / ranks sequences)");
     const TrainResult r = train(data_parallel(o, sum));
     if (sum.rank() == 0) {
       plot_training_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");
@@ -36,8 +41,10 @@ int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal) {
     // The other ranks may be waiting in a collective for this one: end
     // them all, with this rank's reason.
     const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
-    std::cerr << "qkv train: error: rank " << sum.rank() << " of " << sum.ranks() << ": " << e.what()
-              << (usage ? " (see 'qkv train --help')" : "") << std::endl;
+    report_error("qkv train: error: " +
+                 (usage ? std::string(e.what()) + " (see 'qkv train --help')"
+                        : "rank " + std::to_string(sum.rank()) + " of " + std::to_string(sum.ranks()) +
+                              ": " + e.what()));
     MPI_Abort(MPI_COMM_WORLD, usage ? kExitUsage : kExitData);
   }
   MPI_Finalize();

@@ -1,7 +1,6 @@
 // qkv: the command-line program. One file per command (cmd_*.cpp); this file
 // only parses, dispatches and turns errors into exit codes.
 #include <cstdio>
-#include <iostream>
 #include <map>
 
 #include "cli_common.h"
@@ -52,7 +51,7 @@ std::string printable(const std::string& s) {
 int finish(const std::string& cmd, int code) {
   const std::string failed = qkv::cli::flush_stdout();
   if (failed.empty() || code != 0) return code;
-  std::cerr << cmd << ": error: " << failed << "\n";
+  qkv::cli::report_error(cmd + ": error: " + failed);
   return qkv::cli::kExitData;
 }
 
@@ -80,8 +79,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
     std::string names;
     for (CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-    std::cerr << "qkv: error: unknown command '" << printable(argv[1]) << "': expected one of " << names
-              << " (see 'qkv --help')\n";
+    report_error("qkv: error: unknown command '" + printable(argv[1]) + "': expected one of " + names +
+                 " (see 'qkv --help')");
     return kExitUsage;
   }
   try {
@@ -95,7 +94,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const auto subs = app.get_subcommands();
     const std::string cmd = subs.empty() ? "qkv" : "qkv " + subs.front()->get_name();
-    std::cerr << cmd << ": error: " << printable(e.what()) << " (see '" << cmd << " --help')\n";
+    report_error(cmd + ": error: " + printable(e.what()) + " (see '" + cmd + " --help')");
     return kExitUsage;
   }
   CLI::App* sub = app.get_subcommands().front();
@@ -104,13 +103,13 @@ int main(int argc, char** argv) {
   try {
     code = runners.at(sub)();
   } catch (const UsageError& e) {
-    std::cerr << cmd << ": error: " << printable(e.what()) << " (see '" << cmd << " --help')\n";
+    report_error(cmd + ": error: " + printable(e.what()) + " (see '" + cmd + " --help')");
     code = kExitUsage;
   } catch (const qkv::Error& e) {
-    std::cerr << cmd << ": error: " << printable(e.what()) << "\n";
+    report_error(cmd + ": error: " + printable(e.what()));
     code = kExitData;
   } catch (const std::bad_alloc&) {
-    std::cerr << cmd << ": error: out of memory\n";
+    report_error(cmd + ": error: out of memory");
     code = kExitData;
   }
   return finish(cmd, code);

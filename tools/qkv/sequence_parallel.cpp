@@ -74,9 +74,10 @@ int run_sequence_parallel(const SequenceParallelArgs& a) {
     return run(a, rank, ranks);
   } catch (const std::exception& e) {
     const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
-    std::cerr << "qkv attention: error: rank " << rank << " of " << ranks << ": " << e.what()
-              << (usage ? " (see 'qkv attention --help')" : "") << "\n";
-    std::cerr.flush();
+    report_error("qkv attention: error: " +
+                 (usage ? std::string(e.what()) + " (see 'qkv attention --help')"
+                        : "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + ": " +
+                              e.what()));
     MPI_Abort(MPI_COMM_WORLD, usage ? kExitUsage : kExitData);
     return usage ? kExitUsage : kExitData;
   }

@@ -39,6 +39,7 @@
 #include "core/kernels/flash_kernels.h"
 #include "core/kernels/flash_tiles.h"
 #include "core/runtime/scratch.h"
+#include "core/runtime/interrupt.h"
 #include "core/values.h"
 
 namespace qkv::kernels {
@@ -180,16 +181,21 @@ template <class Tiles>
 void one_pass(const AttentionProblem& p, const Tiles& t, const BackwardGrads& g, int threads) {
   const int64_t n_qt = (p.N + kBR - 1) / kBR;
   const TeamScratch team(threads, t.scratch_floats());
+  Interrupt interrupt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t bg = 0; bg < p.B * p.Hkv; ++bg) {
+    if (interrupt.stop()) continue;
     const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
     zero(g.dK + bg * p.S * p.D, p.S * p.D);
     zero(g.dV + bg * p.S * p.Dv, p.S * p.Dv);
     zero(g.dQ + (b * p.Hq + h0) * p.N * p.D, p.group * p.N * p.D);
     const typename Tiles::Workspace ws = t.workspace(team.slot());
+    // An item is a whole group's work: asked again per panel.
     for (int64_t h = h0; h < h0 + p.group; ++h)
-      for (int64_t qt = 0; qt < n_qt; ++qt) walk(p, t, panel(p, t, b, h, qt), ws, 0, p.S, true, true);
+      for (int64_t qt = 0; qt < n_qt && !interrupt.stop(); ++qt)
+        walk(p, t, panel(p, t, b, h, qt), ws, 0, p.S, true, true);
   }
+  interrupt.throw_if_stopped();
 }
 
 // dK, dV by (b, g, key tile), then dQ by (b, h, query tile).
@@ -198,26 +204,31 @@ void two_passes(const AttentionProblem& p, const Tiles& t, const BackwardGrads& 
   const int64_t n_qt = (p.N + kBR - 1) / kBR, n_kt = (p.S + kBC - 1) / kBC;
   const int64_t BG = p.B * p.Hkv, BH = p.B * p.Hq;
   const TeamScratch team(threads, t.scratch_floats());
+  Interrupt interrupt;
   // First key tiles first: under a causal mask the most queries see them.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t it = 0; it < BG * n_kt; ++it) {
+    if (interrupt.stop()) continue;
     const int64_t bg = it % BG, j0 = it / BG * kBC, nj = std::min<int64_t>(kBC, p.S - j0);
     const int64_t b = bg / p.Hkv, h0 = (bg % p.Hkv) * p.group;
     zero(g.dK + (bg * p.S + j0) * p.D, nj * p.D);
     zero(g.dV + (bg * p.S + j0) * p.Dv, nj * p.Dv);
     const typename Tiles::Workspace ws = t.workspace(team.slot());
     for (int64_t h = h0; h < h0 + p.group; ++h)
-      for (int64_t qt = 0; qt < n_qt; ++qt)
+      for (int64_t qt = 0; qt < n_qt && !interrupt.stop(); ++qt)
         walk(p, t, panel(p, t, b, h, qt), ws, j0, j0 + nj, true, false);
   }
+  interrupt.throw_if_stopped();
   // Last query tiles first, for the same reason.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t it = 0; it < BH * n_qt; ++it) {
+    if (interrupt.stop()) continue;
     const int64_t bh = it % BH, qt = n_qt - 1 - it / BH;
     const BackwardPanel pn = panel(p, t, bh / p.Hq, bh % p.Hq, qt);
     zero(g.dQ + pn.row0(p) * p.D, pn.npos * p.D);
     walk(p, t, pn, t.workspace(team.slot()), 0, p.S, false, true);
   }
+  interrupt.throw_if_stopped();
 }
 
 }  // namespace schedule

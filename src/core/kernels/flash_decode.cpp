@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/kernels/flash_block.h"
+#include "core/runtime/interrupt.h"
 
 namespace qkv::kernels::fwd {
 namespace {
@@ -29,8 +30,10 @@ void decode(const Ctx& c, const OutRows& out, float* lse, int threads) {
   // consecutive in memory, so each core streams one run of K and V and its
   // hardware prefetcher never loses the stream at a chunk boundary (chunks
   // are equal work; dynamic scheduling interleaved them, ~4% slower).
+  Interrupt interrupt;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t it = 0; it < items; ++it) {
+    if (interrupt.stop()) continue;
     const int64_t bg = it / chunks, ch = it % chunks;
     const Block blk{bg / p.Hkv, bg % p.Hkv, 0, static_cast<int>(p.N), ch * kSplitKeys,
                     std::min(p.S, (ch + 1) * kSplitKeys)};
@@ -47,6 +50,7 @@ void decode(const Ctx& c, const OutRows& out, float* lse, int threads) {
         for (int64_t e = 0; e < p.Dv; ++e) dst[2 + e] = pn.O[r * p.Dv + e];
       }
   }
+  interrupt.throw_if_stopped();
   // Merge: M = max_c m_c, L = sum_c l_c e^(m_c - M), O = sum_c O_c e^(m_c - M) / L,
   // summed in a row of the thread's workspace (free again here).
 #pragma omp parallel for schedule(static) num_threads(threads)

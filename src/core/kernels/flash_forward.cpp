@@ -17,6 +17,7 @@
 
 #include "core/kernels/flash_bf16.h"
 #include "core/kernels/flash_block.h"
+#include "core/runtime/interrupt.h"
 
 namespace qkv::kernels {
 namespace fwd {
@@ -42,18 +43,22 @@ void finalize(const Ctx& c, const Block& blk, const Workspace& ws, const OutRows
 
 // Query tiles of every (batch, key/value head), last tiles first: under a
 // causal mask they see the most keys, so scheduling them early balances
-// the threads. `body` runs once per block on some thread.
+// the threads. `body` runs once per block on some thread; an interrupt
+// skips the blocks not yet begun (core/runtime/interrupt.h).
 template <class Body>
 void for_each_query_block(const AttentionProblem& p, int threads, Body body) {
   const int64_t n_qt = (p.N + kBR - 1) / kBR;
   const int64_t items = p.B * p.Hkv * n_qt;
+  Interrupt interrupt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t it = 0; it < items; ++it) {
+    if (interrupt.stop()) continue;
     const int64_t qt = n_qt - 1 - it % n_qt, bg = it / n_qt;
     Block blk{bg / p.Hkv, bg % p.Hkv, qt * kBR, 0, 0, p.S};
     blk.npos = static_cast<int>(std::min<int64_t>(kBR, p.N - blk.i0));
     body(blk);
   }
+  interrupt.throw_if_stopped();
 }
 
 // pack(bg, j0, nj) for every (batch, key/value head) bg and every tile of

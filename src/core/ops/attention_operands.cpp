@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/values.h"
+#include "core/runtime/interrupt.h"
 
 namespace qkv {
 namespace {
@@ -147,6 +148,7 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
     }
     return o;
   };
+  Interrupt interrupt;
   auto unit_scan = [&](int64_t u) {
     if (flat) {
       const int64_t b = u * kBlock;
@@ -154,7 +156,14 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
     }
     const T* m = x + unit_offset(u);
     Scan<Bits> s;
-    for (int64_t i = 0; i < L; ++i) s.add(scan_values(m + i * rs, E, es, exp_mask));
+    // Rows broadcast along the matrix (row stride 0) are one row in memory:
+    // it is scanned once, not L times. A tall matrix is a unit too long to
+    // go without asking the interrupt.
+    const int64_t rows = rs == 0 ? 1 : L;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (i % 4096 == 4095 && interrupt.stop()) break;
+      s.add(scan_values(m + i * rs, E, es, exp_mask));
+    }
     return s;
   };
   int64_t first_bad = units;
@@ -162,10 +171,12 @@ int64_t first_nonfinite(const TensorView& t, Bits exp_mask, double* max_abs) {
 #pragma omp parallel for schedule(static) reduction(min : first_bad) reduction(max : max_bits) \
     if (n > 4 * kBlock)
   for (int64_t u = 0; u < units; ++u) {
+    if (interrupt.stop()) continue;
     const Scan<Bits> s = unit_scan(u);
     if (s.bad) first_bad = std::min(first_bad, u);
     max_bits = std::max(max_bits, s.max_bits);
   }
+  interrupt.throw_if_stopped();
   T m;
   std::memcpy(&m, &max_bits, sizeof m);
   *max_abs = as_double(m);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/ref/attention_ref.h"
+#include "core/runtime/interrupt.h"
 
 namespace qkv::ref {
 namespace {
@@ -20,6 +21,7 @@ void backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs
   std::vector<double> dk(static_cast<size_t>(p.B * p.Hkv * p.S * p.D));
   std::vector<double> dv(static_cast<size_t>(p.B * p.Hkv * p.S * p.Dv));
   std::vector<double> s(p.S), dcap(p.S), dp(p.S), dq(p.D);
+  Interrupt interrupt;
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h) {
       const int64_t bg = b * p.Hkv + h / p.group;  // GQA: the shared K/V head
@@ -29,6 +31,7 @@ void backward(AttentionGrads& g, const AttentionProblem& p, const BackwardInputs
       double* dKg = dk.data() + bg * p.S * p.D;
       double* dVg = dv.data() + bg * p.S * p.Dv;
       for (int64_t i = 0; i < p.N; ++i) {
+        interrupt.check();
         const int64_t row = (b * p.Hq + h) * p.N + i;
         const T* qi = p.q.row<T>(b * p.Hq + h, i);
         const T* doi = dO + row * p.Dv;

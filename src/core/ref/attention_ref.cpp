@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/ref/softmax_ref.h"
+#include "core/runtime/interrupt.h"
 #include "core/values.h"
 
 namespace qkv::ref {
@@ -58,12 +59,14 @@ void row_scores(const AttentionProblem& p, const T* qi, int64_t b, int64_t h, in
 template <class T>
 void forward(AttentionResult& res, const AttentionProblem& p, bool want_weights, bool want_lse) {
   std::vector<double> s(p.S), acc(p.Dv);
+  Interrupt interrupt;
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t h = 0; h < p.Hq; ++h) {
       const int64_t bh = b * p.Hq + h;
       const int64_t bg = b * p.Hkv + h / p.group;  // GQA: the shared K/V head
       const T* Vb = p.v.head<T>(bg);
       for (int64_t i = 0; i < p.N; ++i) {
+        interrupt.check();
         row_scores(p, p.q.row<T>(bh, i), b, h, i, s.data(), nullptr);
         const double lse = softmax_row(s.data(), s.data(), p.S);  // s now holds weights
         std::fill(acc.begin(), acc.end(), 0.0);

@@ -8,6 +8,8 @@
 
 #include <array>
 
+#include "qkv/error.h"
+
 namespace qkv {
 namespace {
 
@@ -33,20 +35,23 @@ uint32_t mix(uint32_t x, uint32_t y) {
   return result ^ (result >> kXShift);
 }
 
-// SeedSequence(entropy=seed).generate_state(4, np.uint64), no spawn key.
-std::array<uint64_t, 4> seed_sequence_state(uint64_t seed) {
-  // NumPy splits the int into 32-bit words, least significant first; 0 is [0].
-  const uint32_t entropy[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  const int n_entropy = (seed >> 32) ? 2 : 1;
+// SeedSequence(entropy=seed).generate_state(4, np.uint64), no spawn key;
+// `entropy` is the seed's 32-bit words, least significant first.
+std::array<uint64_t, 4> seed_sequence_state(std::span<const uint32_t> entropy) {
+  const size_t n_entropy = entropy.size();
 
   // mix_entropy: hash each word into the pool (zeros past the entropy), then
-  // mix every pool word into every other one.
+  // mix every pool word into every other one, then the words past the pool
+  // into every pool word.
   uint32_t pool[kPoolSize];
   uint32_t hash_const = kInitA;
-  for (int i = 0; i < kPoolSize; ++i) pool[i] = hashmix(i < n_entropy ? entropy[i] : 0u, hash_const);
+  for (int i = 0; i < kPoolSize; ++i)
+    pool[i] = hashmix(static_cast<size_t>(i) < n_entropy ? entropy[i] : 0u, hash_const);
   for (int src = 0; src < kPoolSize; ++src)
     for (int dst = 0; dst < kPoolSize; ++dst)
       if (src != dst) pool[dst] = mix(pool[dst], hashmix(pool[src], hash_const));
+  for (size_t src = kPoolSize; src < n_entropy; ++src)
+    for (int dst = 0; dst < kPoolSize; ++dst) pool[dst] = mix(pool[dst], hashmix(entropy[src], hash_const));
 
   // generate_state: eight 32-bit words cycling over the pool, then viewed as
   // four little-endian uint64 (low word first).
@@ -65,10 +70,17 @@ std::array<uint64_t, 4> seed_sequence_state(uint64_t seed) {
 
 }  // namespace
 
-NumpyGenerator::NumpyGenerator(uint64_t seed) {
+// NumPy splits the int into 32-bit words, least significant first; 0 is [0].
+NumpyGenerator::NumpyGenerator(uint64_t seed)
+    : NumpyGenerator(std::span<const uint32_t>(
+          std::array<uint32_t, 2>{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}.data(),
+          (seed >> 32) ? 2 : 1)) {}
+
+NumpyGenerator::NumpyGenerator(std::span<const uint32_t> seed_words) {
+  if (seed_words.empty()) throw Error("NumpyGenerator: a seed needs at least one 32-bit word");
   // pcg64_set_seed: words 0,1 are the initial state (high, low) and words 2,3
   // the stream selector; then pcg_setseq_128_srandom_r.
-  const std::array<uint64_t, 4> w = seed_sequence_state(seed);
+  const std::array<uint64_t, 4> w = seed_sequence_state(seed_words);
   const u128 initstate = (static_cast<u128>(w[0]) << 64) | w[1];
   const u128 initseq = (static_cast<u128>(w[2]) << 64) | w[3];
   state_ = 0;

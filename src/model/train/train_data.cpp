@@ -1,25 +1,40 @@
 #include "model/train/train_data.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "qkv/error.h"
 
 namespace qkv::train_data {
 
 std::string read_text_file(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error("text_path: '" + path + "' is a directory, not a file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error("text_path: cannot read '" + path + "': no such file or no permission");
-  const std::streamoff size = in.tellg();
-  if (size == 0) throw Error("text_path: '" + path + "' is empty; training needs text to learn");
-  std::string text(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
-  in.seekg(0);
-  if (size < 0 || !in.read(text.data(), size))
-    throw Error("text_path: cannot read '" + path + "': read error");
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) throw Error("text_path: '" + path + "' is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("text_path: cannot open '" + path + "': " + std::strerror(errno));
+  std::string text;
+  if (fs::is_regular_file(st)) {
+    // A file's size is known: one read into a buffer of that size.
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    in.seekg(0);
+    text.resize(static_cast<size_t>(std::max<std::streamoff>(size, 0)));
+    if (size < 0 || !in.read(text.data(), size))
+      throw Error("text_path: cannot read '" + path + "': read error");
+  } else {
+    // A pipe, FIFO or /dev/stdin has no size and cannot seek: read to its end.
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (in.bad()) throw Error("text_path: cannot read '" + path + "': read error");
+    text = std::move(all).str();
+  }
+  if (text.empty()) throw Error("text_path: '" + path + "' is empty; training needs text to learn");
   return text;
 }
 
