@@ -139,10 +139,16 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   }
   for (const auto& [name, s] : slots)
     if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name + " (for " + s.param->name + ")");
-  for (const ParamInfo& p : gpt->params())
-    for (int64_t i = 0; i < p.size; ++i)
-      if (!std::isfinite(w[p.offset + i]))
-        throw Error("'" + dir + "': " + p.name + " holds a non-finite value at element " + std::to_string(i));
+  // Checked per checkpoint tensor (the slots cover every parameter), so the
+  // error names the tensor and element the user can find in the file.
+  for (const auto& [name, s] : slots) {
+    const int64_t row = shape_numel(s.param->shape) / s.param->shape[0];
+    const float* v = w + s.param->offset + s.row0 * row;
+    for (int64_t i = 0; i < s.rows * row; ++i)
+      if (!std::isfinite(v[i]))
+        throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " +
+                    std::to_string(i) + " (for " + s.param->name + ")");
+  }
   return gpt;
 }
 
