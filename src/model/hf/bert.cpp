@@ -29,6 +29,8 @@ Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
   c.context = int_field(j, "max_position_embeddings", file, 1);
   c.token_types = int_field_or(j, "type_vocab_size", file, 0, 2);
   c.norm_eps = number_field_or(j, "layer_norm_eps", file, 1e-12);
+  if (!(c.norm_eps > 0))  // named here: GPTConfig's check would name its own field
+    throw Error("'" + file + "': layer_norm_eps must be > 0, found " + std::to_string(c.norm_eps));
   const std::string act = string_field_or(j, "hidden_act", file, "gelu");
   if (act == "gelu") c.gelu = nn::Gelu::exact;
   else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.gelu = nn::Gelu::tanh;
