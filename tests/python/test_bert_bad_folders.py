@@ -71,9 +71,19 @@ CASES = {
     "no_config": (lambda f: (f / "config.json").unlink(), "config.json"),
     "no_weights": (lambda f: (f / "model.safetensors").unlink(), "model.safetensors"),
     "truncated_weights": (lambda f: truncate(f / "model.safetensors"), "model.safetensors"),
-    # The file's first tensor (safetensors sorts them by name) is the first misfit.
     "wrong_hidden_size": (lambda f: edit_json(f / "config.json", hidden_size=64),
-                          "tensor embeddings.LayerNorm.bias should be [64]"),
+                          "hidden_size make embeddings.word_embeddings.weight [30522, 64], "
+                          "the checkpoint's is [30522, 32]"),
+    # Checked before the model is allocated: no out-of-memory for absurd sizes.
+    "huge_positions": (lambda f: edit_json(f / "config.json", max_position_embeddings=10**12),
+                       "max_position_embeddings and hidden_size make"),
+    "huge_layer_count": (lambda f: edit_json(f / "config.json", num_hidden_layers=10**9),
+                         "encoder.layer.999999999.intermediate.dense.weight [48, 32], "
+                         "the checkpoint has no such tensor"),
+    "huge_token_types": (lambda f: edit_json(f / "config.json", type_vocab_size=10**12),
+                         "type_vocab_size and hidden_size make"),
+    "ffn_mismatch": (lambda f: edit_json(f / "config.json", intermediate_size=64),
+                     "intermediate_size and hidden_size make"),
     "missing_tensor": (lambda f: edit_tensors(
         f / "model.safetensors", lambda t: t.pop("encoder.layer.1.output.dense.bias")),
         "encoder.layer.1.output.dense.bias"),

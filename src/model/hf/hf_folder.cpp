@@ -95,10 +95,10 @@ Architecture read_architecture(const std::string& dir) {
   const json j = read_json(file);
   if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
   const std::string type = string_field_or(j, "model_type", file, "");
-  std::vector<std::string> names;
+  TensorShapes tensors;
   for (const std::string& f : weight_files(dir))
-    for (const SafetensorsEntry& e : safetensors_entries(f)) names.push_back(e.name);
-  if (type == "bert") return bert_architecture(j, file, names);
+    for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
+  if (type == "bert") return bert_architecture(j, file, tensors);
   throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert)");
 }
 
