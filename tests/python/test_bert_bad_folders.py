@@ -82,6 +82,8 @@ CASES = {
                          "the checkpoint has no such tensor"),
     "huge_token_types": (lambda f: edit_json(f / "config.json", type_vocab_size=10**12),
                          "type_vocab_size and hidden_size make"),
+    "fewer_layers": (lambda f: edit_json(f / "config.json", num_hidden_layers=1),
+                     "num_hidden_layers is 1, but the checkpoint has encoder.layer.1."),
     "ffn_mismatch": (lambda f: edit_json(f / "config.json", intermediate_size=64),
                      "intermediate_size and hidden_size make"),
     "missing_tensor": (lambda f: edit_tensors(

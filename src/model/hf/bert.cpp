@@ -35,6 +35,11 @@ void check_sizes(const GPTConfig& c, const std::string& p, const std::string& fi
            "type_vocab_size and hidden_size");
   const std::string last = p + "encoder.layer." + std::to_string(c.layers - 1) + ".";
   expect(last + "intermediate.dense.weight", {c.ffn, c.embd}, "num_hidden_layers, intermediate_size and hidden_size");
+  // Layers past num_hidden_layers would be dropped without a word.
+  const std::string next = p + "encoder.layer." + std::to_string(c.layers) + ".intermediate.dense.weight";
+  if (tensors.count(next))
+    throw Error("'" + file + "': num_hidden_layers is " + std::to_string(c.layers) +
+                ", but the checkpoint has " + next);
 }
 
 }  // namespace
