@@ -1,14 +1,20 @@
 // _qkv._testing: the op's count of copied inputs (a counter private to the
 // library, core/ops/attention_operands.h) and the pointers the last
 // attention() call gave it; together they show that a view was read in place.
+// And a loaded model's network run again in double (hidden_states_f64).
 #include "testing.h"
 
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "arrays.h"
 #include "core/ops/attention_operands.h"
+#include "qkv/error.h"
+#include "qkv/model.h"
 
 namespace nb = nanobind;
 
@@ -16,6 +22,26 @@ namespace qkvpy {
 
 namespace {
 std::vector<uintptr_t> g_last_pointers;  // query, key, value of the last attention() call
+
+// The last hidden states of one sequence by a BasicGPT<double> of the
+// model's config holding its float32 weights widened (params() lay them out
+// alike for both types): [T, C] float64. A float64 reference computation
+// gives the same numbers to ~1e-15, so a difference beyond that is in the
+// forward's formulas, not in float32 rounding
+// (tests/python/test_bert_minilm.py).
+qkv::Tensor hidden_states_f64(qkv::Model& model, const std::vector<int32_t>& ids) {
+  qkv::BasicGPT<double> net(model.config());
+  const std::vector<float>& w = model.gpt().weights();
+  if (w.size() != net.weights().size())
+    throw qkv::Error("hidden_states_f64: the model holds " + std::to_string(w.size()) +
+                     " weights, its config makes " + std::to_string(net.weights().size()));
+  std::copy(w.begin(), w.end(), net.weights().begin());
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const std::span<const double> h = net.hidden_states(ids.data(), std::span<const int64_t>(&T, 1));
+  qkv::Tensor out(qkv::DType::f64, {T, model.config().embd});
+  std::copy(h.begin(), h.end(), out.data<double>());
+  return out;
+}
 }  // namespace
 
 void record_inputs(const qkv::TensorView& q, const qkv::TensorView& k, const qkv::TensorView& v) {
@@ -30,6 +56,18 @@ void bind_testing(nb::module_& m) {
   t.def(
       "last_pointers", [] { return g_last_pointers; },
       "The data pointers of query, key and value the last attention() call gave the op.");
+  t.def(
+      "hidden_states_f64",
+      [](qkv::Model& model, const std::vector<int32_t>& ids) {
+        qkv::Tensor h;
+        {
+          nb::gil_scoped_release unlocked;
+          h = hidden_states_f64(model, ids);
+        }
+        return wrap(std::move(h), Framework::numpy);
+      },
+      nb::arg("model"), nb::arg("ids"),
+      "The model (a _qkv.Model) run in float64 on one id sequence: [T, C] hidden states.");
 }
 
 }  // namespace qkvpy

@@ -8,15 +8,44 @@
 //     intermediate.dense (GELU), output.dense, output.LayerNorm -> mlp.c_fc, mlp.c_proj, ln_2
 // No final norm, no head: the output is the last layer's hidden states (the
 // pooler, unused by sentence embeddings, is not read).
-#include <algorithm>
-
 #include "model/hf/hf_folder.h"
 #include "qkv/error.h"
 
 namespace qkv::hf {
 
+namespace {
+
+// The sizes config.json gives, against the checkpoint's tensors, before the
+// model is allocated from them: a wrong (or absurd) vocab_size,
+// max_position_embeddings, type_vocab_size, hidden_size, intermediate_size
+// or num_hidden_layers is an error naming the field, not a huge allocation.
+void check_sizes(const GPTConfig& c, const std::string& p, const std::string& file,
+                 const TensorShapes& tensors) {
+  auto expect = [&](const std::string& name, const Shape& want, const char* fields) {
+    const auto it = tensors.find(name);
+    const std::string says = "'" + file + "': " + fields + " make " + name + " " + shape_str(want);
+    if (it == tensors.end()) throw Error(says + ", the checkpoint has no such tensor");
+    if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
+  };
+  expect(p + "embeddings.word_embeddings.weight", {c.vocab, c.embd}, "vocab_size and hidden_size");
+  expect(p + "embeddings.position_embeddings.weight", {c.context, c.embd},
+         "max_position_embeddings and hidden_size");
+  if (c.token_types)
+    expect(p + "embeddings.token_type_embeddings.weight", {c.token_types, c.embd},
+           "type_vocab_size and hidden_size");
+  const std::string last = p + "encoder.layer." + std::to_string(c.layers - 1) + ".";
+  expect(last + "intermediate.dense.weight", {c.ffn, c.embd}, "num_hidden_layers, intermediate_size and hidden_size");
+  // Layers past num_hidden_layers would be dropped without a word.
+  const std::string next = p + "encoder.layer." + std::to_string(c.layers) + ".intermediate.dense.weight";
+  if (tensors.count(next))
+    throw Error("'" + file + "': num_hidden_layers is " + std::to_string(c.layers) +
+                ", but the checkpoint has " + next);
+}
+
+}  // namespace
+
 Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
-                               const std::vector<std::string>& tensor_names) {
+                               const TensorShapes& tensors) {
   Architecture a;
   a.model_type = "bert";
   GPTConfig& c = a.config;
@@ -29,6 +58,8 @@ Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
   c.context = int_field(j, "max_position_embeddings", file, 1);
   c.token_types = int_field_or(j, "type_vocab_size", file, 0, 2);
   c.norm_eps = number_field_or(j, "layer_norm_eps", file, 1e-12);
+  if (!(c.norm_eps > 0))  // named here: GPTConfig's check would name its own field
+    throw Error("'" + file + "': layer_norm_eps must be > 0, found " + std::to_string(c.norm_eps));
   const std::string act = string_field_or(j, "hidden_act", file, "gelu");
   if (act == "gelu") c.gelu = nn::Gelu::exact;
   else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.gelu = nn::Gelu::tanh;
@@ -49,9 +80,8 @@ Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
                 " does not divide hidden_size " + std::to_string(c.embd));
 
   // BertModel's names, or a task model's ("bert." before them).
-  const bool nested = std::find(tensor_names.begin(), tensor_names.end(),
-                                "bert.embeddings.word_embeddings.weight") != tensor_names.end();
-  const std::string p = nested ? "bert." : "";
+  const std::string p = tensors.count("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  check_sizes(c, p, file, tensors);
   WeightMap& m = a.weights;
   m["transformer.wte.weight"] = {p + "embeddings.word_embeddings.weight"};
   m["transformer.wpe.weight"] = {p + "embeddings.position_embeddings.weight"};

@@ -95,10 +95,10 @@ Architecture read_architecture(const std::string& dir) {
   const json j = read_json(file);
   if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
   const std::string type = string_field_or(j, "model_type", file, "");
-  std::vector<std::string> names;
+  TensorShapes tensors;
   for (const std::string& f : weight_files(dir))
-    for (const SafetensorsEntry& e : safetensors_entries(f)) names.push_back(e.name);
-  if (type == "bert") return bert_architecture(j, file, names);
+    for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
+  if (type == "bert") return bert_architecture(j, file, tensors);
   throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert)");
 }
 
@@ -139,10 +139,16 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   }
   for (const auto& [name, s] : slots)
     if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name + " (for " + s.param->name + ")");
-  for (const ParamInfo& p : gpt->params())
-    for (int64_t i = 0; i < p.size; ++i)
-      if (!std::isfinite(w[p.offset + i]))
-        throw Error("'" + dir + "': " + p.name + " holds a non-finite value at element " + std::to_string(i));
+  // Checked per checkpoint tensor (the slots cover every parameter), so the
+  // error names the tensor and element the user can find in the file.
+  for (const auto& [name, s] : slots) {
+    const int64_t row = shape_numel(s.param->shape) / s.param->shape[0];
+    const float* v = w + s.param->offset + s.row0 * row;
+    for (int64_t i = 0; i < s.rows * row; ++i)
+      if (!std::isfinite(v[i]))
+        throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " +
+                    std::to_string(i) + " (for " + s.param->name + ")");
+  }
   return gpt;
 }
 

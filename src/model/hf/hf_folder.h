@@ -37,8 +37,9 @@ struct Architecture {
 bool is_hf_folder(const std::string& dir);
 
 // dir/config.json read by the architecture its model_type names; anything
-// it cannot run is a qkv::Error naming the field. `names` lists the
-// checkpoint's tensor names (an architecture may look for a prefix).
+// it cannot run is a qkv::Error naming the field. The architecture sees the
+// checkpoint's tensor names and shapes (it may look for a prefix, and checks
+// the sizes config.json gives before the model is allocated from them).
 Architecture read_architecture(const std::string& dir);
 
 // The model of `arch` with its weights read from dir's safetensors (one
@@ -46,10 +47,13 @@ Architecture read_architecture(const std::string& dir);
 // stacking to the parameter's, a float dtype, finite values.
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch);
 
+// The checkpoint's tensors (all shards): name -> shape.
+using TensorShapes = std::map<std::string, Shape>;
+
 // The architectures (bert.cpp, ...): config.json's object -> config and map,
-// `file` naming config.json in messages, `tensor_names` the checkpoint's.
+// `file` naming config.json in messages, `tensors` the checkpoint's.
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
-                               const std::vector<std::string>& tensor_names);
+                               const TensorShapes& tensors);
 
 // Shared helpers of the architectures: a required integer >= lo, an optional
 // one, a number, a string; each error names the field and the file.

@@ -1,0 +1,161 @@
+"""A broken Hugging Face folder is a ValueError from qkv.Model.load whose
+message names the file, the field or the tensor at fault, never a crash or
+a hang; the command line's model loading (`qkv logits --model`, the load
+path every model command shares) exits non-zero with the same message, and
+`qkv tokenize --model` names a folder with no tokenizer."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import qkv
+
+from bert_folders import ROOT, minilm_dir, random_bert, write_folder
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+QKV_BIN = Path(os.environ.get("QKV_BIN", ROOT / "build" / "release" / "qkv"))
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    ref = random_bert(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=48, max_position_embeddings=64)
+    folder = write_folder(ref, tmp_path_factory.mktemp("good") / "bert", minilm_dir())
+    # A sentence-transformers folder: mean pooling, normalised.
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize",
+         "type": "sentence_transformers.models.Normalize"}]))
+    return folder
+
+
+def edit_json(path, **changes):
+    j = json.loads(path.read_text())
+    j.update(changes)
+    path.write_text(json.dumps(j))
+
+
+def edit_tensors(path, change):
+    tensors = safetensors_torch.load_file(path)
+    change(tensors)
+    safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def set_nan(tensors):
+    tensors["encoder.layer.1.intermediate.dense.weight"][3, 5] = float("nan")
+
+
+def add_module(folder):
+    mods = json.loads((folder / "modules.json").read_text())
+    mods.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(mods))
+
+
+# name -> (how the good folder is broken, what the message must contain)
+CASES = {
+    "no_config": (lambda f: (f / "config.json").unlink(), "config.json"),
+    "no_weights": (lambda f: (f / "model.safetensors").unlink(), "model.safetensors"),
+    "truncated_weights": (lambda f: truncate(f / "model.safetensors"), "model.safetensors"),
+    "wrong_hidden_size": (lambda f: edit_json(f / "config.json", hidden_size=64),
+                          "hidden_size make embeddings.word_embeddings.weight [30522, 64], "
+                          "the checkpoint's is [30522, 32]"),
+    # Checked before the model is allocated: no out-of-memory for absurd sizes.
+    "huge_positions": (lambda f: edit_json(f / "config.json", max_position_embeddings=10**12),
+                       "max_position_embeddings and hidden_size make"),
+    "huge_layer_count": (lambda f: edit_json(f / "config.json", num_hidden_layers=10**9),
+                         "encoder.layer.999999999.intermediate.dense.weight [48, 32], "
+                         "the checkpoint has no such tensor"),
+    "huge_token_types": (lambda f: edit_json(f / "config.json", type_vocab_size=10**12),
+                         "type_vocab_size and hidden_size make"),
+    "fewer_layers": (lambda f: edit_json(f / "config.json", num_hidden_layers=1),
+                     "num_hidden_layers is 1, but the checkpoint has encoder.layer.1."),
+    "ffn_mismatch": (lambda f: edit_json(f / "config.json", intermediate_size=64),
+                     "intermediate_size and hidden_size make"),
+    "missing_tensor": (lambda f: edit_tensors(
+        f / "model.safetensors", lambda t: t.pop("encoder.layer.1.output.dense.bias")),
+        "encoder.layer.1.output.dense.bias"),
+    "relative_key": (lambda f: edit_json(f / "config.json", position_embedding_type="relative_key"),
+                     "position_embedding_type \"relative_key\""),
+    "eps_zero": (lambda f: edit_json(f / "config.json", layer_norm_eps=0), "layer_norm_eps must be > 0"),
+    "heads_not_dividing": (lambda f: edit_json(f / "config.json", num_attention_heads=5),
+                           "num_attention_heads 5 does not divide hidden_size 32"),
+    "is_decoder": (lambda f: edit_json(f / "config.json", is_decoder=True), "is_decoder"),
+    "config_not_json": (lambda f: (f / "config.json").write_text("{"), "config.json': not valid JSON"),
+    "integer_tensor": (lambda f: edit_tensors(f / "model.safetensors", lambda t: t.update(
+        {"embeddings.LayerNorm.bias": t["embeddings.LayerNorm.bias"].long()})),
+        "tensor embeddings.LayerNorm.bias is I64"),
+    "unknown_act": (lambda f: edit_json(f / "config.json", hidden_act="swish"), "hidden_act \"swish\""),
+    "unknown_model_type": (lambda f: edit_json(f / "config.json", model_type="mamba"),
+                           "model_type \"mamba\""),
+    "unsupported_module": (add_module, "sentence_transformers.models.Dense"),
+    "two_pooling_modes": (lambda f: edit_json(f / "1_Pooling" / "config.json",
+                                              pooling_mode_cls_token=True), "1_Pooling/config.json"),
+    "nan_weight": (lambda f: edit_tensors(f / "model.safetensors", set_nan),
+                   "tensor encoder.layer.1.intermediate.dense.weight holds a non-finite value "
+                   "at element 101"),
+}
+
+
+@pytest.fixture
+def broken(good, tmp_path, request):
+    folder = tmp_path / "bert"
+    shutil.copytree(good, folder)
+    break_it, needle = CASES[request.param]
+    break_it(folder)
+    return folder, needle
+
+
+def test_the_good_folder_loads(good):
+    m = qkv.Model.load(good)
+    assert m.embed(["a b"]).shape == (1, 32)
+
+
+@pytest.mark.parametrize("broken", sorted(CASES), indirect=True)
+def test_load_names_what_is_wrong(broken):
+    folder, needle = broken
+    with pytest.raises(ValueError) as e:
+        qkv.Model.load(folder)
+    assert needle in str(e.value), str(e.value)
+
+
+def run_qkv(*args):
+    if not QKV_BIN.exists():
+        pytest.skip(f"no qkv binary at {QKV_BIN} (build it, or set QKV_BIN)")
+    return subprocess.run([str(QKV_BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("broken", sorted(CASES), indirect=True)
+def test_command_line_names_what_is_wrong(broken, tmp_path):
+    folder, needle = broken
+    r = run_qkv("logits", "--model", folder, "--prompt", "hi", "--out", tmp_path / "l.npy")
+    assert r.returncode not in (0, None) and r.returncode > 0, (r.returncode, r.stderr)
+    assert needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "terminate" not in r.stderr
+
+
+def test_tokenize_names_a_folder_without_a_tokenizer(good, tmp_path):
+    folder = tmp_path / "bert"
+    shutil.copytree(good, folder)
+    (folder / "tokenizer.json").unlink()
+    (folder / "vocab.txt").unlink()
+    (tmp_path / "in.txt").write_text("hello world\n")
+    r = run_qkv("tokenize", "--model", folder, "--input", tmp_path / "in.txt")
+    assert r.returncode > 0 and "vocab.txt" in r.stderr, r.stderr
+    with pytest.raises(ValueError, match="vocab.txt"):
+        qkv.Model.load(folder)
