@@ -1,8 +1,8 @@
 """A broken Hugging Face folder is a ValueError from qkv.Model.load whose
 message names the file, the field or the tensor at fault, never a crash or
-a hang; the command line's model loading (`qkv logits --model`, the load
-path every model command shares) exits non-zero with the same message, and
-`qkv tokenize --model` names a folder with no tokenizer."""
+a hang; the command line (`qkv embed --model`, through the load path every
+model command shares) exits non-zero with the same message, and `qkv
+tokenize --model` names a folder with no tokenizer."""
 import json
 import os
 import shutil
@@ -143,7 +143,8 @@ def run_qkv(*args):
 @pytest.mark.parametrize("broken", sorted(CASES), indirect=True)
 def test_command_line_names_what_is_wrong(broken, tmp_path):
     folder, needle = broken
-    r = run_qkv("logits", "--model", folder, "--prompt", "hi", "--out", tmp_path / "l.npy")
+    (tmp_path / "in.txt").write_text("hello world\n")
+    r = run_qkv("embed", "--model", folder, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy")
     assert r.returncode not in (0, None) and r.returncode > 0, (r.returncode, r.stderr)
     assert needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "terminate" not in r.stderr
@@ -159,3 +160,53 @@ def test_tokenize_names_a_folder_without_a_tokenizer(good, tmp_path):
     assert r.returncode > 0 and "vocab.txt" in r.stderr, r.stderr
     with pytest.raises(ValueError, match="vocab.txt"):
         qkv.Model.load(folder)
+
+
+def test_language_model_commands_refuse_an_encoder(good, tmp_path):
+    # An encoder has no next-token head: logits and sample say so, by name.
+    r = run_qkv("logits", "--model", good, "--prompt", "hi", "--out", tmp_path / "l.npy")
+    assert r.returncode == 2 and "language-model head" in r.stderr and "--model" in r.stderr, r.stderr
+    assert not (tmp_path / "l.npy").exists()
+
+
+def test_embed_command_matches_the_library(good, tmp_path):
+    import numpy as np
+    import qkv
+    lines = ["The animal didn't cross the street because it was too tired.", "", "Héllo, 世界!"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy",
+                "--batch", "2")
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "e.npy")
+    want = qkv.Model.load(good).embed(lines)
+    assert got.shape == want.shape == (3, want.shape[1])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--batch", "0"], "--batch"),
+    (["--max-length", "1"], "--max-length"),
+    (["--dtype", "float16"], "--dtype"),
+    (["--threads", "-1"], "--threads"),
+])
+def test_embed_bad_options_are_usage_errors(good, tmp_path, args, needle):
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy", *args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert not (tmp_path / "e.npy").exists()
+
+
+def test_embed_refuses_an_output_inside_the_model(good, tmp_path):
+    folder = tmp_path / "bert"
+    shutil.copytree(good, folder)
+    (tmp_path / "in.txt").write_text("hello\n")
+    before = (folder / "model.safetensors").read_bytes()
+    r = run_qkv("embed", "--model", folder, "--input", tmp_path / "in.txt", "-o", folder / "model.safetensors")
+    assert r.returncode == 2, r.stderr
+    assert (folder / "model.safetensors").read_bytes() == before
+
+
+def test_embed_refuses_an_empty_input(good, tmp_path):
+    (tmp_path / "in.txt").write_text("")
+    r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy")
+    assert r.returncode == 1 and "no lines" in r.stderr, r.stderr

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "cli_common.h"
+#include "model_prompt.h"
 #include "commands.h"
 #include "qkv/model.h"
 #include "qkv/safetensors.h"
@@ -27,6 +28,7 @@ int run_export(const ExportArgs& a) {
     throw UsageError("--to: expected \"nanogpt\" (the only format qkv exports), found \"" + a.to + "\"");
   refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   const Model m = Model::load(a.model_dir);
+  refuse_encoder(m, "a nanoGPT checkpoint");
   const GPTConfig& c = m.config();
   const std::string cfg = "'" + a.model_dir + "/config.json': ";
   if (c.rope)

@@ -18,6 +18,7 @@ struct LogitsArgs {
 int run_logits(const LogitsArgs& a) {
   refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   Model m = Model::load(a.model_dir);
+  refuse_encoder(m, "next-token logits");
   const Prompt p = encode_prompt("qkv logits", m.tokenizer(), a.prompt);
   check_prompt_fits(p, m.config().context);
   // Row t is the model's prediction for the token after prompt[0..t]: one

@@ -41,6 +41,7 @@ int run_sample(SampleArgs& a) {
   }
   a.o.use_cache = !a.no_cache;
   Model m = Model::load(a.model_dir);
+  refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
   // whole context of every layer, is what generation still allocates.
   const GPTConfig& c = m.config();

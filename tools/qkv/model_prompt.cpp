@@ -30,6 +30,12 @@ std::string u_plus(uint32_t cp) {
 
 }  // namespace
 
+void refuse_encoder(const Model& m, const std::string& what) {
+  if (m.is_encoder())
+    throw UsageError("--model: a " + m.architecture() + " encoder has no language-model head to give " +
+                     what + " (qkv embed and qkv explain --model read encoders)");
+}
+
 Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text) {
   if (!m.is_encoder()) return encode_prompt(cmd, m.tokenizer(), text);
   Prompt p;

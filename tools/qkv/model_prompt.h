@@ -29,6 +29,10 @@ Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std
 // max_length with one stderr line saying so), labelled by their text.
 Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text);
 
+// For the commands of qkv's language models (logits, sample, export): a
+// UsageError naming --model when it is an encoder, which gives `what` no sense.
+void refuse_encoder(const Model& m, const std::string& what);
+
 // For commands that run the whole prompt through the model in one pass
 // (explain, logits): refuses an empty prompt and one longer than the model's
 // context (its positions end there), naming --prompt.
