@@ -61,7 +61,7 @@ TEST(TrainerApi, ChecksItsOwnArguments) {
       // The model's sizes are checked before any file is read.
       {[](TrainOptions& o) { o.model.heads = 3; }, "model config: heads must divide embd 16, found 3"},
       {[](TrainOptions& o) { o.text_path = "/nonexistent/text.txt"; },
-       "text_path: cannot read '/nonexistent/text.txt'"}};
+       "text_path: cannot open '/nonexistent/text.txt'"}};
   for (const auto& [bad, expected] : cases) {
     TrainOptions o = r.o;
     bad(o);

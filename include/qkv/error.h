@@ -23,11 +23,11 @@ class QKV_API Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// A call stopped by its thread's InterruptScope (qkv/runtime.h) before it
-// finished; not a problem with the input.
+/// A call stopped by its thread's InterruptScope (qkv/runtime.h) before it
+/// finished; not a problem with the input.
 class QKV_API Interrupted : public Error {
  public:
-  Interrupted() : Error("interrupted") {}
+  Interrupted() : Error("interrupted") {}  ///< what() is "interrupted"
 };
 
 }  // namespace qkv

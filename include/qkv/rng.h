@@ -28,8 +28,8 @@ class QKV_API NumpyGenerator {
  public:
   /// Any seed NumPy accepts as a single non-negative Python int below 2^64.
   explicit NumpyGenerator(uint64_t seed);
-  // A seed of any size: its 32-bit words, least significant first, as
-  // SeedSequence splits a Python int (2**100 is {0, 0, 0, 16}); at least one.
+  /// A seed of any size: its 32-bit words, least significant first, as
+  /// SeedSequence splits a Python int (2**100 is {0, 0, 0, 16}); at least one.
   explicit NumpyGenerator(std::span<const uint32_t> seed_words);
 
   /// Generator.bit_generator.random_raw(): one PCG64 (XSL-RR 128/64) output.

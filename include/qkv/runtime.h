@@ -87,19 +87,20 @@ class QKV_API ThreadScope {
   int saved_;
 };
 
-// Lets the calling thread stop its long calls. While an InterruptScope
-// lives, the library's long loops (attention and its backward, hence the
-// model's forward, generation and training steps; the finiteness scan of
-// the inputs) call `poll` from this thread between chunks of their work, at
-// most every 100 ms and never in a call shorter than that; once it returns
-// true the call stops early (without asking it again) and throws
-// qkv::Interrupted, its outputs unspecified. `poll` must not throw (a throw counts as true). The Python
-// module polls for Ctrl-C this way; the library knows nothing of signals.
-// Scopes nest: the innermost one's poll is used.
+/// Lets the calling thread stop its long calls. While an InterruptScope
+/// lives, the library's long loops (attention and its backward, hence the
+/// model's forward, generation and training steps; the finiteness scan of
+/// the inputs) call `poll` from this thread between chunks of their work, at
+/// most every 100 ms and never in a call shorter than that; once it returns
+/// true the call stops early (without asking it again) and throws
+/// qkv::Interrupted, its outputs unspecified. `poll` must not throw (a throw counts as true). The Python
+/// module polls for Ctrl-C this way; the library knows nothing of signals.
+/// Scopes nest: the innermost one's poll is used.
 class QKV_API InterruptScope {
  public:
+  /// Makes `poll` this thread's interrupt check until the scope ends.
   explicit InterruptScope(std::function<bool()> poll);
-  ~InterruptScope();
+  ~InterruptScope();  ///< restores the enclosing scope's poll
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
 

@@ -7,13 +7,13 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
-#include "io/files.h"
 #include "support/files.h"
 #include "qkv/npy.h"
 #include "qkv/runtime.h"
@@ -181,11 +181,14 @@ std::string read_text_arg(const std::string& opt, const std::string& path) {
     s << std::cin.rdbuf();
     return s.str();
   }
-  try {
-    return read_file(path);
-  } catch (const Error& e) {
-    throw Error(opt + ": " + e.what());
-  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(opt + ": '" + path + "' is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(opt + ": cannot open '" + path + "': " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw Error(opt + ": cannot read '" + path + "': read error");
+  return s.str();
 }
 
 std::vector<std::string> split_lines(const std::string& text) {
