@@ -253,7 +253,7 @@ int run_train(TrainArgs& a) {
   o.stop_requested = &g_stop_signal;
 #ifdef QKV_HAVE_MPI
   // Under mpirun (or srun) with more than one rank: data parallel.
-  if (launched_by_mpi()) return in_flags(kTrainFlags, [&] { return run_data_parallel(o, g_stop_signal); });
+  if (launched_by_mpi()) return run_data_parallel(o, g_stop_signal, kTrainFlags);
 #endif
   const TrainResult r = in_flags(kTrainFlags, [&] { return train(o); });
   plot_training_log(o.out_dir + "/log.jsonl", o.out_dir + "/loss.png");

@@ -17,7 +17,7 @@ bool launched_by_mpi() {
   return false;
 }
 
-int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal) {
+int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal, const FieldFlags& flags) {
   int started = 0;
   MPI_Initialized(&started);
   if (!started) MPI_Init(nullptr, nullptr);
@@ -44,7 +44,7 @@ int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal) {
     report_error("qkv train: error: " +
                  (usage ? std::string(e.what()) + " (see 'qkv train --help')"
                         : "rank " + std::to_string(sum.rank()) + " of " + std::to_string(sum.ranks()) +
-                              ": " + e.what()));
+                              ": " + with_flags(e.what(), flags)));
     MPI_Abort(MPI_COMM_WORLD, usage ? kExitUsage : kExitData);
   }
   MPI_Finalize();

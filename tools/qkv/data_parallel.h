@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "field_flags.h"
 #include "qkv/trainer.h"
 
 namespace qkv::cli {
@@ -13,8 +14,9 @@ namespace qkv::cli {
 bool launched_by_mpi();
 
 // Trains `o` as this rank; rank 0 writes the directory, the log and the
-// plot. An error on any rank ends every rank (MPI_Abort) with its message.
+// plot. An error on any rank ends every rank (MPI_Abort) with its message,
+// the library's fields named as the command's flags.
 // Returns the exit code (128 + the signal when interrupted).
-int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal);
+int run_data_parallel(TrainOptions o, const std::atomic<int>& stop_signal, const FieldFlags& flags);
 
 }  // namespace qkv::cli
