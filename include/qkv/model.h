@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ struct EmbedOptions {
 };
 
 /// A loaded model: its network, its tokenizer and, for an encoder, its pooling.
+/// Calls on one Model from several threads are safe: they take turns (each
+/// call reuses the network's scratch); separate Models run in parallel.
 class QKV_API Model {
  public:
   /// Reads DIR/{config.json, vocab.json, model.safetensors}; every missing,
@@ -132,6 +135,9 @@ class QKV_API Model {
   Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok);
 
   std::unique_ptr<GPT> gpt_;  ///< heavy and address-stable: scratch points into it
+  // One call at a time: the network's scratch is reused by every call, so
+  // two threads sharing a Model take turns (std::mutex is not movable).
+  std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
   std::string architecture_ = "gpt";
   std::optional<CharTokenizer> chars_;                   ///< qkv's models
   std::shared_ptr<const WordPieceTokenizer> wordpiece_;  ///< encoders

@@ -65,7 +65,12 @@ std::vector<std::pair<std::string, Tensor>> Model::named_weights() const {
   return out;
 }
 
-void Model::set_threads(int threads, Kernel kernel) { gpt_->set_attention(kernel, threads); }
+
+
+void Model::set_threads(int threads, Kernel kernel) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
+  gpt_->set_attention(kernel, threads);
+}
 
 std::vector<int32_t> Model::tokenize(const std::string& text, bool* truncated) const {
   if (wordpiece_) return wordpiece_->encode(text, max_length_, truncated);
@@ -84,6 +89,7 @@ std::string Model::token_text(int32_t id) const {
 }
 
 Tensor Model::logits(const std::vector<int32_t>& tokens) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = config().vocab;
   gpt_->forward(tokens.data(), nullptr, 1, T);  // checks T and every id
   Tensor out(DType::f32, {T, V});
@@ -92,10 +98,12 @@ Tensor Model::logits(const std::vector<int32_t>& tokens) {
 }
 
 Tensor Model::attention_maps(const std::vector<int32_t>& tokens) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   return gpt_->attention_maps(tokens.data(), static_cast<int64_t>(tokens.size()));
 }
 
 Tensor Model::hidden_states(const std::vector<int32_t>& tokens) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   const int64_t T = static_cast<int64_t>(tokens.size()), C = config().embd;
   const std::span<const float> h = gpt_->hidden_states(tokens.data(), std::span<const int64_t>(&T, 1));
   Tensor out(DType::f32, {T, C});
@@ -121,6 +129,7 @@ Tensor Model::embed(const std::vector<std::string>& texts, const EmbedOptions& o
 }
 
 Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   if (!is_encoder())
     throw Error("embed: a " + architecture_ + " language model gives logits, not embeddings: load an encoder");
   if (opts.batch < 1) throw Error("embed: batch must be at least 1, found " + std::to_string(opts.batch));
@@ -169,6 +178,7 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
 
 std::vector<int32_t> Model::generate(const SampleOptions& opts,
                                      const std::function<void(const std::string&)>& on_token) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   return sample(*gpt_, tokenizer(), opts, on_token ? on_token : [](const std::string&) {});
 }
 

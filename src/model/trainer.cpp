@@ -254,6 +254,12 @@ TrainResult train(const TrainOptions& given) {
     throw Error("out_dir: '" + o.out_dir +
                 "' already holds a trained run (train_state.safetensors); continue it with "
                 "resume, or pass force to start over and overwrite it");
+  // A folder with a model but no training state (a Hugging Face download, a
+  // `qkv import`) is no run of ours to overwrite by accident.
+  if (!o.resume && !o.force && fs::exists(o.out_dir + "/model.safetensors", ec))
+    throw Error("out_dir: '" + o.out_dir +
+                "' already holds a model (model.safetensors) that no training run wrote there; "
+                "pass force to overwrite it");
 
   o.text_hash = fnv1a(text);
   // The text is only needed as ids from here on.

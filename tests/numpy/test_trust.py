@@ -267,6 +267,22 @@ def test_trained_run_is_not_overwritten(run, tmp_path, model):
     assert (out / "train_state.safetensors").read_bytes() != state
 
 
+def test_model_without_train_state_is_not_overwritten(run, tmp_path, model):
+    """A folder whose model.safetensors no qkv train wrote (a Hugging Face
+    download, a `qkv import`) has no train_state.safetensors: --out pointing
+    at it by mistake must not replace its weights and config."""
+    out = tmp_path / "downloaded"
+    shutil.copytree(model, out)
+    (out / "train_state.safetensors").unlink()
+    weights = (out / "model.safetensors").read_bytes()
+    config = (out / "config.json").read_bytes()
+    r = run("train", "--text", write_text(tmp_path / "t.txt"), "--out", out, *TINY, "--seed", "7")
+    assert r.returncode == DATA, r.stderr
+    assert "model.safetensors" in r.stderr and "--force" in r.stderr
+    assert (out / "model.safetensors").read_bytes() == weights
+    assert (out / "config.json").read_bytes() == config
+
+
 # --- 9: memory refused from the files' sizes --------------------------------
 
 def test_sample_config_larger_than_its_weights(run, tmp_path, model):

@@ -120,3 +120,26 @@ def test_float64_forward_matches_bertmodel_in_float64(model, bert, corpus):
         assert got.dtype == np.float64 and got.shape == (len(ids), 384)
         err = max_abs(got, reference(bert64, ids))
         assert err < 1e-9, (len(ids), err)
+
+
+def test_one_model_shared_by_threads_gives_each_the_same_vectors(model):
+    """A server's worker threads sharing one loaded Model (the GIL is released
+    while it runs) must each get what a lone call gives, not vectors computed
+    from another thread's activations."""
+    import threading
+    texts_ = ["hello world", "another one", "a third, longer sentence to embed"]
+    expected = model.embed(texts_)
+    wrong = []
+
+    def worker():
+        for _ in range(4):
+            got = model.embed(texts_)
+            if not np.allclose(got, expected, atol=1e-5):
+                wrong.append(max_abs(got, expected))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
