@@ -148,12 +148,13 @@ TEST(Bpe, MetaspaceMarksSpaces) {
 
 TEST(Bpe, InvalidUtf8NamesTheByte) {
   const auto tok = load(spec(kAbc, "[]"));
-  for (const auto& [text, offset] : std::vector<std::pair<std::string, int>>{
+  for (const auto& [bytes, offset] : std::vector<std::pair<std::string, int>>{
            {"ab\xC0\xAF", 2},          // overlong '/'
            {"a\xED\xA0\x80", 1},       // a surrogate
            {"abc\xE2\x82", 3},         // truncated
            {"\x80", 0},                // stray continuation byte
            {"aa\xF4\x90\x80\x80", 2}}) {  // past U+10FFFF
+    const std::string& text = bytes;  // clang 14's lambdas cannot capture a structured binding
     EXPECT_NE(error_of([&] { tok.encode(text); }).find("invalid UTF-8 at byte " + std::to_string(offset)),
               std::string::npos)
         << offset;

@@ -29,9 +29,11 @@ struct Reader {
   }
   // Refuses keys outside `known`: a setting qkv would not apply changes the ids.
   void only_keys(const json& j, const std::string& field, std::initializer_list<const char*> known) const {
-    for (const auto& [key, value] : j.items())
+    for (const auto& item : j.items()) {
+      const std::string& key = item.key();  // a name, not a structured binding: clang 14's lambdas cannot capture those
       if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
         fail(field, "unexpected key " + json_excerpt(json(key), 40) + " (qkv does not implement it)");
+    }
   }
   const json& at(const json& j, const std::string& field, const char* key) const {
     if (!j.contains(key)) fail(field, std::string("missing \"") + key + "\"");
