@@ -16,23 +16,12 @@ namespace {
 
 using nlohmann::json;
 
-json read_json(const std::string& path) {
-  try {
-    return parse_json_strict(read_file(path), 64);
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    // with_file_source's errors already name the path.
-    if (what.find(path) != std::string::npos) throw;
-    throw Error("'" + path + "': " + what);
-  }
-}
-
 // The weights files: model.safetensors, or the shards its index lists (in
 // the index's order of first mention).
 std::vector<std::string> weight_files(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = single + ".index.json";
   if (std::filesystem::exists(single) || !std::filesystem::exists(index)) return {single};
-  const json j = read_json(index);
+  const json j = read_json(index, 64);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error("'" + index + "': expected an object with a \"weight_map\" of tensor names to files");
   std::vector<std::string> files;
@@ -48,6 +37,15 @@ std::vector<std::string> weight_files(const std::string& dir) {
 }
 
 }  // namespace
+
+json read_json(const std::string& path, int max_depth) {
+  const std::string text = read_file(path);  // its errors name the path
+  try {
+    return parse_json_strict(text, max_depth);
+  } catch (const Error& e) {
+    throw Error("'" + path + "': " + e.what());
+  }
+}
 
 int64_t int_field(const json& j, const char* key, const std::string& file, int64_t lo) {
   if (!j.contains(key)) throw Error("'" + file + "': missing " + key);
@@ -92,7 +90,7 @@ bool is_hf_folder(const std::string& dir) {
 
 Architecture read_architecture(const std::string& dir) {
   const std::string file = dir + "/config.json";
-  const json j = read_json(file);
+  const json j = read_json(file, 64);
   if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
   const std::string type = string_field_or(j, "model_type", file, "");
   TensorShapes tensors;

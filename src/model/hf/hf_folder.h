@@ -55,6 +55,10 @@ using TensorShapes = std::map<std::string, Shape>;
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 
+// A JSON file of the folder, parsed strictly (a repeated key is an error)
+// to at most max_depth levels; errors name the path.
+nlohmann::json read_json(const std::string& path, int max_depth);
+
 // Shared helpers of the architectures: a required integer >= lo, an optional
 // one, a number, a string; each error names the field and the file.
 int64_t int_field(const nlohmann::json& j, const char* key, const std::string& file, int64_t lo);

@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/files.h"
 #include "io/json_strict.h"
 #include "model/hf/hf_folder.h"
 #include "qkv/error.h"
@@ -18,15 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-json read_json_file(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return parse_json_strict(text, 16);
-  } catch (const Error& e) {
-    throw Error("'" + path + "': " + e.what());
-  }
-}
-
 bool flag(const json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return false;
   if (!j[key].is_boolean()) throw Error("'" + file + "': " + key + " must be true or false, found " + json_excerpt(j[key]));
@@ -34,7 +24,7 @@ bool flag(const json& j, const char* key, const std::string& file) {
 }
 
 Pooling::Mode pooling_mode(const std::string& file) {
-  const json j = read_json_file(file);
+  const json j = read_json(file, 16);
   if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
   for (const char* unsupported : {"pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"})
     if (flag(j, unsupported, file)) throw Error("'" + file + "': " + unsupported + " is not supported");
@@ -56,7 +46,7 @@ SentenceModules read_sentence_modules(const std::string& dir, int64_t context) {
   m.max_length = context;
   const std::string bert_cfg = dir + "/sentence_bert_config.json";
   if (std::filesystem::exists(bert_cfg)) {
-    const json j = read_json_file(bert_cfg);
+    const json j = read_json(bert_cfg, 16);
     if (!j.is_object()) throw Error("'" + bert_cfg + "': expected a JSON object");
     m.max_length = std::min(context, int_field_or(j, "max_seq_length", bert_cfg, 1, context));
     if (flag(j, "do_lower_case", bert_cfg))
@@ -64,7 +54,7 @@ SentenceModules read_sentence_modules(const std::string& dir, int64_t context) {
   }
   const std::string modules = dir + "/modules.json";
   if (!std::filesystem::exists(modules)) return m;
-  const json j = read_json_file(modules);
+  const json j = read_json(modules, 16);
   if (!j.is_array()) throw Error("'" + modules + "': expected a list of modules");
   for (const json& mod : j) {
     const std::string type = mod.is_object() ? string_field_or(mod, "type", modules, "") : "";
