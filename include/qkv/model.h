@@ -57,6 +57,9 @@ struct EmbedOptions {
   DType dtype = DType::f32; ///< bfloat16: the Linear layers' products in bf16, summed in float32
   /// Called after each batch with (texts done, texts in all); may be empty.
   std::function<void(int64_t, int64_t)> progress;
+  /// Throws qkv::Error naming the first field out of range ("embed options:
+  /// batch must be at least 1, found 0"); Model::embed checks it first.
+  void validate() const;
 };
 
 /// A loaded model: its network, its tokenizer and, for an encoder, its pooling.

@@ -15,6 +15,18 @@
 
 namespace qkv {
 
+void EmbedOptions::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("embed options: " + what);
+  };
+  need(batch >= 1, "batch must be at least 1, found " + std::to_string(batch));
+  need(max_length == 0 || max_length >= 2,
+       "max_length must be 0 (the model's maximum) or at least 2 ([CLS] and [SEP]), found " +
+           std::to_string(max_length));
+  need(dtype == DType::f32 || dtype == DType::bf16,
+       std::string("dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
+}
+
 Model::Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok)
     : gpt_(std::move(gpt)), chars_(std::move(tok)), max_length_(gpt_->config().context) {}
 Model::~Model() = default;
@@ -113,9 +125,7 @@ Tensor Model::hidden_states(const std::vector<int32_t>& tokens) {
 
 Tensor Model::embed(const std::vector<std::string>& texts, const EmbedOptions& opts,
                     int64_t* truncated) {
-  if (opts.max_length < 0)
-    throw Error("embed: max_length must be at least 0 (0: the model's " + std::to_string(max_length_) +
-                "), found " + std::to_string(opts.max_length));
+  opts.validate();
   std::vector<std::vector<int32_t>> ids(texts.size());
   int64_t cut = 0;
   const int64_t limit = opts.max_length ? std::min(opts.max_length, max_length_) : max_length_;
@@ -132,9 +142,7 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
   const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   if (!is_encoder())
     throw Error("embed: a " + architecture_ + " language model gives logits, not embeddings: load an encoder");
-  if (opts.batch < 1) throw Error("embed: batch must be at least 1, found " + std::to_string(opts.batch));
-  if (opts.dtype != DType::f32 && opts.dtype != DType::bf16)
-    throw Error(std::string("embed: dtype must be float32 or bfloat16, found ") + dtype_name(opts.dtype));
+  opts.validate();
   const int64_t n = static_cast<int64_t>(ids.size()), C = config().embd;
   for (int64_t i = 0; i < n; ++i)
     if (ids[i].empty() || static_cast<int64_t>(ids[i].size()) > config().context)

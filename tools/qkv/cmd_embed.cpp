@@ -8,6 +8,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "field_flags.h"
 #include "qkv/model.h"
 
 namespace qkv::cli {
@@ -30,18 +31,17 @@ void draw_progress(int64_t done, int64_t total) {
   if (done == total) std::fputc('\n', stderr);
 }
 
+const FieldFlags kEmbedFlags = {{"batch", "--batch"}, {"max_length", "--max-length"}, {"dtype", "--dtype"}};
+
 int run_embed(const EmbedArgs& a) {
   check_threads("--threads", a.threads);
-  if (a.batch < 1) throw UsageError("--batch: must be at least 1, found " + std::to_string(a.batch));
-  if (a.max_length < 0 || a.max_length == 1)
-    throw UsageError("--max-length: must be 0 (the model's maximum) or at least 2 ([CLS] and [SEP]), found " +
-                     std::to_string(a.max_length));
   refuse_overlapping_paths({{"--model", a.model_dir}, {"--input", a.input == "-" ? "" : a.input}},
                            {{"--out", a.out}});
   EmbedOptions o;
   o.batch = a.batch;
   o.max_length = a.max_length;
   o.dtype = a.dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  as_usage(kEmbedFlags, [&] { o.validate(); });
   Model m = Model::load(a.model_dir);
   if (!m.is_encoder())
     throw UsageError("--model: '" + a.model_dir + "' is a " + m.architecture() +
