@@ -102,22 +102,25 @@ Architecture read_architecture(const std::string& dir) {
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
   auto gpt = std::make_unique<GPT>(arch.config);
-  // Where each source tensor goes: its parameter, and its first row there.
+  // Where each source tensor goes: its parameter, and its rows there.
   struct Slot {
     const ParamInfo* param;
-    int64_t row0, rows;
+    int64_t rows;
+    float* dst;     // its first element in the weights
+    int64_t count;  // its elements
     bool filled = false;
   };
   std::map<std::string, Slot> slots;
+  float* w = gpt->weights().data();
   for (const ParamInfo& p : gpt->params()) {
     const auto it = arch.weights.find(p.name);
     if (it == arch.weights.end()) throw Error("model: no checkpoint tensor is mapped to " + p.name);
     // Stacked sources split the rows evenly (q, k and v of one width).
     const int64_t rows = p.shape[0] / static_cast<int64_t>(it->second.size());
+    const int64_t count = rows * (p.size / p.shape[0]);
     for (size_t i = 0; i < it->second.size(); ++i)
-      slots[it->second[i]] = Slot{&p, static_cast<int64_t>(i) * rows, rows};
+      slots[it->second[i]] = Slot{&p, rows, w + p.offset + static_cast<int64_t>(i) * count, count};
   }
-  float* w = gpt->weights().data();
   for (const std::string& file : weight_files(dir)) {
     read_safetensors_as_f32(file, [&](const SafetensorsEntry& e) -> float* {
       const auto it = slots.find(e.name);
@@ -131,8 +134,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
         throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
       s.filled = true;
-      const int64_t row = shape_numel(s.param->shape) / s.param->shape[0];
-      return w + s.param->offset + s.row0 * row;
+      return s.dst;
     });
   }
   for (const auto& [name, s] : slots)
@@ -140,10 +142,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   // Checked per checkpoint tensor (the slots cover every parameter), so the
   // error names the tensor and element the user can find in the file.
   for (const auto& [name, s] : slots) {
-    const int64_t row = shape_numel(s.param->shape) / s.param->shape[0];
-    const float* v = w + s.param->offset + s.row0 * row;
-    for (int64_t i = 0; i < s.rows * row; ++i)
-      if (!std::isfinite(v[i]))
+    for (int64_t i = 0; i < s.count; ++i)
+      if (!std::isfinite(s.dst[i]))
         throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " +
                     std::to_string(i) + " (for " + s.param->name + ")");
   }
