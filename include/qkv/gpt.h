@@ -225,8 +225,6 @@ class BasicGPT {
   /// Block l's attention (q, k, v from its c_attn output) and its backward.
   void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
   void packed_attention_forward(int64_t l);
-  /// The final hidden states [rows, C] of the last run.
-  const T* hidden() const;
   void attention_backward(int64_t l);
   /// The Linear layers' GEMM for a compute dtype.
   static nn::Matmul matmul_for(DType compute) {

@@ -510,11 +510,6 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
 }
 
 template <class T>
-const T* BasicGPT<T>::hidden() const {
-  return work_->hidden;
-}
-
-template <class T>
 std::span<const T> BasicGPT<T>::hidden_states(const int32_t* tokens,
                                               std::span<const int64_t> lengths) {
   const ThreadScope threads(attn_opts_.threads);
