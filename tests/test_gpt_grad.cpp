@@ -438,11 +438,11 @@ TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
   const std::span<const float> again = m.decode_step(3, cache);
   EXPECT_TRUE(std::equal(again.begin(), again.end(), first.begin()));
   // A bad token leaves the cache as it was.
-  expect_error([&] { m.decode_step(11, cache); }, "gpt: token id 11 outside the vocabulary");
+  expect_error([&] { m.decode_step(11, cache); }, "model: token id 11 outside the vocabulary");
   EXPECT_EQ(cache.len(), 1);
   // So does a chunk with a bad token after good ones, or one that does not fit.
   const std::vector<int32_t> chunk = {1, 2, 11};
-  expect_error([&] { m.decode(chunk.data(), 3, cache); }, "gpt: token id 11 outside the vocabulary");
+  expect_error([&] { m.decode(chunk.data(), 3, cache); }, "model: token id 11 outside the vocabulary");
   EXPECT_EQ(cache.len(), 1);
   const std::vector<int32_t> many(static_cast<size_t>(cfg.context), 1);
   expect_error([&] { m.decode(many.data(), cfg.context, cache); },

@@ -207,7 +207,7 @@ TEST(WordPiece, BadFieldsAreErrorsNamingTheField) {
   expect(j, "model.unk_token");
   j = spec();
   j["model"]["vocab"]["hello"] = 999;
-  expect(j, "model.vocab[\"hello\"]");
+  expect(j, "model.vocab: ids must be 0 to 23 for its 24 tokens, each once, but no token has id 10 and \"hello\" has 999");
   j = spec();
   j["model"]["vocab"]["hello"] = 0;
   expect(j, "given to two tokens");

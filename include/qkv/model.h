@@ -11,7 +11,8 @@
 ///   - a Hugging Face model folder (config.json with "model_type",
 ///     model.safetensors or its shards, tokenizer.json or vocab.txt, and
 ///     sentence-transformers' modules.json when present): BERT-family
-///     encoders ("bert").
+///     encoders ("bert") and GPT-2 decoders ("gpt2", with their byte-level
+///     BPE tokenizer.json).
 /// The pieces underneath stay public for finer control: the checkpoint files
 /// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
 /// (qkv/sampler.h) and training (qkv/trainer.h).
@@ -38,6 +39,7 @@
 
 namespace qkv {
 
+class BpeTokenizer;
 class WordPieceTokenizer;
 
 /// How an encoder's token vectors become one vector per text: the Pooling
@@ -53,7 +55,7 @@ struct Pooling {
 /// Options of Model::embed.
 struct EmbedOptions {
   int64_t batch = 32;       ///< texts per forward (>= 1)
-  int64_t max_length = 0;   ///< tokens per text, specials included; 0: the model's max_length()
+  int64_t max_length = 0;   ///< tokens per text, specials included; 0: the model's max_length() (see Model::embed_length)
   DType dtype = DType::f32; ///< bfloat16: the Linear layers' products in bf16, summed in float32
   /// Called after each batch with (texts done, texts in all); may be empty.
   std::function<void(int64_t, int64_t)> progress;
@@ -102,8 +104,16 @@ class QKV_API Model {
   /// or WordPiece with [CLS] and [SEP], cut to max_length() tokens (an
   /// encoder; *truncated, when given, says whether it was cut).
   std::vector<int32_t> tokenize(const std::string& text, bool* truncated = nullptr) const;
-  /// One id's text: its character, or its WordPiece token ("##ing", "[CLS]").
+  /// The same, cut to max_length tokens instead of max_length() (0: not cut).
+  std::vector<int32_t> tokenize(const std::string& text, int64_t max_length, bool* truncated) const;
+  /// One id's text: its character, its WordPiece token ("##ing", "[CLS]"),
+  /// or its BPE token decoded (" the").
   std::string token_text(int32_t id) const;
+  /// The text of ids (qkv's characters, or a decoder's BPE tokens); an
+  /// encoder's WordPiece ids are a qkv::Error.
+  std::string decode(const std::vector<int32_t>& ids) const;
+  /// True for qkv's own models, whose tokens are characters (tokenizer()).
+  bool reads_characters() const { return chars_.has_value(); }
   /// The most tokens one text may have: the context, or for a
   /// sentence-transformers folder its max_seq_length.
   int64_t max_length() const { return max_length_; }
@@ -127,6 +137,11 @@ class QKV_API Model {
   /// *truncated, when given, counts the texts that were cut.
   Tensor embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {},
                int64_t* truncated = nullptr);
+  /// The tokens per text embed() keeps under opts: opts.max_length, or the
+  /// model's max_length() when it is 0. It may exceed max_length() (as
+  /// setting sentence-transformers' max_seq_length does) up to the model's
+  /// positions (config().context); beyond is a qkv::Error naming max_length.
+  int64_t embed_length(const EmbedOptions& opts) const;
   /// The same from token ids (each 1 .. context long).
   Tensor embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts = {});
   /// Generates after opts.prompt, streaming each piece of text to on_token;
@@ -144,6 +159,7 @@ class QKV_API Model {
   std::string architecture_ = "gpt";
   std::optional<CharTokenizer> chars_;                   ///< qkv's models
   std::shared_ptr<const WordPieceTokenizer> wordpiece_;  ///< encoders
+  std::shared_ptr<const BpeTokenizer> bpe_;              ///< Hugging Face decoders
   Pooling pooling_;
   int64_t max_length_ = 0;
 };

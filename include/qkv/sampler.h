@@ -51,4 +51,14 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
                                     const std::function<void(const std::string&)>& on_token);
 
+/// The loop under sample(), on ids, for any tokenizer: continues `prompt`
+/// (at least one id, each in the vocabulary) with up to opts.tokens ids
+/// drawn as sample() draws them (excluding `excluded`, -1 = none), handing
+/// each to on_id as it comes, and returns them. Stops after generating
+/// `stop_id` (an end-of-text id, returned too; -1 = never). opts.prompt is
+/// not read.
+QKV_API std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opts,
+                                        int32_t excluded, int32_t stop_id,
+                                        const std::function<void(int32_t)>& on_id);
+
 }  // namespace qkv

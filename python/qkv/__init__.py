@@ -133,8 +133,26 @@ def _int(x: Any, what: str, bits: int = 64) -> int:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise TypeError(f"{what}: expected an integer, found {type(x).__name__} {x!r}")
     if not -2**(bits - 1) <= int(x) < 2**(bits - 1):
-        raise ValueError(f"{what}: expected an integer of at most {bits} bits, found {int(x)}")
+        raise ValueError(f"{what}: expected an integer in [-2**{bits - 1}, 2**{bits - 1}), "
+                         f"found {int(x)}")
     return int(x)
+
+
+def _seed(x: Any, what: str = "seed") -> int:
+    """A random seed: an integer in [0, 2**64), the C++ side's uint64."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{what}: expected an integer, found {type(x).__name__} {x!r}")
+    if not 0 <= int(x) < 2**64:
+        raise ValueError(f"{what}: expected an integer in [0, 2**64), found {int(x)}")
+    return int(x)
+
+
+def _bool(x: Any, what: str) -> bool:
+    """A flag: True or False (Python or NumPy), as torch's own flags take;
+    never any truthy object (is_causal='no' must not mean causal)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{what}: expected True or False, found {type(x).__name__} {x!r}")
+    return bool(x)
 
 
 def _float(x: Any, what: str) -> float:
@@ -175,7 +193,7 @@ def _options(attn_mask, is_causal, causal, window, key_lengths, alibi_slopes, so
     return dict(
         attn_mask=mask,
         causal=causal,
-        is_causal=bool(is_causal),
+        is_causal=_bool(is_causal, "is_causal"),
         window=window,
         key_lengths=[] if key_lengths is None else
         [_int(x, "key_lengths[%d]" % i) for i, x in enumerate(_seq(key_lengths, "key_lengths"))],
@@ -197,6 +215,7 @@ def _squeeze(x: Any) -> Any:
 
 
 def _check_gqa(query, key, enable_gqa: bool) -> None:
+    enable_gqa = _bool(enable_gqa, "enable_gqa")
     if query.ndim >= 3 and key.ndim >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
         raise ValueError(
             f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True "
@@ -256,7 +275,8 @@ def scaled_dot_product_attention(
         q, k, v = _unsqueeze(q), _unsqueeze(k), _unsqueeze(v)
     out, weights, lse = _qkv.attention(
         q, k, v, scale=None if scale is None else _float(scale, "scale"),
-        return_weights=bool(return_weights), return_lse=bool(return_lse), torch_out=torch_in,
+        return_weights=_bool(return_weights, "return_weights"),
+        return_lse=_bool(return_lse, "return_lse"), torch_out=torch_in,
         **opts)
     if flat:
         out, weights, lse = _squeeze(out), _squeeze(weights), _squeeze(lse)
@@ -372,7 +392,9 @@ class Model:
         """One vector per text, pooled (and normalised) as the folder's
         sentence-transformers modules say: float32 ``[n, embd]``. Texts run
         in batches of `batch`, each cut to `max_length` tokens (0: the
-        model's); dtype "bfloat16" computes the layers' products in bf16."""
+        model's :attr:`max_length`; more, up to the model's positions, as
+        sentence-transformers' max_seq_length allows; beyond is a ValueError);
+        dtype "bfloat16" computes the layers' products in bf16."""
         if isinstance(texts, str):
             raise TypeError("texts: expected a sequence of str, found one str (wrap it in a list)")
         items = [_text(t, "texts[%d]" % i) for i, t in enumerate(_seq(texts, "texts"))]
@@ -381,7 +403,11 @@ class Model:
         return self._m.embed(items, _int(batch, "batch"), _int(max_length, "max_length"), dtype)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of token ids."""
+        """Text of token ids (qkv's character models; an encoder's WordPiece ids
+        have their tokens through :meth:`tokens`)."""
+        if self._m.is_encoder():
+            raise ValueError("decode: this model reads WordPiece tokens, not qkv's characters; "
+                             "tokens(text) gives each token's text")
         return self._m.decode([_int(t, "ids[%d]" % i, 32) for i, t in enumerate(_seq(ids, "ids"))])
 
     def set_threads(self, threads: int = 0, kernel: str = "auto") -> None:
@@ -417,12 +443,10 @@ class Model:
             if on_token is not None:
                 on_token(s)
 
-        seed = _int(seed, "seed", 65)
-        if seed < 0:
-            raise ValueError(f"seed: expected an integer in [0, 2**64), found {seed}")
+        seed = _seed(seed)
         self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
                          _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
-                         bool(use_cache), piece)
+                         _bool(use_cache, "use_cache"), piece)
         return "".join(pieces)
 
     def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
@@ -489,14 +513,9 @@ def _train_option(name: str, value: Any) -> Any:
     if name in _TRAIN_FLOATS:
         return _float(value, name)
     if name in _TRAIN_BOOLS:
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{name}: expected True or False, found {type(value).__name__} {value!r}")
-        return bool(value)
+        return _bool(value, name)
     if name == "seed":
-        seed = _int(value, name)
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"seed: expected an integer in [0, 2**64), found {seed}")
-        return seed
+        return _seed(value)
     if name in ("kernel", "dtype"):
         if not isinstance(value, str):
             raise TypeError(f"{name}: expected a str, found {type(value).__name__} {value!r}")
@@ -583,6 +602,9 @@ def heatmap_png(weights, row_labels: Sequence[str] = (), col_labels: Sequence[st
     weights: ``[rows, cols]`` or a stack ``[panels, rows, cols]`` of values in [0, 1]
     (rows are queries). In a notebook: ``IPython.display.Image(qkv.heatmap_png(w))``.
     """
+    per_row = _int(per_row, "per_row", 32)
+    if per_row < 1:
+        raise ValueError(f"per_row: expected panels per row >= 1, found {per_row}")
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim == 2:
         w = w[None]
@@ -592,6 +614,6 @@ def heatmap_png(weights, row_labels: Sequence[str] = (), col_labels: Sequence[st
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "heatmap.png")
         _qkv.heatmap_png(path, list(titles), panels, list(row_labels), list(col_labels),
-                         int(per_row))
+                         per_row)
         with open(path, "rb") as f:
             return f.read()

@@ -25,11 +25,21 @@ Size = Optional[Union[int, Sequence[int]]]
 
 
 def _shape(size: Size) -> Tuple[int, ...]:
+    """size as NumPy takes it: None, an integer or a sequence of integers, each >= 0."""
     if size is None:
         return ()
-    if isinstance(size, (int, np.integer)):
-        return (int(size),)
-    return tuple(int(s) for s in size)
+    dims = [size] if isinstance(size, (int, np.integer)) else size
+    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+        raise TypeError(f"size: expected an integer or a sequence of integers, found "
+                        f"{type(size).__name__} {size!r}")
+    out = []
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"size: expected integers, found {type(d).__name__} {d!r}")
+        if d < 0:
+            raise ValueError(f"size: expected sizes >= 0, found {tuple(dims)!r}")
+        out.append(int(d))
+    return tuple(out)
 
 
 def _seed(seed) -> int:
@@ -40,6 +50,12 @@ def _seed(seed) -> int:
     if int(seed) < 0:
         raise ValueError(f"seed: expected a non-negative integer, found {int(seed)}")
     return int(seed)
+
+
+def _real(x, what: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what}: expected a number, found {type(x).__name__} {x!r}")
+    return float(x)
 
 
 def _words(seed: int) -> list:
@@ -71,7 +87,10 @@ class Generator:
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size: Size = None):
         """Generator.normal, element by element in C order."""
-        return _draw(lambda n: self._g.normal(float(loc), float(scale), n), size)
+        loc, scale = _real(loc, "loc"), _real(scale, "scale")
+        if scale < 0:  # NaN passes, as in NumPy: it gives NaN draws
+            raise ValueError(f"scale: expected a value >= 0, found {scale}")
+        return _draw(lambda n: self._g.normal(loc, scale, n), size)
 
     def standard_normal(self, size: Size = None):
         """Generator.standard_normal."""

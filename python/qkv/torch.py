@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from torch.autograd.function import once_differentiable
 
 import qkv as _qkv
 
@@ -38,10 +37,17 @@ class Attention(torch.autograd.Function):
 
     # The backward is qkv's kernel, not torch operations: a second derivative
     # (create_graph=True, e.g. a gradient penalty) cannot flow through it, so
-    # it is refused rather than silently wrong.
+    # it is refused rather than silently wrong. The engine runs a backward
+    # with grad mode on exactly when create_graph=True; refusing then names
+    # the cause (torch's once_differentiable only refuses later, and only
+    # when grad_out itself needs a gradient).
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad_out):  # type: ignore[override]
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "qkv.torch: create_graph=True (a second derivative, e.g. a gradient penalty) "
+                "is not supported: qkv's backward is a kernel with no derivative of its own; "
+                "use torch.nn.functional.scaled_dot_product_attention for that")
         query, key, value, out, lse = ctx.saved_tensors
         dq, dk, dv = _qkv.attention_backward(query, key, value, out, lse, grad_out,
                                              ctx.attn_mask, **ctx.options)

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -76,6 +77,32 @@ void same_dtype(const qkv::TensorView& q, const qkv::TensorView& x, const char* 
     throw nb::type_error("query: dtype bool is not supported (expected float32 or float64)");
 }
 
+// The library names arguments as its C++ API does (q, k, v, mask, dout);
+// the Python functions call them query, key, value, attn_mask, grad_out.
+std::string python_names(std::string message) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"q", "query"}, {"k", "key"}, {"v", "value"}, {"mask", "attn_mask"}, {"dout", "grad_out"}};
+  for (const auto& [cpp, py] : kNames) {
+    const std::string lead = std::string(cpp) + ":", from = std::string("(from ") + cpp + ")";
+    if (message.rfind(lead, 0) == 0) message = py + message.substr(std::strlen(cpp));
+    for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at))
+      message.replace(at, from.size(), std::string("(from ") + py + ")");
+  }
+  return message;
+}
+
+// work() as interruptible() runs it, its errors in the Python names.
+template <class Work>
+void run_named(Work&& work) {
+  try {
+    interruptible(std::forward<Work>(work));
+  } catch (const qkv::Interrupted&) {
+    throw;
+  } catch (const qkv::Error& e) {
+    throw qkv::Error(python_names(e.what()));
+  }
+}
+
 nb::object maybe(qkv::Tensor& t, bool want, Framework fw) {
   return want ? wrap(std::move(t), fw) : nb::none();
 }
@@ -115,7 +142,7 @@ void bind_attention(nb::module_& m) {
           if (return_weights) r.weights = reuse(q.dtype(), weights_shape);
           if (return_lse) r.lse = reuse(q.dtype(), rows);
         }
-        interruptible([&] { qkv::attention_into(r, q, k, v, o); });
+        run_named([&] { qkv::attention_into(r, q, k, v, o); });
         const Framework fw = torch_out ? Framework::torch : Framework::numpy;
         return nb::make_tuple(wrap(std::move(r.out), fw), maybe(r.weights, return_weights, fw),
                               maybe(r.lse, return_lse, fw));
@@ -154,7 +181,7 @@ void bind_attention(nb::module_& m) {
                      alibi_slopes, softcap, kernel, threads},
                     mask_view);
         qkv::AttentionGrads g;
-        interruptible([&] { qkv::attention_backward_into(g, q, k, v, out, lse, dout, o); });
+        run_named([&] { qkv::attention_backward_into(g, q, k, v, out, lse, dout, o); });
         const Framework fw = torch_out ? Framework::torch : Framework::numpy;
         return nb::make_tuple(wrap(std::move(g.dq), fw), wrap(std::move(g.dk), fw),
                               wrap(std::move(g.dv), fw));

@@ -119,7 +119,7 @@ void bind_model(nb::module_& m) {
              return wrap(std::move(t), Framework::numpy);
            })
       .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids) {
-        return self.tokenizer().decode(ids);
+        return self.decode(ids);
       })
       .def("set_threads", [](qkv::Model& self, int threads, const std::string& kernel) {
         self.set_threads(threads, qkv::parse_kernel(kernel));

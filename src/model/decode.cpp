@@ -69,7 +69,7 @@ template <class T>
 std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache& cache) {
   const ThreadScope threads(attn_opts_.threads);
   if (!cfg_.lm_head || !cfg_.causal)
-    throw Error("gpt: decoding needs a causal model with a language-model head (this is an encoder)");
+    throw Error("model: decoding needs a causal model with a language-model head (this is an encoder)");
   cache.check_append(cfg_, dtype_of<T>(), n);
   // run() writes the new keys and values at positions len .. len + n - 1
   // before any of them can count: a token it refuses leaves the cache as it was.

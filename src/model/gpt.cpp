@@ -77,9 +77,9 @@ void BasicGPT<T>::set_attention(Kernel kernel, int threads) {
 template <class T>
 void BasicGPT<T>::set_compute_dtype(DType dtype) {
   if (dtype != DType::f32 && dtype != DType::bf16)
-    throw Error(std::string("gpt: compute dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
+    throw Error(std::string("model: compute dtype must be float32 or bfloat16, found ") + dtype_name(dtype));
   if (dtype == DType::bf16 && !std::is_same_v<T, float>)
-    throw Error("gpt: bfloat16 compute is for the float32 model (GPT); the float64 model checks it");
+    throw Error("model: bfloat16 compute is for the float32 model (GPT); the float64 model checks it");
   compute_ = dtype;
 }
 
@@ -427,7 +427,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const double eps = cfg_.norm_eps;
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
-      throw Error("gpt: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
+      throw Error("model: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
                   std::to_string(V) + ")");
     a.tokens[i] = tokens[i];
   }
@@ -513,18 +513,19 @@ template <class T>
 std::span<const T> BasicGPT<T>::hidden_states(const int32_t* tokens,
                                               std::span<const int64_t> lengths) {
   const ThreadScope threads(attn_opts_.threads);
-  if (lengths.empty()) throw Error("gpt: hidden_states needs at least one sequence");
+  if (lengths.empty()) throw Error("model: hidden_states needs at least one sequence");
   int64_t longest = 0, rows = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1 || lengths[i] > cfg_.context)
-      throw Error("gpt: sequence " + std::to_string(i) + " has length " + std::to_string(lengths[i]) +
-                  ", expected 1 .. context " + std::to_string(cfg_.context));
+      throw Error("model: sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                  " tokens; the model takes 1 to " + std::to_string(cfg_.context) +
+                  " (its positions)");
     longest = std::max(longest, lengths[i]);
     rows += lengths[i];
   }
   run(tokens, static_cast<int64_t>(lengths.size()), longest, 0, nullptr, lengths);
   if (!work_->hidden)
-    throw Error("gpt: under bfloat16 compute ln_f's output is bfloat16; hidden states need float32");
+    throw Error("model: under bfloat16 compute ln_f's output is bfloat16; hidden states need float32");
   return {work_->hidden, static_cast<size_t>(rows * cfg_.embd)};
 }
 
@@ -532,10 +533,11 @@ template <class T>
 T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t Tn) {
   const ThreadScope threads(attn_opts_.threads);
   if (!cfg_.lm_head)
-    throw Error("gpt: this model has no language-model head (an encoder): use hidden_states");
-  if (B < 1 || Tn < 1 || Tn > cfg_.context)
-    throw Error("gpt: expected 1 <= T <= context " + std::to_string(cfg_.context) +
-                " and B >= 1, found B = " + std::to_string(B) + ", T = " + std::to_string(Tn));
+    throw Error("model: this model has no language-model head (an encoder): use hidden_states");
+  if (B < 1) throw Error("model: expected at least one sequence, found " + std::to_string(B));
+  if (Tn < 1 || Tn > cfg_.context)
+    throw Error("model: a sequence of " + std::to_string(Tn) + " tokens; the model takes 1 to " +
+                std::to_string(cfg_.context) + " (its context)");
   run(tokens, B, Tn, 0, nullptr);
   if (!targets) return T(0);
   Work& W = *work_;
@@ -543,7 +545,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
   const int64_t BT = B * Tn, V = cfg_.vocab;
   for (int64_t i = 0; i < BT; ++i) {
     if (targets[i] < 0 || targets[i] >= V)
-      throw Error("gpt: target id " + std::to_string(targets[i]) + " outside the vocabulary");
+      throw Error("model: target id " + std::to_string(targets[i]) + " outside the vocabulary");
     a.targets[i] = targets[i];
   }
   W.has_targets = true;
@@ -557,10 +559,10 @@ template <class T>
 void BasicGPT<T>::backward() {
   const ThreadScope threads(attn_opts_.threads);
   Work& W = *work_;
-  if (!W.has_targets) throw Error("gpt: backward needs a forward with targets");
+  if (!W.has_targets) throw Error("model: backward needs a forward with targets");
   // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
   if (!cfg_.trainable())
-    throw Error("gpt: training runs pre-norm causal models with ln_f and a tied head only");
+    throw Error("model: training runs pre-norm causal models with ln_f and a tied head only");
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();

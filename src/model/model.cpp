@@ -10,6 +10,7 @@
 #include "model/hf/hf_folder.h"
 #include "model/hf/sentence.h"
 #include "model/param_tensors.h"
+#include "qkv/bpe.h"
 #include "qkv/runtime.h"
 #include "qkv/wordpiece.h"
 
@@ -38,6 +39,13 @@ Model Model::load(const std::string& dir) {
     const hf::Architecture arch = hf::read_architecture(dir);
     Model m(hf::load_weights(dir, arch), std::nullopt);
     m.architecture_ = arch.model_type;
+    if (arch.config.lm_head) {  // a decoder: byte-level BPE
+      m.bpe_ = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
+      if (m.bpe_->vocab_size() > arch.config.vocab)
+        throw Error("'" + dir + "': the tokenizer has " + std::to_string(m.bpe_->vocab_size()) +
+                    " tokens, the model's vocab_size is " + std::to_string(arch.config.vocab));
+      return m;
+    }
     m.wordpiece_ = std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_folder(dir));
     if (m.wordpiece_->vocab_size() > arch.config.vocab)
       throw Error("'" + dir + "': the tokenizer has " + std::to_string(m.wordpiece_->vocab_size()) +
@@ -62,7 +70,8 @@ Model Model::from_tensors(const GPTConfig& cfg, const std::map<std::string, Tens
 
 const CharTokenizer& Model::tokenizer() const {
   if (!chars_)
-    throw Error("model: a " + architecture_ + " model's tokenizer is WordPiece, not characters: use tokenize()");
+    throw Error("model: a " + architecture_ + " model reads " + (bpe_ ? "BPE" : "WordPiece") +
+                " tokens, not qkv's characters: tokenize() gives its ids and token_text() each id's token");
   return *chars_;
 }
 
@@ -87,7 +96,16 @@ void Model::set_threads(int threads, Kernel kernel) {
 std::vector<int32_t> Model::tokenize(const std::string& text, bool* truncated) const {
   if (wordpiece_) return wordpiece_->encode(text, max_length_, truncated);
   if (truncated) *truncated = false;
-  return tokenizer().encode(text);
+  return bpe_ ? bpe_->encode(text) : tokenizer().encode(text);
+}
+
+std::vector<int32_t> Model::tokenize(const std::string& text, int64_t max_length, bool* truncated) const {
+  if (wordpiece_) return wordpiece_->encode(text, max_length, truncated);
+  std::vector<int32_t> ids = bpe_ ? bpe_->encode(text) : tokenizer().encode(text);
+  const bool cut = max_length > 0 && static_cast<int64_t>(ids.size()) > max_length;
+  if (cut) ids.resize(static_cast<size_t>(max_length));
+  if (truncated) *truncated = cut;
+  return ids;
 }
 
 std::string Model::token_text(int32_t id) const {
@@ -97,7 +115,16 @@ std::string Model::token_text(int32_t id) const {
                   std::to_string(wordpiece_->vocab_size()) + ")");
     return wordpiece_->token(id);
   }
+  if (bpe_) return bpe_->decode({id});
   return tokenizer().decode({id});
+}
+
+std::string Model::decode(const std::vector<int32_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids);
+  if (wordpiece_)
+    throw Error("decode: a " + architecture_ + " model's WordPiece ids have no decoder here; "
+                "token_text() gives each id's token");
+  return tokenizer().decode(ids);
 }
 
 Tensor Model::logits(const std::vector<int32_t>& tokens) {
@@ -125,17 +152,28 @@ Tensor Model::hidden_states(const std::vector<int32_t>& tokens) {
 
 Tensor Model::embed(const std::vector<std::string>& texts, const EmbedOptions& opts,
                     int64_t* truncated) {
-  opts.validate();
+  const int64_t limit = embed_length(opts);
   std::vector<std::vector<int32_t>> ids(texts.size());
   int64_t cut = 0;
-  const int64_t limit = opts.max_length ? std::min(opts.max_length, max_length_) : max_length_;
   for (size_t i = 0; i < texts.size(); ++i) {
     bool t = false;
-    ids[i] = wordpiece_ ? wordpiece_->encode(texts[i], limit, &t) : tokenize(texts[i]);
+    try {
+      ids[i] = tokenize(texts[i], limit, &t);
+    } catch (const Error& e) {
+      throw Error("embed: text " + std::to_string(i) + ": " + e.what());
+    }
     cut += t;
   }
   if (truncated) *truncated = cut;
   return embed_ids(ids, opts);
+}
+
+int64_t Model::embed_length(const EmbedOptions& opts) const {
+  opts.validate();
+  if (opts.max_length > config().context)
+    throw Error("embed options: max_length " + std::to_string(opts.max_length) + " is more than the model's " +
+                std::to_string(config().context) + " positions");
+  return opts.max_length ? opts.max_length : max_length_;
 }
 
 Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts) {
@@ -187,7 +225,35 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
 std::vector<int32_t> Model::generate(const SampleOptions& opts,
                                      const std::function<void(const std::string&)>& on_token) {
   const std::lock_guard<std::mutex> one_at_a_time(*busy_);
-  return sample(*gpt_, tokenizer(), opts, on_token ? on_token : [](const std::string&) {});
+  if (is_encoder())
+    throw Error("generate: a " + architecture_ + " model is an encoder, with no language-model head: "
+                "it gives embeddings and hidden states, not text");
+  const auto emit = on_token ? on_token : [](const std::string&) {};
+  if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit);
+  // Empty: the text starts from the beginning-of-text token, when there is one.
+  std::vector<int32_t> prompt = bpe_->encode(opts.prompt);
+  if (prompt.empty() && bpe_->bos_id() >= 0) prompt.push_back(bpe_->bos_id());
+  if (prompt.empty())
+    throw Error("generate: the prompt is empty and the tokenizer names no beginning-of-text token");
+  // A byte-level token may hold part of a character: the text decoded so
+  // far is emitted as it grows, holding back a tail that is not yet whole
+  // (decoded as U+FFFD) until the next token completes it.
+  std::vector<int32_t> out;
+  size_t shown = 0;
+  auto flush = [&](bool last) {
+    const std::string text = bpe_->decode(out);
+    size_t end = text.size();
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    while (!last && end >= shown + 3 && text.compare(end - 3, 3, kReplacement) == 0) end -= 3;
+    if (end > shown) emit(text.substr(shown, end - shown));
+    shown = std::max(shown, end);
+  };
+  sample_ids(*gpt_, std::move(prompt), opts, -1, bpe_->eos_id(), [&](int32_t id) {
+    out.push_back(id);
+    flush(false);
+  });
+  flush(true);
+  return out;
 }
 
 }  // namespace qkv

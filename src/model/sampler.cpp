@@ -71,10 +71,19 @@ int32_t pick_token(const std::vector<double>& probs, double u) {
 
 std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& o,
                             const std::function<void(const std::string&)>& on_token) {
+  return sample_ids(model, tok.encode(o.prompt.empty() ? "\n" : o.prompt), o, tok.unknown_id(), -1,
+                    [&](int32_t id) { on_token(tok.decode({id})); });
+}
+
+std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const SampleOptions& o,
+                                int32_t excluded, int32_t stop_id, const std::function<void(int32_t)>& on_id) {
   check_choice_options(o);
   if (o.tokens < 0) throw Error("tokens: expected a count >= 0, found " + std::to_string(o.tokens));
   const int64_t ctx = model.config().context, V = model.config().vocab;
-  std::vector<int32_t> seq = tok.encode(o.prompt.empty() ? "\n" : o.prompt);
+  if (seq.empty()) throw Error("prompt: expected at least one token");
+  for (const int32_t id : seq)
+    if (id < 0 || id >= V)
+      throw Error("prompt: token id " + std::to_string(id) + " outside the vocabulary [0, " + std::to_string(V) + ")");
   const size_t prompt_len = seq.size();
   NumpyGenerator rng(o.seed);
   KVCache cache = model.new_cache();
@@ -96,10 +105,10 @@ std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOp
       for (int64_t i = start; i < len; ++i) logits = model.decode_step(seq[i], cache);
     }
     // logits views the model's scratch: used here, before the next step.
-    const int32_t next =
-        pick_token(next_token_probs(logits.data(), V, o, tok.unknown_id()), rng.random());
+    const int32_t next = pick_token(next_token_probs(logits.data(), V, o, excluded), rng.random());
     seq.push_back(next);
-    on_token(tok.decode({next}));
+    on_id(next);
+    if (next == stop_id) break;
   }
   return std::vector<int32_t>(seq.begin() + static_cast<int64_t>(prompt_len), seq.end());
 }

@@ -245,6 +245,7 @@ TrainResult train(const TrainOptions& given) {
   fs::create_directories(o.out_dir, ec);  // every rank: none waits for another
   if (ec || !fs::is_directory(o.out_dir))
     throw Error("out_dir: cannot create directory '" + o.out_dir + "': " + ec.message());
+  run_dir::refuse_text_in_run_files(o.out_dir, o.text_path);
   std::optional<run_dir::RunLock> lock;
   if (writer) {
     lock.emplace(o.out_dir);

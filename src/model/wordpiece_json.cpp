@@ -4,6 +4,7 @@
 // tokenized some other way.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "io/json_strict.h"
@@ -85,9 +86,22 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::string& text, const 
   const int64_t n = static_cast<int64_t>(vocab.size());
   t.tokens_.assign(static_cast<size_t>(n), std::string());
   std::vector<bool> seen(static_cast<size_t>(n), false);
+  // An id past n - 1 means some id below is missing (a token deleted by
+  // hand): that gap is the error to name, not the id past it.
+  auto missing_id = [&] {
+    std::vector<bool> given(static_cast<size_t>(n), false);
+    for (const auto& [token, id_json] : vocab.items())
+      if (id_json.is_number_integer() && id_json.get<int64_t>() >= 0 && id_json.get<int64_t>() < n)
+        given[static_cast<size_t>(id_json.get<int64_t>())] = true;
+    return std::find(given.begin(), given.end(), false) - given.begin();
+  };
   for (const auto& [token, id_json] : vocab.items()) {
     const std::string field = "model.vocab[" + json_excerpt(json(token), 40) + "]";
-    const int64_t id = r.integer(id_json, field, 0, n - 1);
+    const int64_t id = r.integer(id_json, field, 0, std::numeric_limits<int32_t>::max());
+    if (id >= n)
+      r.fail("model.vocab", "ids must be 0 to " + std::to_string(n - 1) + " for its " + std::to_string(n) +
+                                " tokens, each once, but no token has id " + std::to_string(missing_id()) +
+                                " and " + json_excerpt(json(token), 40) + " has " + std::to_string(id));
     if (seen[static_cast<size_t>(id)])
       r.fail(field, "id " + std::to_string(id) + " is given to two tokens (ids must be 0 to " +
                         std::to_string(n - 1) + ", each once)");

@@ -157,6 +157,24 @@ def nanogpt_state(i: Inputs, drop=None, reshape=None, vocab_rows=4, untied=False
             i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
 
 
+def bert_checkpoint_import(i: Inputs):
+    """`qkv import` given a BERT checkpoint: F32 embeddings and I64 position ids."""
+    header = {"embeddings.position_ids": {"dtype": "I64", "shape": [1, 2], "data_offsets": [0, 16]},
+              "embeddings.word_embeddings.weight": {"dtype": "F32", "shape": [2, 2],
+                                                    "data_offsets": [16, 32]}}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    weights = i.file("bert.safetensors", safetensors_bytes(h, b"\0" * 32))
+    return ["import", "--from", "nanogpt", "--weights", weights, "--vocab-text",
+            i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
+
+
+def text_is_the_runs_log(i: Inputs):
+    out = i.tmp / "run"
+    out.mkdir()
+    return i.train(text=i.file("run/log.jsonl", "the cat sat on the mat " * 40), out=out)
+
+
 def vocab_text_directory(i: Inputs, path):
     """nanogpt_state's import with --vocab-text naming a directory."""
     args = nanogpt_state(i)
@@ -286,6 +304,7 @@ SETUP = {
     "train-empty-text": lambda i: i.train(text=i.text("")),
     "train-invalid-utf8": lambda i: i.train(text=i.file("bad.txt", b"hello \xff world " * 100)),
     "train-text-too-short": lambda i: i.train(text=i.text("to be or not to be")),
+    "train-text-is-its-own-log": text_is_the_runs_log,
     "train-text-is-directory": lambda i: i.train(text=str(i.tmp)),
     "train-text-missing": lambda i: i.train(text=str(i.tmp / "nope.txt")),
     "train-text-empty-path": lambda i: i.train(text=""),
@@ -354,6 +373,7 @@ SETUP = {
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],
+    "import-not-nanogpt": bert_checkpoint_import,
     "import-missing-tensor": lambda i: nanogpt_state(i, drop="transformer.h.0.mlp.c_fc.weight"),
     "import-wrong-shape": lambda i: nanogpt_state(
         i, reshape=("transformer.h.0.attn.c_attn.weight", (24, 9))),
@@ -414,6 +434,8 @@ SETUP = {
     "tokenize-unsupported-normalizer": lambda i: bert_folder(i, json.dumps({**BERT_JSON,
                                                                             "normalizer": {"type": "NFKC"}})),
     "tokenize-invalid-utf8": lambda i: bert_folder(i, json.dumps(BERT_JSON), text=b"fine\nbad\xff\n"),
+    "tokenize-vocab-gap": lambda i: bert_folder(i, json.dumps({**BERT_JSON, "model": {
+        **BERT_JSON["model"], "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 3}}})),
     "tokenize-max-length-too-small": lambda i: [*bert_folder(i, json.dumps(BERT_JSON)), "--max-length", "1"],
     "qkv-unknown-command": lambda i: ["attend"],
 }

@@ -129,3 +129,28 @@ def test_html_page_escapes_markup_in_its_data(run, model_dir, tmp_path):
     assert "<" not in data.group(1) and ">" not in data.group(1)
     assert "m<!--<script>" in json.loads(data.group(1))["title"]
     assert html.count("<script") == 2  # the data and the viewer, nothing opened by the title
+
+
+SHORT = [a if a != "200" else "2" for a in tiny_models.SIZES]  # 2 iterations
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", "model.safetensors", "config.json"])
+def test_train_refuses_a_text_the_run_would_overwrite(run, tmp_path, name):
+    out = tmp_path / "run"
+    out.mkdir()
+    text = tiny_models.write_text(out / name)
+    before = text.read_bytes()
+    for spelled in spellings(out, tmp_path, name):
+        r = run("train", "--text", spelled, "--out", out, *SHORT, "--force")
+        assert r.returncode == 1, (spelled, r.stderr)
+        assert f"--text: '{spelled}' is the run's own {name} in --out" in r.stderr, r.stderr
+    assert text.read_bytes() == before
+
+
+def test_train_takes_a_text_elsewhere_in_its_run_directory(run, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    text = tiny_models.write_text(out / "input.txt")
+    r = run("train", "--text", text, "--out", out, *SHORT)
+    assert r.returncode == 0, r.stderr
+    assert (out / "model.safetensors").exists()

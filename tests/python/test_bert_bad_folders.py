@@ -60,6 +60,12 @@ def set_nan(tensors):
     tensors["encoder.layer.1.intermediate.dense.weight"][3, 5] = float("nan")
 
 
+def remove_sep(folder):
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    del tok["model"]["vocab"]["[SEP]"]
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+
+
 def add_module(folder):
     mods = json.loads((folder / "modules.json").read_text())
     mods.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
@@ -103,6 +109,10 @@ CASES = {
     "unknown_model_type": (lambda f: edit_json(f / "config.json", model_type="mamba"),
                            "model_type \"mamba\""),
     "unsupported_module": (add_module, "sentence_transformers.models.Dense"),
+    # Token type 0 is always added: a table of no rows would silently drop it.
+    "no_token_types": (lambda f: edit_json(f / "config.json", type_vocab_size=0), "type_vocab_size"),
+    # A token deleted from the vocabulary leaves a gap: the gap is named.
+    "sep_removed": (remove_sep, "no token has id 102"),
     "two_pooling_modes": (lambda f: edit_json(f / "1_Pooling" / "config.json",
                                               pooling_mode_cls_token=True), "1_Pooling/config.json"),
     "nan_weight": (lambda f: edit_tensors(f / "model.safetensors", set_nan),
@@ -131,6 +141,8 @@ def test_load_names_what_is_wrong(broken):
     with pytest.raises(ValueError) as e:
         qkv.Model.load(folder)
     assert needle in str(e.value), str(e.value)
+    # The folder's names only, never qkv's internal ones for its tensors.
+    assert "transformer." not in str(e.value) and "gpt:" not in str(e.value), str(e.value)
 
 
 def run_qkv(*args):
@@ -210,3 +222,56 @@ def test_embed_refuses_an_empty_input(good, tmp_path):
     (tmp_path / "in.txt").write_text("")
     r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy")
     assert r.returncode == 1 and "no lines" in r.stderr, r.stderr
+
+
+def test_an_encoder_says_what_it_cannot_do(good):
+    m = qkv.Model.load(good)
+    with pytest.raises(ValueError, match="^generate: a bert model is an encoder, with no language-model head"):
+        m.generate("hi", tokens=3)
+    with pytest.raises(ValueError, match="^generate: a bert model is an encoder"):
+        next(m.stream("hi", tokens=3))
+    with pytest.raises(ValueError, match=r"^decode: this model reads WordPiece tokens.*tokens\(text\)"):
+        m.decode([101, 102])
+    with pytest.raises(ValueError, match="^model: this model has no language-model head"):
+        m.logits("hi")
+    with pytest.raises(ValueError, match=r"^model: sequence 0 has 65 tokens; the model takes 1 to 64"):
+        m.hidden_states([101] * 65)
+    with pytest.raises(ValueError, match=r"^model: token id 40000 outside the vocabulary \[0, 30522\)"):
+        m.hidden_states([101, 40000])
+
+
+def test_embed_max_length_is_bounded_by_the_positions(good, tmp_path):
+    m = qkv.Model.load(good)
+    assert m.embed(["a b"], max_length=64).shape == (1, 32)
+    with pytest.raises(ValueError, match="max_length 65 is more than the model's 64 positions"):
+        m.embed(["a b"], max_length=65)
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy",
+                "--max-length", "100000")
+    assert r.returncode == 2 and "--max-length: 100000 is more than the model's 64 positions" in r.stderr, r.stderr
+
+
+def test_embed_names_the_line_of_invalid_utf8(good, tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"fine\nbad \xff byte\n")
+    r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy")
+    assert r.returncode == 1 and "--input line 2: invalid UTF-8" in r.stderr, r.stderr
+    assert not (tmp_path / "e.npy").exists()
+
+
+def test_embed_input_that_is_a_directory(good, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_qkv("embed", "--model", good, "--input", tmp_path, "-o", "e.npy")
+    assert r.returncode == 1 and "is a directory, not a file" in r.stderr, r.stderr
+
+
+def test_size_refuses_a_context_beyond_learned_positions(good):
+    r = run_qkv("size", "--model", good, "--context", "65")
+    assert r.returncode == 2 and "--context: 65 tokens is more than the model's 64 learned positions" in r.stderr, r.stderr
+    assert run_qkv("size", "--model", good, "--context", "64").returncode == 0
+
+
+def test_import_names_a_hugging_face_checkpoint(good, tmp_path):
+    (tmp_path / "t.txt").write_text("abc")
+    r = run_qkv("import", "--from", "nanogpt", "--weights", good / "model.safetensors",
+                "--vocab-text", tmp_path / "t.txt", "--heads", "4", "--out", tmp_path / "m")
+    assert r.returncode == 1 and "is not a nanoGPT checkpoint: it has no transformer.wte.weight" in r.stderr, r.stderr

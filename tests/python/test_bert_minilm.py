@@ -143,3 +143,19 @@ def test_one_model_shared_by_threads_gives_each_the_same_vectors(model):
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_max_length_above_max_seq_length_follows_sentence_transformers(folder, model, corpus):
+    # max_length 512 is what raising sentence-transformers' max_seq_length to
+    # 512 gives (the model has 512 positions), not a silent cap at 256.
+    st = pytest.importorskip("sentence_transformers")
+    encoder = st.SentenceTransformer(str(folder), device="cpu")
+    encoder.max_seq_length = 512
+    long = [t for t in corpus if len(model.tokenize(t)) == MAX_LENGTH]
+    assert long, "the corpus has texts cut at 256 tokens"
+    want = encoder.encode(long, convert_to_numpy=True)
+    got = model.embed(long, max_length=512)
+    assert cosines(got, want).min() >= 0.99999
+    assert cosines(model.embed(long), want).min() < 0.9999  # 256 tokens really differ
+    with pytest.raises(ValueError, match="max_length 513 is more than the model's 512 positions"):
+        model.embed(long, max_length=513)

@@ -50,7 +50,7 @@ def test_wrong_device_is_a_type_error():
 
 def test_head_dim_mismatch_is_a_value_error_with_the_library_message():
     q, k, v = qkv3()
-    with pytest.raises(ValueError, match=r"k: expected head dim D = 8 \(from q\), found 7"):
+    with pytest.raises(ValueError, match=r"^key: expected head dim D = 8 \(from query\), found 7"):
         qkv.scaled_dot_product_attention(q, k[..., :7], v)
 
 

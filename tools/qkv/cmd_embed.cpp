@@ -35,27 +35,41 @@ const FieldFlags kEmbedFlags = {{"batch", "--batch"}, {"max_length", "--max-leng
 
 int run_embed(const EmbedArgs& a) {
   check_threads("--threads", a.threads);
-  refuse_overlapping_paths({{"--model", a.model_dir}, {"--input", a.input == "-" ? "" : a.input}},
-                           {{"--out", a.out}});
   EmbedOptions o;
   o.batch = a.batch;
   o.max_length = a.max_length;
   o.dtype = a.dtype == "bfloat16" ? DType::bf16 : DType::f32;
   as_usage(kEmbedFlags, [&] { o.validate(); });
+  // Read before the overlap check: an --input that is a directory is that
+  // error, not "--out would overwrite it".
+  const std::vector<std::string> texts = split_lines(read_text_arg("--input", a.input));
+  refuse_overlapping_paths({{"--model", a.model_dir}, {"--input", a.input == "-" ? "" : a.input}},
+                           {{"--out", a.out}});
   Model m = Model::load(a.model_dir);
   if (!m.is_encoder())
     throw UsageError("--model: '" + a.model_dir + "' is a " + m.architecture() +
                      " language model; qkv embed needs an encoder (a BERT-family folder)");
+  const int64_t limit = as_usage(kEmbedFlags, [&] { return m.embed_length(o); });
   m.set_threads(a.threads);
-  const std::vector<std::string> texts = split_lines(read_text_arg("--input", a.input));
   if (texts.empty()) throw Error("--input: no lines to embed");
   // A bar only where someone watches, and only when there are several batches.
   if (isatty(STDERR_FILENO) && static_cast<int64_t>(texts.size()) > 4 * a.batch) o.progress = draw_progress;
+  // Tokenized here rather than by embed(), so an error names the line.
+  std::vector<std::vector<int32_t>> ids(texts.size());
   int64_t cut = 0;
-  const Tensor e = m.embed(texts, o, &cut);
+  for (size_t n = 0; n < texts.size(); ++n) {
+    bool truncated = false;
+    try {
+      ids[n] = m.tokenize(texts[n], limit, &truncated);
+    } catch (const Error& e) {
+      throw Error("--input line " + std::to_string(n + 1) + ": " + e.what());
+    }
+    cut += truncated;
+  }
+  const Tensor e = m.embed_ids(ids, o);
   if (cut > 0)
     std::cerr << "qkv embed: " << cut << " of " << texts.size() << " lines were cut to "
-              << (a.max_length ? std::min(a.max_length, m.max_length()) : m.max_length()) << " tokens\n";
+              << limit << " tokens\n";
   save_npy_arg("--out", a.out, e);
   std::cout << "wrote " << texts.size() << " embeddings " << shape_str(e.shape()) << " float32 ("
             << (m.pooling().mode == Pooling::Mode::cls ? "[CLS] token" : "pooled")
@@ -77,7 +91,7 @@ Runner add_embed(CLI::App& app) {
   cmd->add_option("-o,--out", a->out, "output .npy file: embeddings [lines, hidden] float32")->required();
   cmd->add_option("--batch", a->batch, "texts per forward pass")->capture_default_str();
   cmd->add_option("--max-length", a->max_length,
-                  "cut each text to N tokens, [CLS] and [SEP] included (0: the model's maximum)")
+                  "cut each text to N tokens, [CLS] and [SEP] included (0: the folder's max_seq_length; at most the model's positions)")
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "float32, or bfloat16 (the layers' products in bf16)")
       ->check(CLI::IsMember({"float32", "bfloat16"}))

@@ -32,6 +32,19 @@
 namespace qkv::cli {
 namespace {
 
+// A checkpoint of another layout (a Hugging Face BERT's, say) is named as
+// such from its header, before its tensors' dtypes (I64 position ids) or
+// missing names could give a stranger error.
+void refuse_other_checkpoints(const std::string& path) {
+  const std::vector<SafetensorsEntry> entries = safetensors_entries(path);
+  for (const SafetensorsEntry& e : entries)
+    if (e.name == "transformer.wte.weight" || e.name == "lm_head.weight") return;
+  std::string held = entries.empty() ? "no tensors" : entries[0].name;
+  if (entries.size() > 1) held += " and " + std::to_string(entries.size() - 1) + " more";
+  throw Error("'" + path + "' is not a nanoGPT checkpoint: it has no transformer.wte.weight (it holds " +
+              held + "); a Hugging Face model folder is read as it is by --model");
+}
+
 struct ImportArgs {
   std::string from, weights, vocab_text, out;
   int64_t heads = 0;
@@ -68,6 +81,7 @@ int run_import(const ImportArgs& a) {
   const std::string wpath = a.weights;
   std::map<std::string, Tensor> tensors = [&] {
     try {
+      refuse_other_checkpoints(wpath);
       return read_safetensors(wpath);
     } catch (const Error& e) {
       throw Error(std::string("--weights: ") + e.what());

@@ -19,15 +19,15 @@ int run_logits(const LogitsArgs& a) {
   refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
   Model m = Model::load(a.model_dir);
   refuse_encoder(m, "next-token logits");
-  const Prompt p = encode_prompt("qkv logits", m.tokenizer(), a.prompt);
+  const Prompt p = encode_model_prompt("qkv logits", m, a.prompt);
   check_prompt_fits(p, m.config().context);
   // Row t is the model's prediction for the token after prompt[0..t]: one
   // pass over the prompt gives every position, as training sees them.
   const Tensor logits = m.logits(p.ids);
   save_npy_arg("--out", a.out, logits);
   std::cout << "wrote next-token logits " << shape_str(logits.shape()) << " float32 (row t follows "
-            << "the prompt's first t + 1 characters";
-  if (m.tokenizer().has_unknown())
+            << "the prompt's first t + 1 " << (m.reads_characters() ? "characters" : "tokens");
+  if (m.reads_characters() && m.tokenizer().has_unknown())
     std::cout << "; the last id, " << m.tokenizer().unknown_id() << ", is the unknown token";
   std::cout << ") to " << a.out << "\n";
   return 0;
@@ -39,10 +39,10 @@ Runner add_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   CLI::App* cmd = app.add_subcommand(
       "logits",
-      "The next-token logits of a model trained by `qkv train` at every position of a prompt, "
-      "as a [T, vocab] float32 .npy file.");
-  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train")->required();
-  cmd->add_option("--prompt", a->prompt, "the text, at most the model's context in characters")
+      "The next-token logits of a language model (trained by `qkv train`, or a Hugging Face GPT-2 "
+      "folder) at every position of a prompt, as a [T, vocab] float32 .npy file.");
+  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train, or a GPT-2 folder")->required();
+  cmd->add_option("--prompt", a->prompt, "the text, at most the model's context in tokens")
       ->required();
   cmd->add_option("-o,--out", a->out, "output .npy file: logits [T, vocab] float32")->required();
   check_paths(cmd, {"--model", "--out"});

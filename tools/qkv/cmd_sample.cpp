@@ -54,7 +54,7 @@ int run_sample(SampleArgs& a) {
   if (!refused.empty()) throw Error(refused);
   m.set_threads(a.threads);
   // Refuses invalid UTF-8 as a usage error; reports unseen characters once.
-  encode_prompt("qkv sample", m.tokenizer(), a.o.prompt);
+  encode_model_prompt("qkv sample", m, a.o.prompt);
   std::cout << a.o.prompt << std::flush;
   m.generate(a.o, [](const std::string& piece) {
     std::cout << piece << std::flush;
@@ -69,10 +69,11 @@ int run_sample(SampleArgs& a) {
 Runner add_sample(CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "sample", "Generate text from a model trained by `qkv train`, streaming it as it comes.");
-  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train")->required();
+      "sample", "Generate text from a language model (trained by `qkv train`, or a Hugging Face GPT-2 "
+      "folder), streaming it as it comes.");
+  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train, or a GPT-2 folder")->required();
   cmd->add_option("--prompt", a->o.prompt, "text to continue (default: a newline)");
-  cmd->add_option("--tokens", a->o.tokens, "characters to generate")->capture_default_str();
+  cmd->add_option("--tokens", a->o.tokens, "tokens to generate (characters for qkv's own models)")->capture_default_str();
   cmd->add_option("--temperature", a->o.temperature,
                   "sharpen (< 1) or flatten (> 1) the choice; 0 = greedy: always the likeliest")
       ->capture_default_str();

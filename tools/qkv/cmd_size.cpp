@@ -66,7 +66,13 @@ std::vector<ModelShape> shapes_from(const SizeArgs& a) {
     if (custom || !a.presets.empty() || a.given("--arch"))
       throw UsageError("--model: measures that folder's model; give it without presets or shape options");
     if (a.model_dir.empty()) throw UsageError("--model: expected a model folder, found an empty path");
-    ModelShape m = shape_of(Model::load(a.model_dir).config());
+    const GPTConfig cfg = Model::load(a.model_dir).config();
+    // A learned position table has no row past its last: such a model
+    // cannot attend to more tokens than it has positions.
+    if (a.given("--context") && a.context > cfg.context && !cfg.rope)
+      throw UsageError("--context: " + std::to_string(a.context) + " tokens is more than the model's " +
+                       std::to_string(cfg.context) + " learned positions");
+    ModelShape m = shape_of(cfg);
     m.name = std::filesystem::path(a.model_dir).lexically_normal().filename().string();
     if (m.name.empty()) m.name = std::filesystem::path(a.model_dir).lexically_normal().parent_path().filename().string();
     out.push_back(m);

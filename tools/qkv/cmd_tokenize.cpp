@@ -1,10 +1,17 @@
-// qkv tokenize: the ids (or token strings) a BERT-family model folder's
+// qkv tokenize: the ids (or token strings) a Hugging Face model folder's
 // tokenizer gives each line of a text, as Hugging Face's `tokenizers` gives
-// them: to check a folder's tokenizer, or to see what an encoder will read.
+// them: to check a folder's tokenizer, or to see what a model will read.
+// WordPiece (BERT-family folders) or byte-level BPE (GPT-2), as the
+// folder's tokenizer.json says.
+#include <filesystem>
+#include <functional>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "qkv/bpe.h"
 #include "qkv/error.h"
 #include "qkv/wordpiece.h"
 
@@ -17,10 +24,49 @@ struct TokenizeArgs {
   int64_t max_length = 0;
 };
 
+// A folder's tokenizer as this command uses it: text to ids, cut to a
+// length, and an id's token as the file spells it.
+struct Tokenizer {
+  std::function<std::vector<int32_t>(const std::string&, int64_t, bool*)> encode;
+  std::function<std::string(int32_t)> token;
+};
+
+// tokenizer.json's model.type, or "" (no such file, or one the WordPiece
+// reader will report on).
+std::string model_type(const std::string& dir) {
+  const std::string path = dir + "/tokenizer.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  const nlohmann::json j = nlohmann::json::parse(read_text_arg("--model", path), nullptr, false);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("type") ||
+      !j["model"]["type"].is_string())
+    return "";
+  return j["model"]["type"].get<std::string>();
+}
+
+Tokenizer folder_tokenizer(const std::string& dir) {
+  if (model_type(dir) == "BPE") {
+    auto bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
+    return {[bpe](const std::string& text, int64_t max_length, bool* truncated) {
+              std::vector<int32_t> ids = bpe->encode(text);
+              *truncated = max_length > 0 && static_cast<int64_t>(ids.size()) > max_length;
+              if (*truncated) ids.resize(static_cast<size_t>(max_length));
+              return ids;
+            },
+            [bpe](int32_t id) { return bpe->token(id); }};
+  }
+  auto wp = std::make_shared<const WordPieceTokenizer>(WordPieceTokenizer::from_folder(dir));
+  return {[wp](const std::string& text, int64_t max_length, bool* truncated) {
+            return wp->encode(text, max_length, truncated);
+          },
+          [wp](int32_t id) { return wp->token(id); }};
+}
+
 int run_tokenize(const TokenizeArgs& a) {
-  const WordPieceTokenizer tok = WordPieceTokenizer::from_folder(a.model_dir);
+  const Tokenizer tok = folder_tokenizer(a.model_dir);
   try {
-    tok.encode("", a.max_length);  // refuses a limit below the special tokens
+    bool cut = false;
+    tok.encode("", a.max_length, &cut);  // refuses a limit below the special tokens
   } catch (const Error& e) {
     throw UsageError(std::string("--max-length: ") + e.what());
   }
@@ -57,14 +103,14 @@ Runner add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize",
-      "The token ids a BERT-family model folder's tokenizer (tokenizer.json, else vocab.txt) gives each line "
-      "of a text, one output line per input line: [CLS] word pieces [SEP], as Hugging Face's tokenizers "
-      "gives them.");
+      "The token ids a Hugging Face model folder's tokenizer (tokenizer.json: WordPiece or byte-level BPE; "
+      "else vocab.txt) gives each line of a text, one output line per input line, as Hugging Face's "
+      "tokenizers gives them ([CLS] word pieces [SEP] for a BERT-family folder).");
   cmd->add_option("--model", a->model_dir, "a Hugging Face model folder with tokenizer.json or vocab.txt")
       ->required();
   cmd->add_option("--input", a->input, "the text, UTF-8, one sequence per line (\"-\": standard input)")
       ->required();
-  cmd->add_flag("--tokens", a->tokens, "print token strings (\"[CLS]\", \"##ing\") instead of ids");
+  cmd->add_flag("--tokens", a->tokens, "print token strings (\"[CLS]\", \"##ing\", \"Ġthe\") instead of ids");
   cmd->add_option("--max-length", a->max_length,
                   "keep at most N ids per line, special tokens included (0: no limit; tokenizer.json's "
                   "truncation setting is not applied)");

@@ -37,7 +37,7 @@ void refuse_encoder(const Model& m, const std::string& what) {
 }
 
 Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text) {
-  if (!m.is_encoder()) return encode_prompt(cmd, m.tokenizer(), text);
+  if (m.reads_characters()) return encode_prompt(cmd, m.tokenizer(), text);
   Prompt p;
   bool cut = false;
   try {

@@ -25,8 +25,9 @@ struct Prompt {
 Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std::string& text);
 
 // The prompt as any model reads it: characters for qkv's models (as
-// above), or an encoder's WordPiece tokens ([CLS] ... [SEP], cut to its
-// max_length with one stderr line saying so), labelled by their text.
+// above), an encoder's WordPiece tokens ([CLS] ... [SEP], cut to its
+// max_length with one stderr line saying so) or a decoder's BPE tokens,
+// labelled by their text.
 Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text);
 
 // For the commands of qkv's language models (logits, sample, export): a

@@ -56,7 +56,7 @@ Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
   c.kv_heads = c.heads;
   c.ffn = int_field(j, "intermediate_size", file, 1);
   c.context = int_field(j, "max_position_embeddings", file, 1);
-  c.token_types = int_field_or(j, "type_vocab_size", file, 0, 2);
+  c.token_types = int_field_or(j, "type_vocab_size", file, 1, 2);  // token type 0 is always added
   c.norm_eps = number_field_or(j, "layer_norm_eps", file, 1e-12);
   if (!(c.norm_eps > 0))  // named here: GPTConfig's check would name its own field
     throw Error("'" + file + "': layer_norm_eps must be > 0, found " + std::to_string(c.norm_eps));

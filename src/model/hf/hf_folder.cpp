@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "io/files.h"
 #include "io/json_strict.h"
@@ -97,7 +99,8 @@ Architecture read_architecture(const std::string& dir) {
   for (const std::string& f : weight_files(dir))
     for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
   if (type == "bert") return bert_architecture(j, file, tensors);
-  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert)");
+  if (type == "gpt2") return gpt2_architecture(j, file, tensors);
+  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2)");
 }
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
@@ -109,6 +112,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     float* dst;     // its first element in the weights
     int64_t count;  // its elements
     bool filled = false;
+    std::vector<float> stored;  // a transposed parameter as the file has it, [in, out]
   };
   std::map<std::string, Slot> slots;
   float* w = gpt->weights().data();
@@ -118,34 +122,48 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     // Stacked sources split the rows evenly (q, k and v of one width).
     const int64_t rows = p.shape[0] / static_cast<int64_t>(it->second.size());
     const int64_t count = rows * (p.size / p.shape[0]);
+    if (arch.transposed.count(p.name) && (it->second.size() != 1 || p.shape.size() != 2))
+      throw Error("model: a transposed parameter is one [in, out] matrix, not " + p.name);
     for (size_t i = 0; i < it->second.size(); ++i)
-      slots[it->second[i]] = Slot{&p, rows, w + p.offset + static_cast<int64_t>(i) * count, count};
+      slots[it->second[i]] = Slot{&p, rows, w + p.offset + static_cast<int64_t>(i) * count, count, false, {}};
   }
   for (const std::string& file : weight_files(dir)) {
     read_safetensors_as_f32(file, [&](const SafetensorsEntry& e) -> float* {
       const auto it = slots.find(e.name);
       if (it == slots.end()) return nullptr;  // unused (a pooler, position ids)
       Slot& s = it->second;
+      const bool transposed = arch.transposed.count(s.param->name) > 0;
       Shape want = s.param->shape;
       want[0] = s.rows;
+      if (transposed) std::swap(want[0], want[1]);
       if (e.shape != want)
-        throw Error("'" + file + "': tensor " + e.name + " should be " + shape_str(want) + " for " +
-                    s.param->name + " (from config.json), found " + shape_str(e.shape));
+        throw Error("'" + file + "': tensor " + e.name + " should be " + shape_str(want) +
+                    " (from config.json), found " + shape_str(e.shape));
       if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
         throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
       s.filled = true;
-      return s.dst;
+      if (!transposed) return s.dst;
+      s.stored.resize(static_cast<size_t>(s.count));
+      return s.stored.data();
     });
   }
+  // [in, out] as stored -> [out, in] in place, one parameter at a time.
+  for (auto& [name, s] : slots) {
+    if (s.stored.empty()) continue;
+    const int64_t out = s.param->shape[0], in = s.param->shape[1];
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) s.dst[o * in + i] = s.stored[static_cast<size_t>(i * out + o)];
+    std::vector<float>().swap(s.stored);
+  }
   for (const auto& [name, s] : slots)
-    if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name + " (for " + s.param->name + ")");
+    if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name);
   // Checked per checkpoint tensor (the slots cover every parameter), so the
   // error names the tensor and element the user can find in the file.
   for (const auto& [name, s] : slots) {
     for (int64_t i = 0; i < s.count; ++i)
       if (!std::isfinite(s.dst[i]))
         throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " +
-                    std::to_string(i) + " (for " + s.param->name + ")");
+                    std::to_string(i));
   }
   return gpt;
 }

@@ -1,7 +1,7 @@
 // hf_folder.h: a Hugging Face model folder (config.json + model.safetensors,
 // or shards listed by model.safetensors.index.json) read into qkv's model.
 //
-// An architecture is two things (one file each, e.g. bert.cpp): its
+// An architecture is two things (one file each: bert.cpp, gpt2.cpp): its
 // config.json read into a GPTConfig (the block description), and its
 // weight-name map, which says which of the checkpoint's tensors make each
 // of the model's parameters. Everything else (finding the shards, checking
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct Architecture {
   std::string model_type;   // config.json's, e.g. "bert"
   GPTConfig config;
   WeightMap weights;        // by qkv's parameter names (ParamInfo::name)
+  // Parameters the checkpoint stores [in, out] (GPT-2's Conv1D), where
+  // qkv's Linear weights are [out, in]: transposed as they are read.
+  std::set<std::string> transposed;
 };
 
 // True when dir/config.json exists and names a "model_type" (a Hugging
@@ -50,9 +54,12 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
 // The checkpoint's tensors (all shards): name -> shape.
 using TensorShapes = std::map<std::string, Shape>;
 
-// The architectures (bert.cpp, ...): config.json's object -> config and map,
+// The architectures (bert.cpp, gpt2.cpp): config.json's object -> config and map,
 // `file` naming config.json in messages, `tensors` the checkpoint's.
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
+                               const TensorShapes& tensors);
+
+Architecture gpt2_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 
 // A JSON file of the folder, parsed strictly (a repeated key is an error)

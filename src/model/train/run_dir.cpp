@@ -47,6 +47,19 @@ void remove_stale_temporaries(const std::string& dir) {
   }
 }
 
+void refuse_text_in_run_files(const std::string& dir, const std::string& text_path) {
+  std::error_code ec;
+  const fs::path text = fs::weakly_canonical(text_path, ec);
+  if (ec) return;  // unreadable: reading it has already said so
+  for (const char* name : {"log.jsonl", "config.json", "vocab.json", "model.safetensors",
+                           "train_state.safetensors", ".qkv-train.lock"}) {
+    const fs::path written = fs::weakly_canonical(fs::path(dir) / name, ec);
+    if (!ec && written == text)
+      throw Error("text_path: '" + text_path + "' is the run's own " + name + " in out_dir '" + dir +
+                  "', which training overwrites; keep the text outside the run's files");
+  }
+}
+
 LogFile::LogFile(const std::string& path, bool resume, int64_t next_iter) : path_(path) {
   std::string kept;
   if (resume) {

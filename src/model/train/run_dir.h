@@ -29,6 +29,12 @@ class RunLock {
 // io/files.h): removed, unless the process that writes them runs.
 void remove_stale_temporaries(const std::string& dir);
 
+// Refuses (qkv::Error naming text_path) a training text that is one of the
+// files a run writes in `dir` (log.jsonl, the checkpoint's files, the lock),
+// through links and ".." too: the run would overwrite what it learns from.
+// A text elsewhere in `dir` is fine. `dir` must exist.
+void refuse_text_in_run_files(const std::string& dir, const std::string& text_path);
+
 // log.jsonl, one JSON object per line. On resume, lines from iterations at
 // or after `next_iter` (written by the interrupted run) are dropped, and
 // elapsed_before() is the run's time up to the checkpoint, so elapsed_s

@@ -1,0 +1,57 @@
+"""GPT-2 folders made at test time: transformers' GPT2LMHeadModel with random
+weights (saved as a Hugging Face folder: config.json + model.safetensors),
+and a byte-level BPE tokenizer.json in GPT-2's format trained by the
+`tokenizers` library on tiny Shakespeare (or made-up lines where that file
+is absent). transformers and tokenizers are test-only dependencies."""
+import json
+import random
+
+import pytest
+
+from bert_folders import SHAKESPEARE
+
+EOT = "<|endoftext|>"
+
+
+def training_lines():
+    if SHAKESPEARE is not None:
+        return SHAKESPEARE.read_text(encoding="utf-8").splitlines()[:8000]
+    rng = random.Random(1)
+    words = ["the", "king", "shall", "not", "we", "thou", "art", "my", "lord", "good", "Romeo"]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(4000)]
+
+
+def gpt2_tokenizer(vocab_size=800):
+    """GPT-2's tokenizer layout: ByteLevel pre-tokenizer and decoder, <|endoftext|>."""
+    tk = pytest.importorskip("tokenizers")
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_lines(), trainer)
+    return tok
+
+
+def gpt2_folder(path, tokenizer, dtype="float32", headless=False, seed=0, **config):
+    """A GPT2LMHeadModel of `config` (small defaults) with random weights,
+    saved at `path` with the tokenizer; headless saves GPT2Model's names (no
+    "transformer." prefix, as the Hub's gpt2 files are). Returns the model."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    eot = tokenizer.token_to_id(EOT)
+    kw = dict(vocab_size=tokenizer.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+              bos_token_id=eot, eos_token_id=eot, attn_implementation="eager")
+    kw.update(config)
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kw)).eval()
+    with torch.no_grad():  # biases and norms away from their 0 / 1 starts
+        for name, p in model.named_parameters():
+            if "ln_" in name or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    saved = model.transformer if headless else model
+    saved.to(getattr(torch, dtype)).save_pretrained(path, safe_serialization=True)
+    model.float()
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
+    return model
