@@ -53,7 +53,10 @@ class QKV_API BpeTokenizer {
   /// Reads `dir`/tokenizer.json, and the names of the beginning- and
   /// end-of-text tokens from `dir`/tokenizer_config.json ("bos_token",
   /// "eos_token", as a string or as {"content": ...}), each name it lacks
-  /// from `dir`/special_tokens_map.json. Either file may be absent.
+  /// from `dir`/special_tokens_map.json. Either file may be absent. A GPT-2
+  /// folder without tokenizer.json is read from its vocab.json and
+  /// merges.txt, as transformers converts them (byte-level BPE; the config's
+  /// bos/eos/unk tokens, or "<|endoftext|>", as special added tokens).
   static BpeTokenizer from_folder(const std::string& dir);
 
   /// The ids of UTF-8 text: added tokens first, then each stretch between

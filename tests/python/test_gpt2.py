@@ -154,3 +154,20 @@ def test_a_broken_folder_is_named(case, tokenizer, tmp_path):
     with pytest.raises(ValueError) as e:
         qkv.Model.load(path)
     assert BROKEN[case][1] in str(e.value), str(e.value)
+
+
+def test_vocab_json_and_merges_txt_without_tokenizer_json(tokenizer, tmp_path):
+    # GPT-2's original pair of files, read as transformers converts them.
+    path = tmp_path / "gpt2"
+    gpt2_folder(path, tokenizer)
+    tokenizer.model.save(str(path))  # vocab.json, merges.txt
+    (path / "tokenizer.json").unlink()
+    m = qkv.Model.load(path)
+    for text in PROMPTS + ["one<|endoftext|>two", "  <|endoftext|>"]:
+        assert m.tokenize(text) == tokenizer.encode(text).ids, text
+        assert m.decode(m.tokenize(text)) == text
+    r = run_qkv("tokenize", "--model", path, "--input", "-", input="ROMEO: hi\n")
+    assert r.returncode == 0 and r.stdout.split() == [str(i) for i in tokenizer.encode("ROMEO: hi").ids], r.stderr
+    (path / "merges.txt").write_text("#version: 0.2\nno_such_token x\n")
+    with pytest.raises(ValueError, match="merges.txt.*model.merges\\[0\\]"):
+        qkv.Model.load(path)

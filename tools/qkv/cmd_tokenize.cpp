@@ -31,11 +31,15 @@ struct Tokenizer {
   std::function<std::string(int32_t)> token;
 };
 
-// tokenizer.json's model.type, or "" (no such file, or one the WordPiece
-// reader will report on).
+// tokenizer.json's model.type; "BPE" for GPT-2's vocab.json and merges.txt
+// without one; else "" (a file the WordPiece reader will report on).
 std::string model_type(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return std::filesystem::exists(dir + "/vocab.json", ec) && std::filesystem::exists(dir + "/merges.txt", ec)
+               ? "BPE"
+               : "";
   if (!std::filesystem::is_regular_file(path, ec)) return "";
   const nlohmann::json j = nlohmann::json::parse(read_text_arg("--model", path), nullptr, false);
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("type") ||

@@ -250,7 +250,12 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   const std::filesystem::path root(dir);
   const std::filesystem::path main = root / "tokenizer.json";
   auto impl = std::make_shared<Impl>();
-  bpe::read_tokenizer_json(read_text_file(main), main.string(), *impl);
+  std::error_code ec;
+  if (!std::filesystem::exists(main, ec) && std::filesystem::exists(root / "vocab.json", ec) &&
+      std::filesystem::exists(root / "merges.txt", ec))
+    bpe::read_tokenizer_json(bpe::gpt2_files_json(dir), (root / "vocab.json").string() + " and merges.txt", *impl);
+  else
+    bpe::read_tokenizer_json(read_text_file(main), main.string(), *impl);
   // Each name from the first file that gives it.
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const std::filesystem::path path = root / name;

@@ -111,6 +111,13 @@ struct BpeModel {
 void read_tokenizer_json(const std::string& json, const std::string& name_for_errors,
                          BpeTokenizer::Impl& impl);
 
+// The tokenizer.json equivalent of a GPT-2 folder's older pair of files,
+// vocab.json and merges.txt (no tokenizer.json), as transformers converts
+// them: byte-level BPE with GPT-2's pre-tokenizer, and the special tokens
+// the folder's config files name (bos, eos, unk; "<|endoftext|>" when none)
+// added as special tokens; bpe_gpt2_files.cpp.
+std::string gpt2_files_json(const std::string& dir);
+
 // Throws qkv::Error naming the byte offset (and line) of the first invalid
 // UTF-8 sequence in `text`: the tokenizers' one strict decoder (model/utf8.h).
 inline void check_utf8(std::string_view text) { utf8::for_each_code_point(text, [](char32_t) {}); }
