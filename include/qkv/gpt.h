@@ -57,13 +57,29 @@ struct QKV_API GPTConfig {
   bool embed_norm = false;  ///< a LayerNorm on the embeddings (ln_e, BERT)
   bool final_norm = true;   ///< ln_f after the last block (GPT; BERT has none)
   bool lm_head = true;      ///< logits through the tied wte; false: the hidden states are the output
+  bool tied_head = true;    ///< the head is wte; false: its own lm_head.weight [V, C] (Llama)
+  bool rms_norm = false;    ///< RMSNorm (a weight, no mean, no bias; Llama) instead of LayerNorm
+  /// The MLP as SwiGLU (Llama): silu(x W_gate) * (x W_up), then W_down;
+  /// c_fc holds W_gate's F rows, then W_up's.
+  bool swiglu = false;
+  double rope_theta = 10000.0;  ///< RoPE's base
+  /// RoPE's frequencies as a model was trained to stretch them:
+  /// none, linear (every frequency / factor) or llama3 (Llama 3.1's: long
+  /// wavelengths / factor, short ones kept, a smooth blend between).
+  struct RopeScaling {
+    enum class Kind { none, linear, llama3 } kind = Kind::none;
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int64_t original_context = 8192;  ///< llama3: the context before scaling
+  } rope_scaling;
 
   int64_t head_dim() const { return embd / heads; }  ///< hs = C / H
   /// The MLP's hidden width: ffn, or 4 * embd when ffn is 0.
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
   /// True when only the defaults above are set: what backward() can train.
   bool trainable() const {
-    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head;
+    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head &&
+           tied_head && !rms_norm && !swiglu && rope_theta == 10000.0 &&
+           rope_scaling.kind == RopeScaling::Kind::none;
   }
   /// Throws qkv::Error naming the first inconsistent field.
   void validate() const;

@@ -11,8 +11,8 @@
 ///   - a Hugging Face model folder (config.json with "model_type",
 ///     model.safetensors or its shards, tokenizer.json or vocab.txt, and
 ///     sentence-transformers' modules.json when present): BERT-family
-///     encoders ("bert") and GPT-2 decoders ("gpt2", with their byte-level
-///     BPE tokenizer.json).
+///     encoders ("bert"), GPT-2 and Llama decoders ("gpt2", "llama", with
+///     their BPE tokenizer.json).
 /// The pieces underneath stay public for finer control: the checkpoint files
 /// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling
 /// (qkv/sampler.h) and training (qkv/trainer.h).

@@ -102,6 +102,19 @@ QKV_API void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, co
                                 const T* weight, const T* mean, const T* rstd, int64_t BT,
                                 int64_t C);
 
+/// out [BT, C] = inp · rstd · weight per row, rstd = 1 / sqrt(mean(inp²) + eps)
+/// (RMSNorm: Llama's norm, no mean subtracted, no bias), rstd [BT] saved;
+/// sums in double. Inference only: a model with it does not train.
+template <class T>
+QKV_API void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t BT, int64_t C,
+                             double eps);
+
+/// out [BT, F] = silu(inp[:, :F]) · inp[:, F:] for inp [BT, 2F] (SwiGLU,
+/// the gate's F columns first, then the up projection's), silu(x) = x / (1 +
+/// e^-x). Computed in double, rounded once. Inference only.
+template <class T>
+QKV_API void swiglu_forward(T* out, const T* inp, int64_t BT, int64_t F);
+
 /// Which GELU:
 ///   exact  x Φ(x) = 0.5 x (1 + erf(x / √2)): PyTorch's nn.GELU(), nanoGPT's
 ///   tanh   0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))): GPT-2's approximation,
@@ -182,15 +195,20 @@ class QKV_API RopeTable {
   /// Throws qkv::Error if positions < 0, first < 0, D is odd or < 2, or base
   /// is not a finite number > 0.
   RopeTable(int64_t positions, int64_t D, double base = 10000.0, int64_t first = 0);
+  /// The same from the frequencies theta_i themselves ([D/2], e.g. scaled
+  /// as a model's rope_scaling says); each must be finite.
+  RopeTable(int64_t positions, const std::vector<double>& theta, int64_t first = 0);
 
   int64_t first() const { return first_; }          ///< the first position in the table
   int64_t positions() const { return positions_; }  ///< how many positions it holds
   int64_t head_dim() const { return D_; }           ///< D, the rotated head dim
-  double base() const { return base_; }             ///< theta's base
+  double base() const { return base_; }             ///< theta's base (0: built from frequencies)
   /// cos, sin of p·theta_i, interleaved [D/2][2], for first() <= p < first() + positions().
   const double* row(int64_t p) const { return cs_.data() + (p - first_) * D_; }
 
  private:
+  void fill(const std::vector<double>& theta);
+
   int64_t first_ = 0, positions_ = 0, D_ = 0;
   double base_ = 10000.0;
   std::vector<double> cs_;  ///< [positions, D/2, 2]

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numbers>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -37,13 +38,53 @@ void GPTConfig::validate() const {
   need(std::isfinite(norm_eps) && norm_eps > 0,
        "norm_eps must be a finite number > 0, found " + std::to_string(norm_eps));
   need(token_types >= 0, "token_types must be at least 0, found " + std::to_string(token_types));
+  need(std::isfinite(rope_theta) && rope_theta > 0,
+       "rope_theta must be a finite number > 0, found " + std::to_string(rope_theta));
+  using Kind = RopeScaling::Kind;
+  const RopeScaling& rs = rope_scaling;
+  need(rs.kind == Kind::none || (std::isfinite(rs.factor) && rs.factor > 0),
+       "rope_scaling.factor must be a finite number > 0, found " + std::to_string(rs.factor));
+  need(rs.kind != Kind::llama3 || (rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor &&
+                                   rs.original_context >= 1),
+       "rope_scaling: llama3 needs 0 < low_freq_factor < high_freq_factor and original_context >= 1");
+  need(!lm_head || tied_head || !post_norm, "an untied head is for pre-norm decoders");
 }
+
+namespace {
+
+// RoPE's frequencies theta_i = 1 / theta^(2i/D), stretched as the model's
+// rope_scaling says (transformers' _compute_llama3_parameters and linear).
+std::vector<double> rope_frequencies(const GPTConfig& c) {
+  const int64_t D = c.head_dim();
+  std::vector<double> theta(static_cast<size_t>(D / 2));
+  const GPTConfig::RopeScaling& rs = c.rope_scaling;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(D));
+    if (rs.kind == GPTConfig::RopeScaling::Kind::linear) {
+      f /= rs.factor;
+    } else if (rs.kind == GPTConfig::RopeScaling::Kind::llama3) {
+      const double orig = static_cast<double>(rs.original_context);
+      const double low_wavelen = orig / rs.low_freq_factor, high_wavelen = orig / rs.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= rs.factor;  // long wavelengths: stretched
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (orig / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        f = (1.0 - smooth) * f / rs.factor + smooth * f;
+      }  // short wavelengths: kept
+    }
+    theta[static_cast<size_t>(i)] = f;
+  }
+  return theta;
+}
+
+}  // namespace
 
 template <class T>
 BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg), work_(std::make_unique<Work>()) {
   cfg_.validate();
   build_params();
-  if (cfg_.rope) work_->rope = nn::RopeTable(cfg_.context, cfg_.head_dim());
+  if (cfg_.rope) work_->rope = nn::RopeTable(cfg_.context, rope_frequencies(cfg_));
   attn_opts_.causal = cfg_.causal ? Causal::top_left : Causal::none;
   attn_opts_.return_lse = true;
   // Activations come from our own forward, never from the user.
@@ -156,27 +197,31 @@ void BasicGPT<T>::build_params() {
     W.lne_w = add("transformer.ln_e.weight", {C}, false);
     W.lne_b = add("transformer.ln_e.bias", {C}, false);
   }
+  // RMSNorm has a weight only; SwiGLU's c_fc makes the gate and the up projection.
+  const bool norm_bias = !cfg_.rms_norm;
+  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     typename Work::Layer L;
     L.ln1_w = add(p + "ln_1.weight", {C}, false);
-    L.ln1_b = add(p + "ln_1.bias", {C}, false);
+    L.ln1_b = norm_bias ? add(p + "ln_1.bias", {C}, false) : -1;
     L.attn_w = add(p + "attn.c_attn.weight", {qkv_out, C}, true);
     L.attn_b = add(p + "attn.c_attn.bias", {qkv_out}, false);
     L.attn_proj_w = add(p + "attn.c_proj.weight", {C, C}, true);
     L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false);
     L.ln2_w = add(p + "ln_2.weight", {C}, false);
-    L.ln2_b = add(p + "ln_2.bias", {C}, false);
-    L.fc_w = add(p + "mlp.c_fc.weight", {F, C}, true);
-    L.fc_b = add(p + "mlp.c_fc.bias", {F}, false);
+    L.ln2_b = norm_bias ? add(p + "ln_2.bias", {C}, false) : -1;
+    L.fc_w = add(p + "mlp.c_fc.weight", {fc_out, C}, true);
+    L.fc_b = add(p + "mlp.c_fc.bias", {fc_out}, false);
     L.fc_proj_w = add(p + "mlp.c_proj.weight", {C, F}, true);
     L.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false);
     W.layer.push_back(L);
   }
   if (cfg_.final_norm) {
     W.lnf_w = add("transformer.ln_f.weight", {C}, false);
-    W.lnf_b = add("transformer.ln_f.bias", {C}, false);
+    W.lnf_b = norm_bias ? add("transformer.ln_f.bias", {C}, false) : -1;
   }
+  if (cfg_.lm_head && !cfg_.tied_head) W.lm_head = add("lm_head.weight", {cfg_.vocab, C}, true);
   w_.assign(static_cast<size_t>(off), T(0));
   g_.assign(static_cast<size_t>(off), T(0));
   // The parameters whose gradient backward() overwrites (the Linear layers'
@@ -234,6 +279,15 @@ void layernorm_to(In& out, T* mean, T* rstd, const T* inp, const T* w, const T* 
   nn::layernorm_forward(out.x.data(), mean, rstd, inp, w, b, BT, C, eps);
 }
 
+// The block's norm: LayerNorm, or RMSNorm (rms; its models keep float32
+// LinearIns, see ensure_acts, and have no bias: mean unused).
+template <class In, class T>
+void norm_to(In& out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t BT, int64_t C,
+             double eps, bool rms) {
+  if (rms) return nn::rmsnorm_forward(out.x.data(), rstd, inp, w, BT, C, eps);
+  layernorm_to(out, mean, rstd, inp, w, b, BT, C, eps);
+}
+
 template <class In, class T>
 void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
   if constexpr (std::is_same_v<T, float>)
@@ -269,9 +323,11 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
   using T = typename W::Vec::value_type;
   typename W::Acts& a = w.acts;
   if (a.B == B && a.Tn == Tn && a.rows == rows && a.compute == compute) return;
-  // Post-norm's normalised rows are the residual stream too: float32.
-  const bool bf16 = compute == DType::bf16 && !cfg.post_norm;
+  // Post-norm's normalised rows are the residual stream too: float32; and
+  // RMSNorm and SwiGLU write float32 only (their products still run in bf16).
+  const bool bf16 = compute == DType::bf16 && !cfg.post_norm && !cfg.rms_norm && !cfg.swiglu;
   const int64_t BT = rows, C = cfg.embd, F = cfg.ffn_dim(), hs = cfg.head_dim();
+  const int64_t fc_out = cfg.swiglu ? 2 * F : F;
   const int64_t V = cfg.lm_head ? cfg.vocab : 0;
   const int64_t H = cfg.heads, Hkv = cfg.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
@@ -289,7 +345,7 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
     l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
     size_input(l.ln2, cfg.post_norm ? 0 : BT * C, bf16);
     l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
-    l.fch.assign(BT * F, T(0)), size_input(l.fch_gelu, BT * F, bf16);
+    l.fch.assign(BT * fc_out, T(0)), size_input(l.fch_gelu, BT * F, bf16);
     l.res3.assign(BT * C, T(0));
   }
   const int64_t lnf_rows = cfg.final_norm ? BT : 0;
@@ -395,6 +451,11 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
         std::copy_n(r + (H + Hkv + h) * hs, hs, v + ((b * Hkv + h) * Tn + t) * hs);
       }
     }
+  // Each sequence's positions start at 0 (its padding turns too, unread).
+  if (cfg_.rope) {
+    nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, 0);
+    nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, 0);
+  }
   AttentionOptions o = attn_opts_;
   o.return_lse = false;
   o.key_lengths = a.lengths;
@@ -462,8 +523,8 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       // x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)).
       nn::linear_forward(la.qkv.data(), x, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, kOutIn, mm);
     } else {
-      layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT,
-                   C, eps);
+      norm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C, eps,
+              cfg_.rms_norm);
       linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
     }
     if (packed) packed_attention_forward(l);
@@ -481,11 +542,16 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       mlp_in = &la.ln1;
       mlp_res = la.ln1.x.data();
     } else {
-      layernorm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w),
-                   w(L.ln2_b), BT, C, eps);
+      norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w), w(L.ln2_b),
+              BT, C, eps, cfg_.rms_norm);
     }
-    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, F, mm);
-    gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
+    if (cfg_.swiglu) {
+      linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, 2 * F, mm);
+      nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
+    } else {
+      linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, F, mm);
+      gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
+    }
     linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, F, C, mm);
     nn::residual_forward(la.res3.data(), la.res3.data(), mlp_res, BT * C);
     if (cfg_.post_norm)  // in place, as ln_e
@@ -498,15 +564,15 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // With a cache only the last position's next token is wanted.
   const int64_t rows_out = cache ? 1 : BT, first = BT - rows_out;
   if (cfg_.final_norm) {
-    layernorm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w),
-                 w(W.lnf_b), rows_out, C, eps);
+    norm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w), w(W.lnf_b),
+            rows_out, C, eps, cfg_.rms_norm);
     // ln_f's rows in float32 (a model without a head keeps them so), or none.
     W.hidden = cache || a.lnf.x.empty() ? nullptr : a.lnf.x.data();
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
-  linear_from(W.logits.data(), a.lnf, w(W.wte), static_cast<const T*>(nullptr), rows_out, C, V,
-              mm);  // tied head
+  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), static_cast<const T*>(nullptr),
+              rows_out, C, V, mm);
 }
 
 template <class T>

@@ -47,7 +47,7 @@ struct BasicGPT<T>::Work {
     Vec atty, res2;               // [BT, C]: heads merged; x + attention
     LinearIn ln2;
     Vec ln2_mean, ln2_rstd;
-    Vec fch;                      // [BT, F]
+    Vec fch;                      // [BT, F] ([BT, 2F] for SwiGLU: gate, then up)
     LinearIn fch_gelu;            // [BT, F]
     Vec res3;                     // [BT, C]: the block's output
   };
@@ -66,7 +66,7 @@ struct BasicGPT<T>::Work {
   };
 
   std::vector<Layer> layer;
-  int64_t wte = 0, wpe = -1, wtt = -1, lne_w = -1, lne_b = -1, lnf_w = -1, lnf_b = -1;
+  int64_t wte = 0, wpe = -1, wtt = -1, lne_w = -1, lne_b = -1, lnf_w = -1, lnf_b = -1, lm_head = -1;
   // The parameters whose gradient backward() accumulates from zero: (offset, size).
   std::vector<std::pair<int64_t, int64_t>> accumulated_grads;
   nn::RopeTable rope;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)

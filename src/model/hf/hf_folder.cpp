@@ -100,7 +100,8 @@ Architecture read_architecture(const std::string& dir) {
     for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
   if (type == "bert") return bert_architecture(j, file, tensors);
   if (type == "gpt2") return gpt2_architecture(j, file, tensors);
-  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2)");
+  if (type == "llama") return llama_architecture(j, file, tensors);
+  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama)");
 }
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
@@ -119,13 +120,20 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   for (const ParamInfo& p : gpt->params()) {
     const auto it = arch.weights.find(p.name);
     if (it == arch.weights.end()) throw Error("model: no checkpoint tensor is mapped to " + p.name);
-    // Stacked sources split the rows evenly (q, k and v of one width).
-    const int64_t rows = p.shape[0] / static_cast<int64_t>(it->second.size());
-    const int64_t count = rows * (p.size / p.shape[0]);
-    if (arch.transposed.count(p.name) && (it->second.size() != 1 || p.shape.size() != 2))
+    // Stacked sources split the rows evenly (q, k and v of one width), or
+    // as source_rows says.
+    const size_t n = it->second.size();
+    std::vector<int64_t> rows(n, p.shape[0] / static_cast<int64_t>(n));
+    if (const auto given = arch.source_rows.find(p.name); given != arch.source_rows.end()) rows = given->second;
+    if (arch.transposed.count(p.name) && (n != 1 || p.shape.size() != 2))
       throw Error("model: a transposed parameter is one [in, out] matrix, not " + p.name);
-    for (size_t i = 0; i < it->second.size(); ++i)
-      slots[it->second[i]] = Slot{&p, rows, w + p.offset + static_cast<int64_t>(i) * count, count, false, {}};
+    const int64_t row_size = p.size / p.shape[0];
+    int64_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      slots[it->second[i]] = Slot{&p, rows[i], w + p.offset + at * row_size, rows[i] * row_size, false, {}};
+      at += rows[i];
+    }
+    if (at != p.shape[0]) throw Error("model: the sources of " + p.name + " do not make its rows");
   }
   for (const std::string& file : weight_files(dir)) {
     read_safetensors_as_f32(file, [&](const SafetensorsEntry& e) -> float* {

@@ -1,7 +1,7 @@
 // hf_folder.h: a Hugging Face model folder (config.json + model.safetensors,
 // or shards listed by model.safetensors.index.json) read into qkv's model.
 //
-// An architecture is two things (one file each: bert.cpp, gpt2.cpp): its
+// An architecture is two things (one file each: bert.cpp, gpt2.cpp, llama.cpp): its
 // config.json read into a GPTConfig (the block description), and its
 // weight-name map, which says which of the checkpoint's tensors make each
 // of the model's parameters. Everything else (finding the shards, checking
@@ -34,6 +34,9 @@ struct Architecture {
   // Parameters the checkpoint stores [in, out] (GPT-2's Conv1D), where
   // qkv's Linear weights are [out, in]: transposed as they are read.
   std::set<std::string> transposed;
+  // Stacked parameters whose sources have different row counts (GQA's q, k
+  // and v): the rows of each source, in order; others split evenly.
+  std::map<std::string, std::vector<int64_t>> source_rows;
 };
 
 // True when dir/config.json exists and names a "model_type" (a Hugging
@@ -54,11 +57,13 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
 // The checkpoint's tensors (all shards): name -> shape.
 using TensorShapes = std::map<std::string, Shape>;
 
-// The architectures (bert.cpp, gpt2.cpp): config.json's object -> config and map,
+// The architectures (bert.cpp, gpt2.cpp, llama.cpp): config.json's object -> config and map,
 // `file` naming config.json in messages, `tensors` the checkpoint's.
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 
+Architecture llama_architecture(const nlohmann::json& config, const std::string& file,
+                                const TensorShapes& tensors);
 Architecture gpt2_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 

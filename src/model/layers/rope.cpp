@@ -52,17 +52,31 @@ RopeTable::RopeTable(int64_t positions, int64_t D, double base, int64_t first)
     throw Error("rope: head dim D must be even to form (i, i + D/2) pairs, found D = " + num(D));
   if (!(base > 0.0) || !std::isfinite(base))
     throw Error("rope: expected a finite base > 0, found " + std::to_string(base));
-  const int64_t half = D / 2;
-  cs_.resize(static_cast<size_t>(positions * D));
-  for (int64_t i = 0; i < half; ++i) {
-    // theta_i = 1 / base^(2i/D), the form of Hugging Face's inv_freq.
-    const double theta = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(D));
-    for (int64_t p = 0; p < positions; ++p) {
-      const double angle = static_cast<double>(first + p) * theta;
-      cs_[p * D + 2 * i] = std::cos(angle);
-      cs_[p * D + 2 * i + 1] = std::sin(angle);
+  std::vector<double> theta(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i)  // theta_i = 1 / base^(2i/D), the form of Hugging Face's inv_freq
+    theta[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(D));
+  fill(theta);
+}
+
+RopeTable::RopeTable(int64_t positions, const std::vector<double>& theta, int64_t first)
+    : first_(first), positions_(positions), D_(2 * static_cast<int64_t>(theta.size())), base_(0.0) {
+  if (positions < 0) throw Error("rope: expected positions >= 0, found " + num(positions));
+  if (first < 0) throw Error("rope: expected a first position >= 0, found " + num(first));
+  if (theta.empty()) throw Error("rope: expected at least one frequency");
+  for (const double t : theta)
+    if (!std::isfinite(t)) throw Error("rope: frequencies must be finite, found " + std::to_string(t));
+  fill(theta);
+}
+
+void RopeTable::fill(const std::vector<double>& theta) {
+  const int64_t half = D_ / 2;
+  cs_.resize(static_cast<size_t>(positions_ * D_));
+  for (int64_t i = 0; i < half; ++i)
+    for (int64_t p = 0; p < positions_; ++p) {
+      const double angle = static_cast<double>(first_ + p) * theta[i];
+      cs_[p * D_ + 2 * i] = std::cos(angle);
+      cs_[p * D_ + 2 * i + 1] = std::sin(angle);
     }
-  }
 }
 
 // out [R, T, D] = RoPE(inp) at positions pos0 .. pos0 + T - 1

@@ -1,0 +1,171 @@
+"""qkv.Model on Llama folders made by transformers at test time (random
+weights, LlamaForCausalLM's layout: RMSNorm, SwiGLU, RoPE with its scalings,
+GQA, tied and untied heads) against transformers itself: logits (1e-4 in
+float32, 1e-9 with both sides in float64), the KV-cache path, greedy
+generation, and the options qkv must refuse by name."""
+import json
+
+import numpy as np
+import pytest
+
+import qkv
+from qkv import _qkv
+
+from gpt2_folders import EOT, gpt2_tokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.",
+           "Héllo, 世界! 👍🏽  spaces   and\ttabs 12345"]
+
+LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=16)
+# name -> LlamaConfig options (and how the folder is saved)
+CONFIGS = {
+    "mha-untied": dict(num_key_value_heads=4),
+    "gqa-2-groups": dict(num_key_value_heads=2),
+    "mqa-tied": dict(num_key_value_heads=1, tie_word_embeddings=True),
+    "llama3-rope-scaling": dict(num_key_value_heads=2, rope_theta=500000.0, rope_scaling=LLAMA3_SCALING),
+    "linear-rope-scaling": dict(rope_scaling=dict(rope_type="linear", factor=2.0), rms_norm_eps=1e-5),
+    "bfloat16-file": dict(num_key_value_heads=2, dtype="bfloat16"),
+    "float16-file": dict(dtype="float16"),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return gpt2_tokenizer()
+
+
+def llama_folder(path, tokenizer, dtype="float32", seed=0, **config):
+    eot = tokenizer.token_to_id(EOT)
+    kw = dict(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=56,
+              num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+              bos_token_id=eot, eos_token_id=eot, tie_word_embeddings=False, attn_implementation="eager")
+    kw.update(config)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
+    with torch.no_grad():  # norms away from their all-ones start
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    with torch.no_grad():  # the file's rounding in the reference's weights (not its buffers:
+        for p in model.parameters():  # a bf16 RoPE inv_freq would be transformers' own error)
+            p.copy_(p.to(getattr(torch, dtype)).float())
+    model.save_pretrained(path, safe_serialization=True)
+    if dtype != "float32":
+        import safetensors.torch as st
+        tensors = {k: v.to(getattr(torch, dtype)) for k, v in st.load_file(path / "model.safetensors").items()}
+        st.save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def pair(request, tokenizer, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / "llama"
+    ref = llama_folder(path, tokenizer, **CONFIGS[request.param])
+    return qkv.Model.load(path), ref
+
+
+def hf_logits(ref, ids, dtype=torch.float32):
+    with torch.no_grad():
+        return ref.to(dtype)(torch.tensor([ids])).logits[0].numpy()
+
+
+def test_logits_match_transformers(pair):
+    m, ref = pair
+    for text in PROMPTS:
+        ids = m.tokenize(text)
+        got, want = m.logits(ids), hf_logits(ref, ids)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() < 1e-4, text
+
+
+def inv_freq64(config):
+    """RoPE's frequencies in float64, as transformers' rope utilities define
+    them (default, linear, llama3), which compute them in float32."""
+    d = config.hidden_size // config.num_attention_heads
+    # transformers 5 keeps theta and the scaling in rope_parameters
+    s = getattr(config, "rope_parameters", None) or dict(config.rope_scaling or {}, rope_theta=config.rope_theta)
+    f = 1.0 / s["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind == "linear":
+        f = f / s["factor"]
+    elif kind == "llama3":
+        orig, lo, hi = s["original_max_position_embeddings"], s["low_freq_factor"], s["high_freq_factor"]
+        wavelen = 2 * np.pi / f
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * f / s["factor"] + smooth * f
+        f = torch.where(wavelen > orig / lo, f / s["factor"], torch.where(wavelen < orig / hi, f, mid))
+    return f
+
+
+def test_float64_forward_matches_transformers_in_float64(pair, monkeypatch):
+    # transformers computes RoPE's angles, cos and sin, RMSNorm and the
+    # attention softmax in float32 whatever the model's dtype; with those in
+    # float64 too (the same formulas), the two forwards agree to rounding.
+    m, ref = pair
+    rotary, inv = ref.model.rotary_emb, inv_freq64(ref.config)
+
+    def rotary64(x, position_ids):
+        emb = torch.cat([position_ids[..., None].double() * inv] * 2, dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def rmsnorm64(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+    softmax = torch.nn.functional.softmax
+
+    def softmax64(x, dim=None, dtype=None, **kw):  # eager attention's is float32 too
+        return softmax(x, dim=dim, dtype=torch.float64 if x.dtype == torch.float64 else dtype, **kw)
+    monkeypatch.setattr(rotary, "forward", rotary64)
+    monkeypatch.setattr(type(ref.model.norm), "forward", rmsnorm64)
+    monkeypatch.setattr(torch.nn.functional, "softmax", softmax64)
+    head = ref.lm_head.weight.detach().double().numpy()
+    for text in PROMPTS:
+        ids = m.tokenize(text)
+        got = _qkv._testing.hidden_states_f64(m._m, ids) @ head.T
+        want = hf_logits(ref, ids, torch.float64)
+        assert np.abs(got - want).max() < 1e-9, text
+    ref.float()
+
+
+def test_greedy_generation_matches_transformers(pair, tokenizer):
+    m, ref = pair
+    prompt = "ROMEO:"
+    ids = tokenizer.encode(prompt).ids
+    with torch.no_grad():
+        want = ref.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=32,
+                            pad_token_id=tokenizer.token_to_id(EOT))[0, len(ids):].tolist()
+    got = m.generate(prompt, tokens=32, temperature=0.0)
+    assert got == tokenizer.decode(want)
+    assert m.generate(prompt, tokens=32, temperature=0.0, use_cache=False) == got
+
+
+# name -> (config.json edit, what the message must contain)
+REFUSED = {
+    "yarn": (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0)),
+             "rope_parameters.rope_type \"yarn\" is not supported"),
+    "two-rope-settings": (dict(rope_scaling=dict(rope_type="linear", factor=2.0)),
+                          "both rope_scaling and rope_parameters are given"),
+    "attention-bias": (dict(attention_bias=True), "attention_bias true is not supported"),
+    "mlp-bias": (dict(mlp_bias=True), "mlp_bias true is not supported"),
+    "gelu": (dict(hidden_act="gelu"), "hidden_act \"gelu\""),
+    "head-dim": (dict(head_dim=16), "head_dim 16 other than"),
+    "kv-heads": (dict(num_key_value_heads=3), "num_key_value_heads 3 does not divide"),
+    "wrong-kv-heads": (dict(num_key_value_heads=2), "num_key_value_heads and hidden_size make"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_unsupported_options_are_named(case, tokenizer, tmp_path):
+    path = tmp_path / "llama"
+    llama_folder(path, tokenizer, num_key_value_heads=4)
+    j = json.loads((path / "config.json").read_text())
+    j.update(REFUSED[case][0])
+    (path / "config.json").write_text(json.dumps(j))
+    with pytest.raises(ValueError) as e:
+        qkv.Model.load(path)
+    assert REFUSED[case][1] in str(e.value), str(e.value)
