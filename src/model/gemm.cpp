@@ -3,6 +3,9 @@
 #include "model/gemm.h"
 #include "model/gemm_common.h"
 
+#include "core/isa_kernels.h"
+#include "qkv/runtime.h"
+
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
@@ -25,6 +28,24 @@ namespace {
 int64_t panel_size(int64_t dim) {
   const int64_t eighth = (dim + 7) / 8;
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
+}
+
+// The dot-product kernels' share of C for one thread at a time: 48 columns
+// (a multiple of the kernels' 6 rows of B), so 384 columns make 8 shares
+// for two threads.
+constexpr int64_t kDotColumns = 48;
+
+// C = alpha · A · Bᵀ + beta · C on the dot-product kernels, C's columns
+// shared out in fixed blocks: each element is one call's whole K sum.
+void dot_columns(const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  const int64_t shares = (N + kDotColumns - 1) / kDotColumns;
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < shares; ++s) {
+    const int64_t j = s * kDotColumns, n = std::min(kDotColumns, N - j);
+    dot.f32(M, n, K, alpha, A, lda, B + j * ldb, ldb, beta, C + j, ldc);
+  }
 }
 
 }  // namespace
@@ -62,6 +83,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
   if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
+  if (!trans_a && trans_b && M <= kDotRowsMax)
+    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot)
+      return dot_columns(*dot, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const bool split_m = M >= N;
   const int64_t dim = split_m ? M : N;
   const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;
