@@ -2,7 +2,8 @@
 // op(A) = A, op(B) = Bᵀ and M <= kDotRowsMax, which takes it from avx512
 // up, against sgemm_ref on every ISA path (the paths below avx512 run
 // oneDNN on the same cases), and the bf16 kernel against gemm_bf16_ref on
-// the paths that have it. Sizes around the kernels' blocks (4 rows of A, 6
+// the paths that have it (gemm_bf16 itself on few rows: test_gemm_bf16.cpp's
+// cases with M <= 13, and the thread counts here). Sizes around the kernels' blocks (4 rows of A, 6
 // rows of B, 16 float32 or 32 bf16 k a vector, 48 columns a thread's
 // share); the rule is gemm_check.h's.
 #include <omp.h>
@@ -96,6 +97,31 @@ TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
       sgemm(false, true, 1, N, K, 1.0f, A.data() + i * K, K, B.data(), K, 0.0f, row.data(), N);
       ASSERT_EQ(std::memcmp(row.data(), first.data() + i * N, N * sizeof(float)), 0) << "row " << i;
     }
+  }
+  omp_set_num_threads(saved);
+}
+
+// gemm_bf16 on few rows (the dot-product path from avx512bf16 up): the
+// same bits for any thread count, with the weight in float32 or bf16.
+TEST_P(GemmDot, GemmBf16OnFewRowsSameBitsForAnyThreadCount) {
+  std::mt19937 rng(55);
+  const int64_t M = 16, N = 150, K = 391;
+  const VecF A = random_vec(rng, M * K), B = random_vec(rng, N * K), bias = random_vec(rng, N);
+  std::vector<bfloat16> B16(B.size());
+  for (size_t i = 0; i < B.size(); ++i) B16[i] = bf16_from_float(B[i]);
+  const int saved = omp_get_max_threads();
+  VecF first;
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    VecF C(M * N), C16(M * N);
+    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f,
+                            bias.data(), C.data(), N);
+    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B16.data(), K, 0.0f,
+                            bias.data(), C16.data(), N);
+    EXPECT_EQ(std::memcmp(C.data(), C16.data(), C.size() * sizeof(float)), 0) << threads;
+    if (first.empty()) first = C;
+    else EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0)
+             << threads << " threads";
   }
   omp_set_num_threads(saved);
 }
