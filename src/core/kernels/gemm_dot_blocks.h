@@ -42,7 +42,7 @@ inline void reduce4(const __m512 v[4], float s[4]) {
 
 // Ops: the element type E, the k one vector holds (kWidth), a vector of
 // them (full, or the first n with 0 after), and acc += the products.
-// `next` (or null): the next rows of B, fetched into the cache meanwhile.
+// `next` (or null): rows of B a later block reads, fetched into L2 meanwhile.
 template <class Ops, int R, int J>
 void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
            const typename Ops::E* B, int64_t ldb, const typename Ops::E* next, float beta,
@@ -54,7 +54,7 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
     typename Ops::V b[J];
     for (int j = 0; j < J; ++j) b[j] = Ops::load(B + j * ldb + k, n);
     if (next)
-      for (int j = 0; j < kJ; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldb + k), _MM_HINT_T0);
+      for (int j = 0; j < kJ; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldb + k), _MM_HINT_T1);
     for (int i = 0; i < R; ++i) {
       const typename Ops::V a = Ops::load(A + i * lda + k, n);
       for (int j = 0; j < J; ++j) acc[i][j] = Ops::mac(acc[i][j], a, b[j]);
@@ -65,11 +65,17 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
   if (k < K) step(k, K - k);
   // The R · J sums four at a time (zeros past the last).
   constexpr int kGroups = (R * J + 3) / 4;
-  __m512 flat[4 * kGroups];
-  for (int x = 0; x < 4 * kGroups; ++x)
-    flat[x] = x < R * J ? acc[x / J][x % J] : _mm512_setzero_ps();
   float sums[4 * kGroups];
-  for (int g = 0; g < kGroups; ++g) reduce4(flat + 4 * g, sums + 4 * g);
+#pragma GCC unroll 8
+  for (int g = 0; g < kGroups; ++g) {
+    __m512 four[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const int x = 4 * g + q;
+      four[q] = x < R * J ? acc[x / J][x % J] : _mm512_setzero_ps();
+    }
+    reduce4(four, sums + 4 * g);
+  }
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < J; ++j) {
       float& c = C[i * ldc + j];
@@ -90,7 +96,11 @@ constexpr std::array<Block<Ops>, kR * kJ> block_table(std::integer_sequence<int,
 }
 
 // All of C [M, N], block by block: kJ rows of B at a time, each met by
-// every row block of A.
+// every row block of A; the first row block fetches the rows of B two
+// blocks on. Against fetching the next block's into L1, and reducing the
+// sums through a copy in memory, this cut the CPU time of the MiniLM's 24
+// float32 GEMMs at 16 rows by 10% (perf stat task-clock, 3 runs each on a
+// machine shared with a build: 1340-1510 ms against 1580-1700).
 template <class Ops>
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
           const typename Ops::E* B, int64_t ldb, float beta, const float* bias, float* C,
@@ -100,9 +110,9 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::E* A
     const int nj = static_cast<int>(N - j < kJ ? N - j : kJ);
     for (int64_t i = 0; i < M; i += kR) {
       const int ni = static_cast<int>(M - i < kR ? M - i : kR);
-      const bool prefetch = i == 0 && j + 2 * kJ <= N;
+      const bool prefetch = i == 0 && j + 3 * kJ <= N;
       blocks[(ni - 1) * kJ + nj - 1](K, alpha, A + i * lda, lda, B + j * ldb, ldb,
-                                     prefetch ? B + (j + kJ) * ldb : nullptr, beta,
+                                     prefetch ? B + (j + 2 * kJ) * ldb : nullptr, beta,
                                      bias ? bias + j : nullptr, C + i * ldc + j, ldc);
     }
   }
