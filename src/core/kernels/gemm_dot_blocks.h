@@ -42,11 +42,12 @@ inline void reduce4(const __m512 v[4], float s[4]) {
 
 // Ops: the element type E, the k one vector holds (kWidth), a vector of
 // them (full, or the first n with 0 after), and acc += the products.
-// `next` (or null): rows of B a later block reads, fetched into L2 meanwhile.
+// `next` (or null): rows of B a later block reads, those of bit j set in
+// `rows` fetched into L2 meanwhile.
 template <class Ops, int R, int J>
 void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
-           const typename Ops::E* B, int64_t ldb, const typename Ops::E* next, float beta,
-           const float* bias, float* C, int64_t ldc) {
+           const typename Ops::E* B, int64_t ldb, const typename Ops::E* next, unsigned rows,
+           float beta, const float* bias, float* C, int64_t ldc) {
   __m512 acc[R][J];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < J; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -54,7 +55,8 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
     typename Ops::V b[J];
     for (int j = 0; j < J; ++j) b[j] = Ops::load(B + j * ldb + k, n);
     if (next)
-      for (int j = 0; j < kJ; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldb + k), _MM_HINT_T1);
+      for (int j = 0; j < kJ; ++j)
+        if (rows >> j & 1u) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldb + k), _MM_HINT_T1);
     for (int i = 0; i < R; ++i) {
       const typename Ops::V a = Ops::load(A + i * lda + k, n);
       for (int j = 0; j < J; ++j) acc[i][j] = Ops::mac(acc[i][j], a, b[j]);
@@ -87,7 +89,8 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
 
 template <class Ops>
 using Block = void (*)(int64_t, float, const typename Ops::E*, int64_t, const typename Ops::E*,
-                       int64_t, const typename Ops::E*, float, const float*, float*, int64_t);
+                       int64_t, const typename Ops::E*, unsigned, float, const float*, float*,
+                       int64_t);
 
 // Every shape up to kR x kJ (C's edges): table[(R - 1) * kJ + J - 1].
 template <class Ops, int... Is>
@@ -96,23 +99,30 @@ constexpr std::array<Block<Ops>, kR * kJ> block_table(std::integer_sequence<int,
 }
 
 // All of C [M, N], block by block: kJ rows of B at a time, each met by
-// every row block of A; the first row block fetches the rows of B two
-// blocks on. Against fetching the next block's into L1, and reducing the
-// sums through a copy in memory, this cut the CPU time of the MiniLM's 24
-// float32 GEMMs at 16 rows by 10% (perf stat task-clock, 3 runs each on a
-// machine shared with a build: 1340-1510 ms against 1580-1700).
+// every row block of A, which between them fetch the rows of B two blocks
+// on (row r by pass r mod passes: the fetches spread over the block's
+// time). Measured over the MiniLM's 24 float32 GEMMs at 16 rows (perf stat
+// task-clock, 3 runs each on a machine shared with a build): the next
+// block's rows all fetched into L1 by the first pass, with the sums reduced
+// through a copy in memory, took 1580-1700 ms of CPU; two blocks on into L2
+// and the sums reduced in registers 1340-1510; spread over the passes
+// 1220-1370.
 template <class Ops>
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
           const typename Ops::E* B, int64_t ldb, float beta, const float* bias, float* C,
           int64_t ldc) {
   static constexpr auto blocks = block_table<Ops>(std::make_integer_sequence<int, kR * kJ>{});
+  const int64_t passes = (M + kR - 1) / kR;
   for (int64_t j = 0; j < N; j += kJ) {
     const int nj = static_cast<int>(N - j < kJ ? N - j : kJ);
     for (int64_t i = 0; i < M; i += kR) {
       const int ni = static_cast<int>(M - i < kR ? M - i : kR);
-      const bool prefetch = i == 0 && j + 3 * kJ <= N;
+      const bool prefetch = j + 3 * kJ <= N;
+      unsigned rows = 0;  // this pass's share of the rows to fetch
+      for (int r = 0; r < kJ; ++r)
+        if (r % passes == (i / kR) % passes) rows |= 1u << r;
       blocks[(ni - 1) * kJ + nj - 1](K, alpha, A + i * lda, lda, B + j * ldb, ldb,
-                                     prefetch ? B + (j + 2 * kJ) * ldb : nullptr, beta,
+                                     prefetch ? B + (j + 2 * kJ) * ldb : nullptr, rows, beta,
                                      bias ? bias + j : nullptr, C + i * ldc + j, ldc);
     }
   }
