@@ -26,6 +26,10 @@ namespace qkv::kernels {
 // rows, 6.2 against 8.2 at 32, 1.1 against 2.0 at one row.
 constexpr int64_t kDotRowsMax = 32;
 
+// Rows of B one register block of the kernels covers: a caller that
+// splits N between threads gives each a multiple of it.
+constexpr int64_t kDotBlockColumns = 6;
+
 struct GemmDotKernels {
   // C[i][j] = alpha · Σ_k A[i][k] B[j][k] + beta · C[i][j] for i < M, j < N,
   // in float32 (beta = 0 never reads C). Rows lda, ldb, ldc apart.

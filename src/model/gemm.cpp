@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "qkv/error.h"
 
@@ -30,25 +31,28 @@ int64_t panel_size(int64_t dim) {
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
 }
 
-// The dot-product kernels' share of C for one thread at a time: 48 columns
-// (a multiple of the kernels' 6 rows of B), so 384 columns make 8 shares
-// for two threads.
-constexpr int64_t kDotColumns = 48;
-
 // C = alpha · A · Bᵀ + beta · C on the dot-product kernels, C's columns
-// shared out in fixed blocks: each element is one call's whole K sum.
+// cut into one contiguous range per thread (whole register blocks), so
+// each thread's B streams in one piece and its fetches run ahead across
+// it. Each element is one call's whole K sum, whatever the cut.
 void dot_columns(const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc) {
-  const int64_t shares = (N + kDotColumns - 1) / kDotColumns;
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < shares; ++s) {
-    const int64_t j = s * kDotColumns, n = std::min(kDotColumns, N - j);
-    dot.f32(M, n, K, alpha, A, lda, B + j * ldb, ldb, beta, C + j, ldc);
+#pragma omp parallel
+  {
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    if (lo < hi) dot.f32(M, hi - lo, K, alpha, A, lda, B + lo * ldb, ldb, beta, C + lo, ldc);
   }
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads) {
+  const int64_t blocks = (N + kDotBlockColumns - 1) / kDotBlockColumns;
+  const int64_t lo = blocks * t / threads * kDotBlockColumns;
+  const int64_t hi = blocks * (t + 1) / threads * kDotBlockColumns;
+  return {std::min(lo, N), std::min(hi, N)};
+}
 
 void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      int64_t lda, int64_t ldb, int64_t ldc) {

@@ -227,15 +227,14 @@ const uint16_t* bf16_rows(const PairGemmKernels& k, const T* X, int64_t ld, int6
 
 // Few rows against op(B) = Bᵀ (B [N, K]: a Linear's weight, one output a
 // row) on the dot-product kernel: A's and B's rows as bf16 (rounded once
-// here unless given in bfloat16), C's columns shared out in fixed blocks of
-// 48, each element one thread's K sum (sgemm's dot_columns, in bf16).
+// here unless given in bfloat16), C's columns cut as sgemm's dot_columns
+// cuts them, each element one thread's K sum.
 template <class TA, class TB>
 void on_dot(const PairGemmKernels& k, const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K,
             float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
             int64_t ldc, const float* bias) {
-  constexpr int64_t kColumns = 48;
   Packs& pk = packs();
-  const int64_t np = pairs(K), shares = (N + kColumns - 1) / kColumns;
+  const int64_t np = pairs(K);
   if constexpr (!std::is_same_v<TA, bfloat16>) grown(pk.a, M * np);
   if constexpr (!std::is_same_v<TB, bfloat16>) grown(pk.b, N * np);
 #pragma omp parallel
@@ -244,12 +243,10 @@ void on_dot(const PairGemmKernels& k, const GemmDotKernels& dot, int64_t M, int6
     const uint16_t* a = bf16_rows(k, A, lda, M, K, pk.a, a_ld);
     const uint16_t* b = bf16_rows(k, B, ldb, N, K, pk.b, b_ld);
 #pragma omp barrier
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < shares; ++s) {
-      const int64_t j = s * kColumns, n = std::min(kColumns, N - j);
-      dot.bf16(M, n, K, alpha, a, a_ld, b + j * b_ld, b_ld, beta, bias ? bias + j : nullptr,
-               C + j, ldc);
-    }
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    if (lo < hi)
+      dot.bf16(M, hi - lo, K, alpha, a, a_ld, b + lo * b_ld, b_ld, beta, bias ? bias + lo : nullptr,
+               C + lo, ldc);
   }
 }
 

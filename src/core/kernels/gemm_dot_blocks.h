@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/gemm_dot_kernels.h"
+
 namespace qkv::kernels::dot {
 
-constexpr int kR = 4, kJ = 6;
+constexpr int kR = 4, kJ = static_cast<int>(kDotBlockColumns);
 
 // The sums of the lanes of v[0..3] into s[0..3], by one tree for each:
 // 256-bit halves added, then 128-bit quarters, then within the quarter
