@@ -1,10 +1,8 @@
 // gemm.cpp: sgemm on oneDNN, in fixed panels so results do not depend on the
-// thread count; sgemm_ref in plain loops.
+// thread count, or on few rows on the dot-product kernels; sgemm_ref in
+// plain loops.
 #include "model/gemm.h"
 #include "model/gemm_common.h"
-
-#include "core/isa_kernels.h"
-#include "qkv/runtime.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -13,7 +11,9 @@
 #include <string>
 #include <utility>
 
+#include "core/isa_kernels.h"
 #include "qkv/error.h"
+#include "qkv/runtime.h"
 
 namespace qkv::kernels {
 namespace {

@@ -58,7 +58,7 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 //   other CPUs: the rounded operands widened back to float32 and sgemm (the
 //     same products, exact in float32, summed in another order).
 // Results are bitwise identical for any thread count: each C element is one
-// thread's K sum in order.
+// thread's K sum, in an order set by the path and the shape alone.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
