@@ -189,7 +189,8 @@ TEST_P(GemmBf16, SameBitsForAnyThreadCount) {
 // values it was rounded from (which gemm_bf16 rounds the same way): every
 // transpose, K and leading dimensions even and odd (op(A) = A in place only
 // for both even), beta 0 (C starts NaN: never read) and 1, with and without
-// bias. On every ISA path.
+// bias. On every ISA path. M = 13, 7 and 20 with op(B) = Bᵀ take the
+// dot-product path on AVX512-BF16, 768 the packed tiles.
 TEST_P(GemmBf16, Bf16OperandsGiveTheBitsOfTheirFloat32Values) {
   std::mt19937 rng(36);
   auto rounded = [](const VecF& x) {
@@ -223,6 +224,14 @@ TEST_P(GemmBf16, Bf16OperandsGiveTheBitsOfTheirFloat32Values) {
             gemm_bf16_bias(ta, tb, M, N, K, 1.0f, A16.data(), lda, B.data(), ldb, beta, bias.data(),
                            got_bias.data(), N);
             ASSERT_EQ(std::memcmp(got_bias.data(), want_bias.data(), want.size() * sizeof(float)), 0);
+            // A weight kept in bf16 (B16), its input in either type.
+            VecF got_bias_b = start, got_bias_ab = start;
+            gemm_bf16_bias(ta, tb, M, N, K, 1.0f, A.data(), lda, B16.data(), ldb, beta, bias.data(),
+                           got_bias_b.data(), N);
+            gemm_bf16_bias(ta, tb, M, N, K, 1.0f, A16.data(), lda, B16.data(), ldb, beta,
+                           bias.data(), got_bias_ab.data(), N);
+            ASSERT_EQ(std::memcmp(got_bias_b.data(), want_bias.data(), want.size() * sizeof(float)), 0);
+            ASSERT_EQ(std::memcmp(got_bias_ab.data(), want_bias.data(), want.size() * sizeof(float)), 0);
           }
         }
 }

@@ -293,6 +293,30 @@ TEST(GptComputeDtype, RefusesWhatItCannotRun) {
   EXPECT_EQ(m.compute_dtype(), DType::bf16);
 }
 
+// Under bf16 compute the forward reads the Linear weights rounded once
+// (Work::weights16): weights written through weights() after a forward are
+// rounded again before the next, which gives the logits of a model that had
+// them from the start.
+TEST(GptComputeDtype, Bf16ForwardSeesWeightsWrittenAfterIt) {
+  const GPTConfig cfg = tiny(false, 4, true);
+  const Batch b = random_batch(cfg.vocab, 9);
+  const int64_t n = b.B * b.T * cfg.vocab;
+  auto logits = [&](GPT& m) {
+    m.forward(b.tokens.data(), nullptr, b.B, b.T);
+    return std::vector<float>(m.logits(), m.logits() + n);
+  };
+  GPT m(cfg), fresh(cfg);
+  m.set_compute_dtype(DType::bf16);
+  fresh.set_compute_dtype(DType::bf16);
+  randomize(m, 1);
+  const std::vector<float> before = logits(m);
+  randomize(m, 2);
+  randomize(fresh, 2);
+  const std::vector<float> after = logits(m), want = logits(fresh);
+  EXPECT_EQ(std::memcmp(after.data(), want.data(), n * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(after.data(), before.data(), n * sizeof(float)), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(4, 2, 1),
                                             ::testing::Bool()),

@@ -148,7 +148,12 @@ class BasicGPT {
 
   const GPTConfig& config() const { return cfg_; }                    ///< its shape
   const std::vector<ParamInfo>& params() const { return params_; }    ///< every parameter, in buffer order
-  std::vector<T>& weights() { return w_; }                            ///< the flat parameter buffer
+  /// The flat parameter buffer (taken for writing: bf16 compute rounds the
+  /// Linear layers' weights again before its next forward).
+  std::vector<T>& weights() {
+    weights_written_ = true;
+    return w_;
+  }
   const std::vector<T>& weights() const { return w_; }                ///< the flat parameter buffer
   std::vector<T>& grads() { return g_; }                              ///< gradients, as weights()
   int64_t num_params() const { return static_cast<int64_t>(w_.size()); }  ///< weights().size()
@@ -255,6 +260,8 @@ class BasicGPT {
   std::vector<T> w_, g_;
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
+  /// The weights may have changed since bf16 compute last rounded them.
+  bool weights_written_ = true;
   std::unique_ptr<Work> work_;  ///< heavy and address-stable
 };
 

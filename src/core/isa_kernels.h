@@ -9,6 +9,7 @@
 
 #include "core/fma_probe.h"
 #include "core/gemm_bf16_kernels.h"
+#include "core/gemm_dot_kernels.h"
 #include "qkv/runtime.h"
 
 namespace qkv::kernels {
@@ -35,6 +36,10 @@ struct IsaKernels {
   const bf16gemm::PairGemmKernels* gemm_pairs;
   // gemm_bf16's blocks on AMX tiles: amx only.
   const bf16gemm::AmxGemmKernels* gemm_amx;
+  // The dot-product GEMM for few rows (sgemm's, and the bf16 weights'
+  // products): float32 from avx512 up, bf16 from avx512bf16 up; null below
+  // (sgemm runs oneDNN).
+  const GemmDotKernels* gemm_dot;
   // measure_fma_gflops's block of float32 FMA chains (qkv/peak.h): every path.
   const FmaProbe* fma;
 };

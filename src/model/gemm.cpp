@@ -1,5 +1,6 @@
 // gemm.cpp: sgemm on oneDNN, in fixed panels so results do not depend on the
-// thread count; sgemm_ref in plain loops.
+// thread count, or on few rows on the dot-product kernels; sgemm_ref in
+// plain loops.
 #include "model/gemm.h"
 #include "model/gemm_common.h"
 
@@ -8,8 +9,11 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
+#include "core/isa_kernels.h"
 #include "qkv/error.h"
+#include "qkv/runtime.h"
 
 namespace qkv::kernels {
 namespace {
@@ -27,7 +31,28 @@ int64_t panel_size(int64_t dim) {
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
 }
 
+// C = alpha · A · Bᵀ + beta · C on the dot-product kernels, C's columns
+// cut into one contiguous range per thread (whole register blocks), so
+// each thread's B streams in one piece and its fetches run ahead across
+// it. Each element is one call's whole K sum, whatever the cut.
+void dot_columns(const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+#pragma omp parallel
+  {
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    if (lo < hi) dot.f32(M, hi - lo, K, alpha, A, lda, B + lo * ldb, ldb, beta, C + lo, ldc);
+  }
+}
+
 }  // namespace
+
+std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads) {
+  const int64_t blocks = (N + kDotBlockColumns - 1) / kDotBlockColumns;
+  const int64_t lo = blocks * t / threads * kDotBlockColumns;
+  const int64_t hi = blocks * (t + 1) / threads * kDotBlockColumns;
+  return {std::min(lo, N), std::min(hi, N)};
+}
 
 void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      int64_t lda, int64_t ldb, int64_t ldc) {
@@ -62,6 +87,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
   if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
+  if (!trans_a && trans_b && M <= kDotRowsMax)
+    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot)
+      return dot_columns(*dot, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const bool split_m = M >= N;
   const int64_t dim = split_m ? M : N;
   const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;

@@ -25,6 +25,10 @@ namespace qkv::kernels {
 // into fixed panels that depend on the shape only, and each panel is one
 // single-threaded oneDNN call, so no K sum is ever split between threads
 // (oneDNN's own threading splits K for wide machines, which changes bits).
+// With op(A) = A, op(B) = Bᵀ and at most kDotRowsMax rows (core/
+// gemm_dot_kernels.h: a Linear's forward on a short text, a decoded token),
+// from avx512 up the dot-product kernels run instead, their columns split
+// between the threads, each element one thread's whole K sum.
 // Throws qkv::Error on negative sizes or leading dimensions too small.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
@@ -44,12 +48,17 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 //   AVX512-BF16: our vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp); bf16
 //     denormals count as 0 (the instruction's DAZ) and float32 sums that
 //     fall below 2^-126 are flushed to 0.
+//   AVX512-BF16 with op(A) = A, op(B) = Bᵀ and M <= kDotRowsMax (a Linear's
+//     forward on a short text): dot products of A's and B's rounded rows
+//     (core/gemm_dot_kernels.h), each element's K sum in 32 lanes then a
+//     fixed tree; a bfloat16 B (a weight kept rounded) is read where it
+//     lies, half the bytes of float32 and no packing.
 //   AMX: our tile blocks (gemm_bf16_amx.cpp), the same packed pairs (for
 //     op(A) = Aᵀ gathered across A's rows), summed in the tiles' order.
 //   other CPUs: the rounded operands widened back to float32 and sgemm (the
 //     same products, exact in float32, summed in another order).
 // Results are bitwise identical for any thread count: each C element is one
-// thread's K sum in order.
+// thread's K sum, in an order set by the path and the shape alone.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
@@ -76,6 +85,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc);
 void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc);
+// A Linear's weight kept rounded beside its float32 master copy (B, in
+// bfloat16), its input in either type.
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc);
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
                     const float* bias, float* C, int64_t ldc);
 
 // The same contract in plain loops: sgemm_ref on the operands rounded to bf16.

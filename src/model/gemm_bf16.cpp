@@ -205,6 +205,51 @@ void on_amx(const PairGemmKernels& k, const AmxGemmKernels& amx, bool trans_a, b
   }
 }
 
+// An operand's rows [R, K] as bf16 bit patterns, ld apart: a bfloat16 one
+// where it lies; a float32 one rounded into `words` (pairs(K) words a row,
+// the last high half 0 for an odd K). Call inside a parallel region; the
+// caller's barrier ends the rounding.
+template <class T>
+const uint16_t* bf16_rows(const PairGemmKernels& k, const T* X, int64_t ld, int64_t R, int64_t K,
+                          std::vector<uint32_t>& words, int64_t& rows_ld) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    rows_ld = ld;
+    return reinterpret_cast<const uint16_t*>(X);
+  } else {
+    const int64_t np = pairs(K);
+    uint32_t* dst = words.data();
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < R; ++r) k.from_f32.rows_to_pairs(X + r * ld, ld, 1, K, dst + r * np, np);
+    rows_ld = 2 * np;
+    return reinterpret_cast<const uint16_t*>(dst);
+  }
+}
+
+// Few rows against op(B) = Bᵀ (B [N, K]: a Linear's weight, one output a
+// row) on the dot-product kernel: A's and B's rows as bf16 (rounded once
+// here unless given in bfloat16), C's columns cut as sgemm's dot_columns
+// cuts them, each element one thread's K sum.
+template <class TA, class TB>
+void on_dot(const PairGemmKernels& k, const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K,
+            float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
+            int64_t ldc, const float* bias) {
+  Packs& pk = packs();
+  const int64_t np = pairs(K);
+  if constexpr (!std::is_same_v<TA, bfloat16>) grown(pk.a, M * np);
+  if constexpr (!std::is_same_v<TB, bfloat16>) grown(pk.b, N * np);
+#pragma omp parallel
+  {
+    int64_t a_ld = 0, b_ld = 0;
+    const uint16_t* a = bf16_rows(k, A, lda, M, K, pk.a, a_ld);
+    const uint16_t* b = bf16_rows(k, B, ldb, N, K, pk.b, b_ld);
+#pragma omp barrier
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    if (lo < hi)
+      dot.bf16(M, hi - lo, K, alpha, a, a_ld, b + lo * b_ld, b_ld, beta, bias ? bias + lo : nullptr,
+               C + lo, ldc);
+  }
+}
+
 // gemm_bf16 and gemm_bf16_bias (bias null: none), for either operand in
 // float32 or bfloat16.
 template <class TA, class TB>
@@ -217,7 +262,9 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     return;
   }
   const IsaKernels& k = isa_kernels(active_isa());
-  if (k.gemm_amx)
+  if (!trans_a && trans_b && M <= kDotRowsMax && k.gemm_dot && k.gemm_dot->bf16)
+    on_dot(*k.gemm_pairs, *k.gemm_dot, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  else if (k.gemm_amx)
     on_amx(*k.gemm_pairs, *k.gemm_amx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
            ldc, bias);
   else if (k.gemm_pairs)
@@ -255,6 +302,18 @@ void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 
 void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+                    const float* bias, float* C, int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
                     const float* bias, float* C, int64_t ldc) {
   run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 namespace qkv::kernels {
 
@@ -15,5 +16,10 @@ void check_gemm_args(const char* fn, bool trans_a, bool trans_b, int64_t M, int6
 // any NaN). Returns false, touching nothing, for every other GEMM.
 bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C,
                            int64_t ldc);
+
+// Thread t's columns [lo, hi) of N among `threads` for the dot-product
+// kernels: contiguous, whole blocks of kDotBlockColumns, empty for a
+// thread with none.
+std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads);
 
 }  // namespace qkv::kernels

@@ -10,15 +10,13 @@
 #include <string>
 #include <type_traits>
 
+#include "model/gemm.h"
 #include "model/gpt_work.h"
 #include "model/layers/nn_common.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
 
 namespace qkv {
-namespace {
-constexpr nn::WeightLayout kOutIn = nn::WeightLayout::out_in;  // every GPT weight is [OC, C]
-}  // namespace
 
 void GPTConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
@@ -238,6 +236,7 @@ void BasicGPT<T>::build_params() {
 template <class T>
 void BasicGPT<T>::init(uint64_t seed) {
   NumpyGenerator rng(seed);
+  weights_written_ = true;
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
     T* x = w_.data() + p.offset;
@@ -295,12 +294,47 @@ void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
   nn::gelu_forward(out.x.data(), inp, N, form);
 }
 
-template <class In, class T>
-void linear_from(T* out, const In& in, const T* w, const T* b, int64_t BT, int64_t C, int64_t OC,
-                 nn::Matmul matmul) {
+// out [BT, OC] = inp [BT, C] · wᵀ + b, w [OC, C]; under bf16 compute with
+// w16, w rounded to bf16 (Work::weights16), which the GEMM reads instead.
+template <class T, class TI>
+void linear_to(T* out, const TI* inp, const T* w, const bfloat16* w16, const T* b, int64_t BT,
+               int64_t C, int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>)
-    if (!in.x16.empty()) return nn::linear_forward(out, in.x16.data(), w, b, BT, C, OC);
-  nn::linear_forward(out, in.x.data(), w, b, BT, C, OC, nn::WeightLayout::out_in, matmul);
+    if (w16)
+      return kernels::gemm_bf16_bias(false, true, BT, OC, C, 1.0f, inp, C, w16, C, 0.0f, b, out,
+                                     OC);
+  if constexpr (std::is_same_v<TI, bfloat16>) nn::linear_forward(out, inp, w, b, BT, C, OC);
+  else nn::linear_forward(out, inp, w, b, BT, C, OC, nn::WeightLayout::out_in, matmul);
+}
+
+template <class In, class T>
+void linear_from(T* out, const In& in, const T* w, const bfloat16* w16, const T* b, int64_t BT,
+                 int64_t C, int64_t OC, nn::Matmul matmul) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!in.x16.empty()) return linear_to(out, in.x16.data(), w, w16, b, BT, C, OC, matmul);
+  linear_to(out, in.x.data(), w, w16, b, BT, C, OC, matmul);
+}
+
+// Work::weights16 from the float32 weights w: each block's four Linear
+// weights rounded to nearest even, in chunks split between the threads.
+template <class Work>
+void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
+  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = cfg.swiglu ? 2 * F : F;
+  const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
+  std::vector<std::pair<int64_t, int64_t>> parts;  // (offset in w, elements), in weights16's order
+  for (const auto& L : W.layer)
+    parts.insert(parts.end(), {{L.attn_w, qkv_out * C}, {L.attn_proj_w, C * C}, {L.fc_w, fc_out * C},
+                               {L.fc_proj_w, C * F}});
+  int64_t total = 0;
+  for (const auto& p : parts) total += p.second;
+  W.weights16.resize(static_cast<size_t>(total));
+  bfloat16* dst = W.weights16.data();
+  for (const auto& [off, n] : parts) {
+    nn::detail::for_chunks(n, [&](int64_t i, int64_t m) {
+      for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_from_float(w[off + x]);
+    });
+    dst += n;
+  }
 }
 
 // The backward of linear_from: input gradient and parameter gradients
@@ -486,6 +520,19 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const int64_t BT = rows, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   const double eps = cfg_.norm_eps;
+  // Block l's Linear weights in bf16 start at l * per_layer (bf16 compute).
+  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
+  const int64_t per_layer = qkv_out * C + C * C + fc_out * C + F * C;
+  const bfloat16* w16 = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (compute == DType::bf16) {
+      if (weights_written_ || W.weights16.empty()) round_linear_weights(W, cfg_, w_.data());
+      weights_written_ = false;
+      w16 = W.weights16.data();
+    }
+  }
+  // The bf16 weight at `at` within block l's (null without bf16 compute).
+  auto w16_at = [&](int64_t l, int64_t at) { return w16 ? w16 + l * per_layer + at : nullptr; };
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
       throw Error("model: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
@@ -521,17 +568,18 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     auto& la = a.layers[l];
     if (cfg_.post_norm) {
       // x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)).
-      nn::linear_forward(la.qkv.data(), x, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, kOutIn, mm);
+      linear_to(la.qkv.data(), x, w(L.attn_w), w16_at(l, 0), w(L.attn_b), BT, C, qkv_out, mm);
     } else {
       norm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C, eps,
               cfg_.rms_norm);
-      linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
+      linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w16_at(l, 0), w(L.attn_b), BT, C, qkv_out,
+                  mm);
     }
     if (packed) packed_attention_forward(l);
     else attention_forward(l, pos0, cache);
     // res2 = x + attn proj: project into res2, then add the stream.
-    nn::linear_forward(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
-                       kOutIn, mm);
+    linear_to(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w16_at(l, qkv_out * C),
+              w(L.attn_proj_b), BT, C, C, mm);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     // The MLP's input, which post-norm also adds back.
     const typename Work::LinearIn* mlp_in = &la.ln2;
@@ -545,14 +593,13 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w), w(L.ln2_b),
               BT, C, eps, cfg_.rms_norm);
     }
-    if (cfg_.swiglu) {
-      linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, 2 * F, mm);
-      nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
-    } else {
-      linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w(L.fc_b), BT, C, F, mm);
-      gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
-    }
-    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w(L.fc_proj_b), BT, F, C, mm);
+    // Block l's bf16 weights: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj.
+    const int64_t fc_at = qkv_out * C + C * C, fc_proj_at = fc_at + fc_out * C;
+    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w16_at(l, fc_at), w(L.fc_b), BT, C, fc_out, mm);
+    if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
+    else gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
+    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w16_at(l, fc_proj_at), w(L.fc_proj_b), BT,
+                F, C, mm);
     nn::residual_forward(la.res3.data(), la.res3.data(), mlp_res, BT * C);
     if (cfg_.post_norm)  // in place, as ln_e
       nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res3.data(),
@@ -571,8 +618,8 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
-  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), static_cast<const T*>(nullptr),
-              rows_out, C, V, mm);
+  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), nullptr,
+              static_cast<const T*>(nullptr), rows_out, C, V, mm);
 }
 
 template <class T>

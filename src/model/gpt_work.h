@@ -71,6 +71,12 @@ struct BasicGPT<T>::Work {
   std::vector<std::pair<int64_t, int64_t>> accumulated_grads;
   nn::RopeTable rope;  // cos/sin for positions 0 .. context - 1 (cfg.rope only)
 
+  // Under bf16 compute, each block's Linear weights rounded to bf16 once
+  // (c_attn, c_proj, c_fc, mlp c_proj, block after block, each [out, in]
+  // as in the flat buffer): a forward then reads half the bytes and rounds
+  // nothing (gemm_bf16 gives the same bits either way). Rounded again when
+  // the weights may have been written (BasicGPT::weights_written_).
+  std::vector<bfloat16> weights16;
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
   const T* hidden = nullptr;  // [BT, C]: the last run's final hidden states

@@ -13,6 +13,6 @@ constinit const FlashAmxKernels flash_amx{amx_tiles_on, amx_tiles_off, qk_bf16_a
 
 constinit const IsaKernels isa_amx{Isa::amx, &flash_avx512, &flash_avx512bf16, &flash_amx,
                                    &bf16gemm::pair_gemm_avx512bf16, &bf16gemm::amx_gemm,
-                                   &fma_avx512};
+                                   &gemm_dot_avx512bf16, &fma_avx512};
 
 }  // namespace qkv::kernels

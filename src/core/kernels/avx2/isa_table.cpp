@@ -7,6 +7,6 @@
 namespace qkv::kernels {
 
 constinit const IsaKernels isa_avx2{Isa::avx2, &flash_avx2, nullptr, nullptr, nullptr, nullptr,
-                                    &fma_avx2};
+                                    nullptr, &fma_avx2};
 
 }  // namespace qkv::kernels

@@ -7,6 +7,6 @@
 namespace qkv::kernels {
 
 constinit const IsaKernels isa_avx512{Isa::avx512, &flash_avx512, nullptr, nullptr, nullptr,
-                                      nullptr, &fma_avx512};
+                                      nullptr, &gemm_dot_avx512, &fma_avx512};
 
 }  // namespace qkv::kernels

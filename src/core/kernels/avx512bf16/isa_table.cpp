@@ -14,6 +14,6 @@ constinit const FlashBf16Kernels flash_avx512bf16{
 
 constinit const IsaKernels isa_avx512bf16{Isa::avx512bf16, &flash_avx512, &flash_avx512bf16,
                                           nullptr, &bf16gemm::pair_gemm_avx512bf16, nullptr,
-                                          &fma_avx512};
+                                          &gemm_dot_avx512bf16, &fma_avx512};
 
 }  // namespace qkv::kernels

@@ -7,6 +7,6 @@
 namespace qkv::kernels {
 
 constinit const IsaKernels isa_scalar{Isa::scalar, &flash_scalar, nullptr, nullptr, nullptr,
-                                      nullptr, &fma_scalar};
+                                      nullptr, nullptr, &fma_scalar};
 
 }  // namespace qkv::kernels

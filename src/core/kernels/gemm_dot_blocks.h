@@ -1,0 +1,133 @@
+// gemm_dot_blocks.h: the register blocks of the dot-product GEMM (contract
+// in core/gemm_dot_kernels.h), one copy for its float32 and bf16 kernels
+// (avx512/gemm_dot_avx512.cpp, avx512bf16/gemm_dot_bf16.cpp), which differ
+// only in the element type and the multiply-add. Inline AVX-512 code:
+// include it only from files compiled with the AVX-512 flags.
+//
+// C is covered by blocks of up to kR rows of A x kJ rows of B: kR · kJ = 24
+// accumulators, and per vector step of k kR + kJ = 10 loads for 24
+// multiply-adds. B's kJ rows (9 KiB of float32 at K = 384) stay in L1 while
+// every row block of A passes over them, so B is read from memory once.
+#pragma once
+
+#include <immintrin.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "core/gemm_dot_kernels.h"
+
+namespace qkv::kernels::dot {
+
+constexpr int kR = 4, kJ = static_cast<int>(kDotBlockColumns);
+
+// The sums of the lanes of v[0..3] into s[0..3], by one tree for each:
+// 256-bit halves added, then 128-bit quarters, then within the quarter
+// (pairs two apart, then neighbours). 13 instructions for the four, where
+// _mm512_reduce_add_ps takes 8 for one.
+inline void reduce4(const __m512 v[4], float s[4]) {
+  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44),
+                                   _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44),
+                                   _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+  // Quarter q of u holds v[q]'s four partial sums.
+  __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88),
+                           _mm512_shuffle_f32x4(t01, t23, 0xDD));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+  u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, u);
+  for (int q = 0; q < 4; ++q) s[q] = lanes[4 * q];
+}
+
+// Ops: the element type E, the k one vector holds (kWidth), a vector of
+// them (full, or the first n with 0 after), and acc += the products.
+// `next` (or null): rows of B a later block reads, those of bit j set in
+// `rows` fetched into L2 meanwhile.
+template <class Ops, int R, int J>
+void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
+           const typename Ops::E* B, int64_t ldb, const typename Ops::E* next, unsigned rows,
+           float beta, const float* bias, float* C, int64_t ldc) {
+  __m512 acc[R][J];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < J; ++j) acc[i][j] = _mm512_setzero_ps();
+  auto step = [&](int64_t k, int64_t n) {  // n < kWidth: the last, partial vector
+    typename Ops::V b[J];
+    for (int j = 0; j < J; ++j) b[j] = Ops::load(B + j * ldb + k, n);
+    if (next)
+      for (int j = 0; j < kJ; ++j)
+        if (rows >> j & 1u) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldb + k), _MM_HINT_T1);
+    for (int i = 0; i < R; ++i) {
+      const typename Ops::V a = Ops::load(A + i * lda + k, n);
+      for (int j = 0; j < J; ++j) acc[i][j] = Ops::mac(acc[i][j], a, b[j]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + Ops::kWidth <= K; k += Ops::kWidth) step(k, Ops::kWidth);
+  if (k < K) step(k, K - k);
+  // The R · J sums four at a time (zeros past the last).
+  constexpr int kGroups = (R * J + 3) / 4;
+  float sums[4 * kGroups];
+#pragma GCC unroll 8
+  for (int g = 0; g < kGroups; ++g) {
+    __m512 four[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const int x = 4 * g + q;
+      four[q] = x < R * J ? acc[x / J][x % J] : _mm512_setzero_ps();
+    }
+    reduce4(four, sums + 4 * g);
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < J; ++j) {
+      float& c = C[i * ldc + j];
+      float y = alpha * sums[i * J + j];
+      if (beta != 0.0f) y = std::fma(beta, c, y);
+      c = bias ? y + bias[j] : y;
+    }
+}
+
+template <class Ops>
+using Block = void (*)(int64_t, float, const typename Ops::E*, int64_t, const typename Ops::E*,
+                       int64_t, const typename Ops::E*, unsigned, float, const float*, float*,
+                       int64_t);
+
+// Every shape up to kR x kJ (C's edges): table[(R - 1) * kJ + J - 1].
+template <class Ops, int... Is>
+constexpr std::array<Block<Ops>, kR * kJ> block_table(std::integer_sequence<int, Is...>) {
+  return {block<Ops, Is / kJ + 1, Is % kJ + 1>...};
+}
+
+// All of C [M, N], block by block: kJ rows of B at a time, each met by
+// every row block of A, which between them fetch the rows of B two blocks
+// on (row r by pass r mod passes: the fetches spread over the block's
+// time). Measured over the MiniLM's 24 float32 GEMMs at 16 rows (perf stat
+// task-clock, 3 runs each on a machine shared with a build): the next
+// block's rows all fetched into L1 by the first pass, with the sums reduced
+// through a copy in memory, took 1580-1700 ms of CPU; two blocks on into L2
+// and the sums reduced in registers 1340-1510; spread over the passes
+// 1220-1370.
+template <class Ops>
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
+          const typename Ops::E* B, int64_t ldb, float beta, const float* bias, float* C,
+          int64_t ldc) {
+  static constexpr auto blocks = block_table<Ops>(std::make_integer_sequence<int, kR * kJ>{});
+  const int64_t passes = (M + kR - 1) / kR;
+  for (int64_t j = 0; j < N; j += kJ) {
+    const int nj = static_cast<int>(N - j < kJ ? N - j : kJ);
+    for (int64_t i = 0; i < M; i += kR) {
+      const int ni = static_cast<int>(M - i < kR ? M - i : kR);
+      const bool prefetch = j + 3 * kJ <= N;
+      unsigned rows = 0;  // this pass's share of the rows to fetch
+      for (int r = 0; r < kJ; ++r)
+        if (r % passes == (i / kR) % passes) rows |= 1u << r;
+      blocks[(ni - 1) * kJ + nj - 1](K, alpha, A + i * lda, lda, B + j * ldb, ldb,
+                                     prefetch ? B + (j + 2 * kJ) * ldb : nullptr, rows, beta,
+                                     bias ? bias + j : nullptr, C + i * ldc + j, ldc);
+    }
+  }
+}
+
+}  // namespace qkv::kernels::dot

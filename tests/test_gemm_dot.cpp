@@ -1,0 +1,163 @@
+// The dot-product GEMM for few rows (core/gemm_dot_kernels.h): sgemm with
+// op(A) = A, op(B) = Bᵀ and M <= kDotRowsMax, which takes it from avx512
+// up, against sgemm_ref on every ISA path (the paths below avx512 run
+// oneDNN on the same cases), and the bf16 kernel against gemm_bf16_ref on
+// the paths that have it (gemm_bf16 itself on few rows: test_gemm_bf16.cpp's
+// cases with M <= 13, and the thread counts here). Sizes around the kernels' blocks (4 rows of A, 6
+// rows of B, 16 float32 or 32 bf16 k a vector, 48 columns a thread's
+// share); the rule is gemm_check.h's.
+#include <omp.h>
+
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/isa_kernels.h"
+#include "gemm_check.h"
+#include "isa_fixture.h"
+#include "model/gemm.h"
+#include "qkv/tensor.h"
+
+using namespace qkv;
+using kernels::kDotRowsMax;
+using kernels::sgemm;
+using kernels::sgemm_ref;
+
+namespace {
+
+using VecF = std::vector<float>;
+
+VecF random_vec(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  VecF v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+const kernels::GemmDotKernels* dot_kernels() { return isa_kernels(active_isa()).gemm_dot; }
+
+// The bf16 kernel as a GemmFn for check_gemm: A [M, K] and B [N, K] rounded
+// to bf16 bit patterns (to nearest even) and handed to it.
+void dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  EXPECT_FALSE(ta);
+  EXPECT_TRUE(tb);
+  auto bits = [](const float* x, int64_t n) {
+    std::vector<uint16_t> b(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) b[i] = bf16_from_float(x[i]).bits;
+    return b;
+  };
+  const std::vector<uint16_t> a = bits(A, M * lda), b = bits(B, N * ldb);
+  dot_kernels()->bf16(M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, nullptr, C, ldc);
+}
+
+class GemmDot : public test::OnIsa {};
+
+TEST_P(GemmDot, SgemmOnFewRowsMatchesReference) {
+  std::mt19937 rng(51);
+  const float alphas[] = {1.0f, 0.5f, -1.5f}, betas[] = {0.0f, 1.0f, 0.25f};
+  int variant = 0;
+  for (int64_t M : std::initializer_list<int64_t>{1, 3, 4, 5, 16, kDotRowsMax})
+    for (int64_t N : {1, 5, 6, 7, 47, 49, 100})
+      for (int64_t K : {1, 15, 16, 17, 33, 100}) {
+        const float alpha = alphas[variant % 3], beta = betas[(variant / 3) % 3];
+        const int64_t pad = (variant / 9) % 2 ? 3 : 0;
+        ++variant;
+        test::check_gemm(sgemm, sgemm_ref, false, true, M, N, K, alpha, beta, pad, rng);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Each element's bits depend on K and its operands alone: the same for any
+// thread count, and for a row computed alone (M = 1, another block shape
+// and share of the columns) as among 16 or 32.
+TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
+  std::mt19937 rng(52);
+  const int64_t N = 150, K = 391;
+  const VecF A = random_vec(rng, kDotRowsMax * K), B = random_vec(rng, N * K);
+  const int saved = omp_get_max_threads();
+  for (int64_t M : std::initializer_list<int64_t>{16, kDotRowsMax}) {
+    VecF first;
+    for (int threads : {1, 2, 3, 8}) {
+      omp_set_num_threads(threads);
+      VecF C(M * N);
+      sgemm(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+      if (first.empty()) first = C;
+      else EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0)
+               << "M " << M << ", " << threads << " threads";
+    }
+    if (!dot_kernels()) continue;  // oneDNN's blocking is its own
+    omp_set_num_threads(2);
+    for (int64_t i = 0; i < M; ++i) {
+      VecF row(N);
+      sgemm(false, true, 1, N, K, 1.0f, A.data() + i * K, K, B.data(), K, 0.0f, row.data(), N);
+      ASSERT_EQ(std::memcmp(row.data(), first.data() + i * N, N * sizeof(float)), 0) << "row " << i;
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// gemm_bf16 on few rows (the dot-product path from avx512bf16 up): the
+// same bits for any thread count, with the weight in float32 or bf16.
+TEST_P(GemmDot, GemmBf16OnFewRowsSameBitsForAnyThreadCount) {
+  std::mt19937 rng(55);
+  const int64_t M = 16, N = 150, K = 391;
+  const VecF A = random_vec(rng, M * K), B = random_vec(rng, N * K), bias = random_vec(rng, N);
+  std::vector<bfloat16> B16(B.size());
+  for (size_t i = 0; i < B.size(); ++i) B16[i] = bf16_from_float(B[i]);
+  const int saved = omp_get_max_threads();
+  VecF first;
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    VecF C(M * N), C16(M * N);
+    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f,
+                            bias.data(), C.data(), N);
+    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B16.data(), K, 0.0f,
+                            bias.data(), C16.data(), N);
+    EXPECT_EQ(std::memcmp(C.data(), C16.data(), C.size() * sizeof(float)), 0) << threads;
+    if (first.empty()) first = C;
+    else EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0)
+             << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_P(GemmDot, Bf16KernelMatchesReference) {
+  if (!dot_kernels() || !dot_kernels()->bf16) GTEST_SKIP() << "no bf16 dot kernel on this path";
+  std::mt19937 rng(53);
+  int variant = 0;
+  for (int64_t M : std::initializer_list<int64_t>{1, 4, 5, 16, kDotRowsMax})
+    for (int64_t N : {1, 6, 7, 49})
+      for (int64_t K : {1, 2, 31, 32, 33, 65, 384}) {
+        const float alpha = variant % 2 ? 0.5f : 1.0f, beta = variant % 3 ? 0.0f : 0.25f;
+        ++variant;
+        test::check_gemm(dot_bf16, kernels::gemm_bf16_ref, false, true, M, N, K, alpha, beta,
+                         variant % 2, rng);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// The bias lands after the rounded sum, as gemm_bf16_bias adds it: the bits
+// of the sum with the bias in C and beta = 1.
+TEST_P(GemmDot, Bf16KernelAddsTheBiasAfterTheSum) {
+  if (!dot_kernels() || !dot_kernels()->bf16) GTEST_SKIP() << "no bf16 dot kernel on this path";
+  std::mt19937 rng(54);
+  const int64_t M = 7, N = 13, K = 45;
+  const VecF A = random_vec(rng, M * K), B = random_vec(rng, N * K), bias = random_vec(rng, N);
+  std::vector<uint16_t> a(A.size()), b(B.size());
+  for (size_t i = 0; i < A.size(); ++i) a[i] = bf16_from_float(A[i]).bits;
+  for (size_t i = 0; i < B.size(); ++i) b[i] = bf16_from_float(B[i]).bits;
+  VecF got(M * N), want(M * N);
+  for (int64_t i = 0; i < M; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * N);
+  dot_kernels()->bf16(M, N, K, 0.5f, a.data(), K, b.data(), K, 0.0f, bias.data(), got.data(), N);
+  dot_kernels()->bf16(M, N, K, 0.5f, a.data(), K, b.data(), K, 1.0f, nullptr, want.data(), N);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, GemmDot, ::testing::ValuesIn(all_isas()), test::isa_test_name);
+
+}  // namespace
