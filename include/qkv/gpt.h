@@ -67,10 +67,19 @@ struct QKV_API GPTConfig {
   /// none, linear (every frequency / factor) or llama3 (Llama 3.1's: long
   /// wavelengths / factor, short ones kept, a smooth blend between).
   struct RopeScaling {
-    enum class Kind { none, linear, llama3 } kind = Kind::none;
-    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    /// How the frequencies are stretched.
+    enum class Kind {
+      none,    ///< as rope_theta gives them
+      linear,  ///< every frequency / factor
+      llama3   ///< Llama 3.1's: by wavelength against original_context
+    };
+    Kind kind = Kind::none;         ///< which scaling
+    double factor = 1.0;            ///< the stretch (linear, llama3)
+    double low_freq_factor = 1.0;   ///< llama3: wavelengths above original_context / this are stretched
+    double high_freq_factor = 4.0;  ///< llama3: wavelengths below original_context / this are kept
     int64_t original_context = 8192;  ///< llama3: the context before scaling
-  } rope_scaling;
+  };
+  RopeScaling rope_scaling;  ///< none unless a checkpoint's config says
 
   int64_t head_dim() const { return embd / heads; }  ///< hs = C / H
   /// The MLP's hidden width: ffn, or 4 * embd when ffn is 0.

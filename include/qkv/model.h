@@ -107,7 +107,7 @@ class QKV_API Model {
   /// The same, cut to max_length tokens instead of max_length() (0: not cut).
   std::vector<int32_t> tokenize(const std::string& text, int64_t max_length, bool* truncated) const;
   /// One id's text: its character, its WordPiece token ("##ing", "[CLS]"),
-  /// or its BPE token decoded (" the").
+  /// or its BPE token as tokenizer.json spells it ("Ġthe").
   std::string token_text(int32_t id) const;
   /// The text of ids (qkv's characters, or a decoder's BPE tokens); an
   /// encoder's WordPiece ids are a qkv::Error.

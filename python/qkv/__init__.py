@@ -550,17 +550,23 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     result: Dict[str, Any] = {}
     failure: List[BaseException] = []
 
+    # The worker says when it is done through an Event: a Ctrl-C that lands
+    # in Thread.join() can leave the thread marked finished while it runs
+    # (CPython before 3.13), so join() is never what is waited on.
+    done = threading.Event()
+
     def run() -> None:
         try:
             result.update(_qkv.train(text_path, out_dir, options))
         except BaseException as e:
             failure.append(e)
+        finally:
+            done.set()
 
     # The trainer reports through log.jsonl (flushed line by line); reading it
     # here keeps the callback on the caller's thread and the trainer unchanged.
     log_path = os.path.join(out_dir, "log.jsonl")
     worker = threading.Thread(target=run, daemon=True)
-    worker.start()
     seen = 0
 
     def poll() -> None:
@@ -581,14 +587,21 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     # Ctrl-C or an exception from the progress callback: the trainer writes
     # a checkpoint and stops, and the run's lock is released before it is
     # raised here, so no training goes on behind the caller's back.
+    # The request is cleared before the worker starts, so a Ctrl-C at any
+    # moment from here on (even before the trainer reads it) stops the run.
+    _qkv.request_stop(False)
     try:
-        while worker.is_alive():
-            worker.join(0.05)
+        worker.start()
+        while not done.wait(0.05):
             poll()
         poll()
     except BaseException:
         _qkv.request_stop()
-        worker.join()
+        while not done.is_set():  # a second Ctrl-C does not leave it running
+            try:
+                done.wait()
+            except KeyboardInterrupt:
+                continue
         raise
     if failure:
         raise failure[0]
@@ -611,6 +624,11 @@ def heatmap_png(weights, row_labels: Sequence[str] = (), col_labels: Sequence[st
     if w.ndim != 3:
         raise ValueError(f"weights: expected [rows, cols] or [panels, rows, cols], got shape {w.shape}")
     panels = [np.ascontiguousarray(p) for p in w]
+    if isinstance(titles, str):
+        raise TypeError("titles: expected a sequence of str (one per panel), found one str")
+    titles = list(titles)
+    if titles and len(titles) != len(panels):
+        raise ValueError(f"titles: expected {len(panels)} (one per panel), found {len(titles)}")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "heatmap.png")
         _qkv.heatmap_png(path, list(titles), panels, list(row_labels), list(col_labels),

@@ -96,11 +96,7 @@ void bind_model(nb::module_& m) {
       })
       .def("hidden_states",
            [](qkv::Model& self, const std::vector<int32_t>& tokens) {
-             qkv::Tensor t;
-             {
-               nb::gil_scoped_release unlocked;
-               t = self.hidden_states(tokens);
-             }
+             qkv::Tensor t = interruptible([&] { return self.hidden_states(tokens); });
              return wrap(std::move(t), Framework::numpy);
            })
       .def("embed",
@@ -111,11 +107,7 @@ void bind_model(nb::module_& m) {
              if (dtype == "float32") o.dtype = qkv::DType::f32;
              else if (dtype == "bfloat16") o.dtype = qkv::DType::bf16;
              else throw nb::value_error(("dtype: expected 'float32' or 'bfloat16', found '" + dtype + "'").c_str());
-             qkv::Tensor t;
-             {
-               nb::gil_scoped_release unlocked;
-               t = self.embed(texts, o);
-             }
+             qkv::Tensor t = interruptible([&] { return self.embed(texts, o); });
              return wrap(std::move(t), Framework::numpy);
            })
       .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids) {
@@ -156,7 +148,8 @@ void bind_model(nb::module_& m) {
       "train",
       [](const std::string& text_path, const std::string& out_dir, const nb::dict& kw) {
         qkv::TrainOptions o = train_options(text_path, out_dir, kw);
-        g_stop_training = 0;
+        // Not cleared here: a Ctrl-C that came before this worker got here
+        // still counts (the caller clears it before starting the worker).
         o.stop_requested = &g_stop_training;
         qkv::TrainResult r;
         {
@@ -171,8 +164,9 @@ void bind_model(nb::module_& m) {
       },
       nb::arg("text_path"), nb::arg("out_dir"), nb::arg("options"));
   m.def(
-      "request_stop", [] { g_stop_training = 1; },
-      "Asks a running train() to checkpoint and return after its current step.");
+      "request_stop", [](bool stop) { g_stop_training = stop ? 1 : 0; }, nb::arg("stop") = true,
+      "Asks a running (or starting) train() to checkpoint and return after its current step; "
+      "False clears the request before a new run.");
 
   // Panels of [rows, cols] float64 weights, written as one PNG at `path`.
   m.def(

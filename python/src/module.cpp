@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include "qkv/error.h"
+#include "signal_stacks.h"
 #include "testing.h"
 
 namespace nb = nanobind;
@@ -28,4 +29,5 @@ NB_MODULE(_qkv, m) {
   qkvpy::bind_model(m);
   qkvpy::bind_lesson(m);
   qkvpy::bind_testing(m);
+  qkvpy::protect_signal_stacks();
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/runtime/interrupt.h"
 #include "model/hf/hf_folder.h"
 #include "model/hf/sentence.h"
 #include "model/param_tensors.h"
@@ -115,7 +116,7 @@ std::string Model::token_text(int32_t id) const {
                   std::to_string(wordpiece_->vocab_size()) + ")");
     return wordpiece_->token(id);
   }
-  if (bpe_) return bpe_->decode({id});
+  if (bpe_) return bpe_->token(id);  // as the file spells it: a byte token alone is no text
   return tokenizer().decode({id});
 }
 
@@ -197,8 +198,12 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
   gpt_->set_compute_dtype(opts.dtype);
   std::vector<int32_t> packed;
   std::vector<int64_t> lengths;
+  // Between batches the caller's InterruptScope may stop the run: one batch
+  // is often shorter than the kernels' own polling interval.
+  Interrupt interrupt;
   try {
     for (int64_t b0 = 0; b0 < n; b0 += opts.batch) {
+      interrupt.check();
       const int64_t b1 = std::min(n, b0 + opts.batch);
       packed.clear(), lengths.clear();
       for (int64_t j = b0; j < b1; ++j) {

@@ -86,7 +86,8 @@ void TrainOptions::validate() const {
   at_least("eval_interval", eval_interval, 1);
   at_least("eval_iters", eval_iters, 1);
   at_least("log_interval", log_interval, 1);
-  need(stop_at < 0 || stop_at % eval_interval == 0,
+  // On resume the checkpoint's eval_interval counts, not the one given: train() checks it there.
+  need(stop_at < 0 || resume || stop_at % eval_interval == 0,
        "stop_at must be a multiple of eval_interval " + std::to_string(eval_interval) + " (a checkpoint "
        "is written there), found " + std::to_string(stop_at));
   need(std::isfinite(lr) && lr > 0, "lr must be a finite number > 0, found " + shortest(lr));
@@ -299,6 +300,12 @@ TrainResult train(const TrainOptions& given) {
     opt.m() = st.m, opt.v() = st.v;
     opt.set_steps(st.adam_steps);
     start = st.next_iter;
+    if (o.stop_at >= 0 && o.stop_at % o.eval_interval != 0)
+      throw Error("stop_at must be a multiple of the run's eval_interval " + std::to_string(o.eval_interval) +
+                  " (a checkpoint is written there), found " + std::to_string(o.stop_at));
+    if (o.stop_at >= 0 && o.stop_at < start)
+      throw Error("stop_at " + std::to_string(o.stop_at) + " is before the checkpoint's iteration " +
+                  std::to_string(start) + ": the run would never stop there");
   } else {
     model.init(o.seed);
   }

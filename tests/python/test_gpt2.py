@@ -171,3 +171,9 @@ def test_vocab_json_and_merges_txt_without_tokenizer_json(tokenizer, tmp_path):
     (path / "merges.txt").write_text("#version: 0.2\nno_such_token x\n")
     with pytest.raises(ValueError, match="merges.txt.*model.merges\\[0\\]"):
         qkv.Model.load(path)
+
+
+def test_tokens_are_spelled_as_the_tokenizer_file_spells_them(pair, tokenizer):
+    m, _, _ = pair
+    text = "Ġ hello world é"  # byte tokens that decode to no text alone
+    assert m.tokens(text) == tokenizer.encode(text).tokens

@@ -141,3 +141,65 @@ def test_broadcast_rows_are_still_checked(where):
     q = np.broadcast_to(row, (1, 2, 7, 4))
     with pytest.raises(ValueError, match=rf"values must be finite, found NaN at \[0, 0, 0, {where}\]"):
         qkv.scaled_dot_product_attention(q, np.ones((1, 2, 5, 4)), np.ones((1, 2, 5, 4)))
+
+
+MODEL_LOOP = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import qkv
+    from bert_folders import minilm_dir
+    m = qkv.Model.load(minilm_dir())
+    ids = m.tokenize("word " * 200)
+    print("ready", flush=True)
+    try:
+        for _ in range(2000):
+            m.hidden_states(ids)
+        print("finished")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+""")
+
+
+def test_ctrl_c_in_a_forward_pass_never_corrupts_the_heap(tmp_path):
+    # A handler that ran on the kernel's stack overwrote what oneDNN's GEMM
+    # kept below its stack pointer: "corrupted size vs. prev_size", abort,
+    # in about half the tries. Signalled from outside, as a terminal does.
+    from bert_folders import minilm_dir
+    minilm_dir()  # skips without the weights package
+    script = tmp_path / "loop.py"
+    script.write_text(MODEL_LOOP.format(tests=os.path.dirname(__file__)))
+    for delay in (0.2, 0.5, 0.8, 1.1, 1.4, 1.7):
+        p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0 and out.strip().endswith("KeyboardInterrupt"), (delay, p.returncode, out)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.5, 1.5])
+def test_train_is_over_when_its_keyboard_interrupt_arrives(tmp_path, delay):
+    # A Ctrl-C that landed in Thread.join() left the trainer running behind
+    # the caller's back (its lock held, its log growing); one that came before
+    # the trainer read its flag was lost.
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 400)
+    out = tmp_path / "m"
+    code = textwrap.dedent(f"""
+        import os, signal, threading, qkv
+        kw = dict(layers=1, heads=2, embd=16, context=16, eval_interval=10, eval_iters=2, threads=1)
+        threading.Timer({delay}, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            qkv.train({str(tmp_path / 't.txt')!r}, {str(out)!r}, iters=10**6, **kw)
+            print("finished")
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt")
+        log = open({str(out / 'log.jsonl')!r}).read() if os.path.exists({str(out / 'log.jsonl')!r}) else ""
+        import time; time.sleep(1.0)
+        after = open({str(out / 'log.jsonl')!r}).read() if os.path.exists({str(out / 'log.jsonl')!r}) else ""
+        print("log unchanged" if log == after else "log grew")
+        print("threads", threading.active_count())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["KeyboardInterrupt", "log unchanged", "threads 1"], r.stdout

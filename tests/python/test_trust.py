@@ -345,3 +345,16 @@ def test_train_refuses_a_text_that_is_its_own_log(tmp_path):
     with pytest.raises(ValueError, match=r"text_path: .* is the run's own log.jsonl in out_dir"):
         qkv.train(out / "log.jsonl", out, iters=1, **TINY)
     assert (out / "log.jsonl").read_text() == TEXT
+
+
+def test_resume_checks_stop_at_against_the_checkpoint(tmp_path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    out = tmp_path / "run"
+    qkv.train(tmp_path / "t.txt", out, iters=40, stop_at=20, **TINY)  # TINY: eval_interval 10
+    # The checkpoint's eval_interval (10) counts, not the default 250.
+    r = qkv.train(tmp_path / "t.txt", out, resume=True, stop_at=30)
+    assert r["iters_run"] == 10, r
+    with pytest.raises(ValueError, match="stop_at 10 is before the checkpoint's iteration"):
+        qkv.train(tmp_path / "t.txt", out, resume=True, stop_at=10)
+    with pytest.raises(ValueError, match="stop_at must be a multiple of the run's eval_interval 10"):
+        qkv.train(tmp_path / "t.txt", out, resume=True, stop_at=35)

@@ -114,9 +114,11 @@ std::function<void(const TrainProgress&)> progress_printer(const TrainOptions& o
         break;
       case E::done:
         if (bar) std::fprintf(stderr, "\n");
-        std::printf("done: train loss %.4f, val loss %.4f, on the whole validation split %.4f; "
-                    "model in %s\n",
-                    p.loss, p.val_loss, p.val_loss_full, o.out_dir.c_str());
+        // The whole split is scored at the last iteration (or each evaluation
+        // with --eval-full); a run stopped before it has no such figure.
+        std::printf("done: train loss %.4f, val loss %.4f", p.loss, p.val_loss);
+        if (!std::isnan(p.val_loss_full)) std::printf(", on the whole validation split %.4f", p.val_loss_full);
+        std::printf("; model in %s\n", o.out_dir.c_str());
         break;
     }
   };

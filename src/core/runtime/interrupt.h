@@ -13,9 +13,13 @@
 #include <functional>
 #include <thread>
 
+#include "qkv/export.h"
+
 namespace qkv {
 
-class Interrupt {
+// Exported for the model layer's loops (its own shared library), not
+// installed: no header of include/qkv names it.
+class QKV_API Interrupt {
  public:
   Interrupt();
   Interrupt(const Interrupt&) = delete;
