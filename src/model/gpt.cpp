@@ -329,11 +329,12 @@ void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
   for (const auto& p : parts) total += p.second;
   W.weights16.resize(static_cast<size_t>(total));
   bfloat16* dst = W.weights16.data();
-  for (const auto& [off, n] : parts) {
-    nn::detail::for_chunks(n, [&](int64_t i, int64_t m) {
-      for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_from_float(w[off + x]);
+  for (const auto& part : parts) {
+    const float* src = w + part.first;  // no lambda captures a structured binding (clang 14)
+    nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
+      for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_from_float(src[x]);
     });
-    dst += n;
+    dst += part.second;
   }
 }
 
