@@ -2,12 +2,12 @@
 // vocab.json and merges.txt (the files GPT-2's original tokenizer used) by
 // writing the tokenizer.json they stand for.
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "io/files.h"
 #include "io/json_strict.h"
 #include "model/bpe/bpe_impl.h"
 #include "qkv/error.h"
@@ -17,17 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path.string() + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json read_json_file(const std::filesystem::path& path) {
   try {
-    return parse_json_strict(read_file(path), 64);
+    return parse_json_strict(read_file(path.string()), 64);
   } catch (const Error& e) {
     throw Error("'" + path.string() + "': " + e.what());
   }
@@ -41,7 +33,7 @@ std::string gpt2_files_json(const std::string& dir) {
   if (!vocab.is_object()) throw Error("'" + vocab_path.string() + "': expected an object of tokens to ids");
   // merges.txt: an optional "#version" line, then one "left right" pair per line.
   json merges = json::array();
-  std::istringstream lines(read_file(merges_path));
+  std::istringstream lines(read_file(merges_path.string()));
   std::string line;
   for (int n = 1; std::getline(lines, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

@@ -22,10 +22,7 @@ namespace {
 void check_sizes(const GPTConfig& c, const std::string& p, const std::string& file,
                  const TensorShapes& tensors) {
   auto expect = [&](const std::string& name, const Shape& want, const char* fields) {
-    const auto it = tensors.find(name);
-    const std::string says = "'" + file + "': " + fields + " make " + name + " " + shape_str(want);
-    if (it == tensors.end()) throw Error(says + ", the checkpoint has no such tensor");
-    if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
+    expect_shape(tensors, file, name, want, fields);
   };
   expect(p + "embeddings.word_embeddings.weight", {c.vocab, c.embd}, "vocab_size and hidden_size");
   expect(p + "embeddings.position_embeddings.weight", {c.context, c.embd},

@@ -24,10 +24,7 @@ namespace {
 void check_sizes(const GPTConfig& c, const std::string& p, const std::string& file,
                  const TensorShapes& tensors) {
   auto expect = [&](const std::string& name, const Shape& want, const char* fields) {
-    const auto it = tensors.find(name);
-    const std::string says = "'" + file + "': " + fields + " make " + name + " " + shape_str(want);
-    if (it == tensors.end()) throw Error(says + ", the checkpoint has no such tensor");
-    if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
+    expect_shape(tensors, file, name, want, fields);
   };
   expect(p + "wte.weight", {c.vocab, c.embd}, "vocab_size and n_embd");
   expect(p + "wpe.weight", {c.context, c.embd}, "n_positions and n_embd");
@@ -36,15 +33,6 @@ void check_sizes(const GPTConfig& c, const std::string& p, const std::string& fi
   const std::string next = p + "h." + std::to_string(c.layers) + ".mlp.c_fc.weight";
   if (tensors.count(next))
     throw Error("'" + file + "': n_layer is " + std::to_string(c.layers) + ", but the checkpoint has " + next);
-}
-
-// A flag of config.json that changes the maths: only `supported` runs.
-void require_flag(const nlohmann::json& j, const char* key, bool supported, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  if (!j[key].is_boolean())
-    throw Error("'" + file + "': " + key + " must be true or false, found " + j[key].dump());
-  if (j[key].get<bool>() != supported)
-    throw Error("'" + file + "': " + key + " " + (supported ? "false" : "true") + " is not supported");
 }
 
 }  // namespace

@@ -78,6 +78,21 @@ std::string string_field_or(const json& j, const char* key, const std::string& f
   return j[key].get<std::string>();
 }
 
+void expect_shape(const TensorShapes& tensors, const std::string& file, const std::string& name,
+                  const Shape& want, const char* fields) {
+  const auto it = tensors.find(name);
+  const std::string says = "'" + file + "': " + fields + " make " + name + " " + shape_str(want);
+  if (it == tensors.end()) throw Error(says + ", the checkpoint has no such tensor");
+  if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
+}
+
+void require_flag(const json& j, const char* key, bool supported, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return;
+  if (!j[key].is_boolean()) throw Error("'" + file + "': " + key + " must be true or false, found " + j[key].dump());
+  if (j[key].get<bool>() != supported)
+    throw Error("'" + file + "': " + key + " " + (supported ? "false" : "true") + " is not supported");
+}
+
 bool is_hf_folder(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::error_code ec;

@@ -71,6 +71,16 @@ Architecture gpt2_architecture(const nlohmann::json& config, const std::string& 
 // to at most max_depth levels; errors name the path.
 nlohmann::json read_json(const std::string& path, int max_depth);
 
+// The checkpoint's tensor `name` must be `want`, the shape config.json's
+// `fields` make: a qkv::Error naming both (and the file) when it is absent
+// or another shape. Checked before the model is allocated from the fields.
+void expect_shape(const TensorShapes& tensors, const std::string& file, const std::string& name,
+                  const Shape& want, const char* fields);
+
+// A boolean of config.json that changes the maths, of which qkv implements
+// only `supported`: absent or null passes, the other value is an error.
+void require_flag(const nlohmann::json& j, const char* key, bool supported, const std::string& file);
+
 // Shared helpers of the architectures: a required integer >= lo, an optional
 // one, a number, a string; each error names the field and the file.
 int64_t int_field(const nlohmann::json& j, const char* key, const std::string& file, int64_t lo);

@@ -22,14 +22,6 @@ namespace {
 using json = nlohmann::json;
 using Kind = GPTConfig::RopeScaling::Kind;
 
-// A boolean of config.json that only one way is implemented for.
-void require_flag(const json& j, const char* key, bool supported, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  if (!j[key].is_boolean()) throw Error("'" + file + "': " + key + " must be true or false, found " + j[key].dump());
-  if (j[key].get<bool>() != supported)
-    throw Error("'" + file + "': " + key + " " + (supported ? "false" : "true") + " is not supported");
-}
-
 // rope_scaling (Hub folders: beside rope_theta) or transformers 5's
 // rope_parameters (which holds rope_theta too) into the config; "default"
 // and null mean none. Both at once would leave one of them unread: refused.
@@ -65,10 +57,7 @@ void read_rope(const json& j, const std::string& file, GPTConfig& c) {
 // model is allocated from them (as bert.cpp checks its own).
 void check_sizes(const GPTConfig& c, const std::string& p, const std::string& file, const TensorShapes& tensors) {
   auto expect = [&](const std::string& name, const Shape& want, const char* fields) {
-    const auto it = tensors.find(name);
-    const std::string says = "'" + file + "': " + fields + " make " + name + " " + shape_str(want);
-    if (it == tensors.end()) throw Error(says + ", the checkpoint has no such tensor");
-    if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
+    expect_shape(tensors, file, name, want, fields);
   };
   const int64_t hs = c.head_dim();
   expect(p + "embed_tokens.weight", {c.vocab, c.embd}, "vocab_size and hidden_size");
