@@ -4,7 +4,8 @@
 //
 //   bpe_check TOKENIZER_JSON TEXTS_JSON
 //     TEXTS_JSON is a JSON array of strings; prints one JSON object:
-//     {"ids": [[...] per text], "decoded": [decode(ids) per text]}.
+//     {"ids": [[...] per text], "decoded": [decode(ids) per text],
+//      "with_specials": [encode_with_specials(text) per text]}.
 //   bpe_check --speed TOKENIZER_JSON TEXT_FILE
 //     encodes the whole file a few times; prints MB/s of the fastest run.
 #include <algorithm>
@@ -53,11 +54,14 @@ int main(int argc, char** argv) {
     const qkv::BpeTokenizer tok = qkv::BpeTokenizer::from_json(read_file(tok_path), tok_path);
     if (timing) return speed(tok, read_file(argv[3]));
     const nlohmann::json texts = nlohmann::json::parse(read_file(argv[2]));
-    nlohmann::json out = {{"ids", nlohmann::json::array()}, {"decoded", nlohmann::json::array()}};
+    nlohmann::json out = {{"ids", nlohmann::json::array()},
+                          {"decoded", nlohmann::json::array()},
+                          {"with_specials", nlohmann::json::array()}};
     for (const auto& t : texts) {
       const std::vector<int32_t> ids = tok.encode(t.get<std::string>());
       out["ids"].push_back(ids);
       out["decoded"].push_back(tok.decode(ids));
+      out["with_specials"].push_back(tok.encode_with_specials(t.get<std::string>()));
     }
     std::puts(out.dump().c_str());
     return 0;

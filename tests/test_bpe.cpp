@@ -207,6 +207,64 @@ TEST(Bpe, UnsupportedFieldsAreNamed) {
   fails_at(R"({"model": )", "not valid JSON");
 }
 
+// A spec() with `post` as its post_processor and <s> (7), </s> (8) added.
+std::string with_post(const std::string& post) {
+  const std::string added = R"([{"id": 7, "content": "<s>", "special": true, "normalized": false},
+                                {"id": 8, "content": "</s>", "special": true, "normalized": false}])";
+  std::string s = spec(kAbc, R"(["a b"])", "null", "null", "", added);
+  const std::string from = R"("post_processor": null)";
+  return s.replace(s.find(from), from.size(), R"("post_processor": )" + post);
+}
+
+const char* kTemplate = R"({"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+               {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+    "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [7], "tokens": ["<s>"]},
+                                   "</s>": {"id": "</s>", "ids": [8], "tokens": ["</s>"]}}})";
+
+TEST(Bpe, PostProcessorTemplateAddsItsSpecialTokens) {
+  const auto tok = load(with_post(kTemplate));
+  EXPECT_EQ(tok.encode("abc"), (Ids{3, 2}));  // the text's own ids
+  EXPECT_EQ(tok.encode_with_specials("abc"), (Ids{7, 3, 2, 8}));
+  EXPECT_EQ(tok.encode_with_specials(""), (Ids{7, 8}));
+  // Cut to max_length with the special tokens kept, as tokenizers truncates.
+  bool cut = false;
+  EXPECT_EQ(tok.encode_with_specials("abcab", 3, &cut), (Ids{7, 3, 8}));
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(tok.encode_with_specials("abc", 4, &cut), (Ids{7, 3, 2, 8}));
+  EXPECT_FALSE(cut);
+  EXPECT_NE(error_of([&] { tok.encode_with_specials("abc", 2); }).find("adds 2 special tokens"), std::string::npos);
+  // In a Sequence, beside ByteLevel (GPT-2's, offsets only), the same.
+  const auto seq = load(with_post(std::string(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}, )") +
+                                  kTemplate + "]}"));
+  EXPECT_EQ(seq.encode_with_specials("abc"), (Ids{7, 3, 2, 8}));
+  // ByteLevel alone, or none: no ids added.
+  EXPECT_EQ(load(with_post(R"({"type": "ByteLevel", "trim_offsets": true})")).encode_with_specials("abc"), (Ids{3, 2}));
+  EXPECT_EQ(load(spec(kAbc, R"(["a b"])")).encode_with_specials("abc", 1), (Ids{3}));
+}
+
+TEST(Bpe, PostProcessorErrorsAreNamed) {
+  const auto fails_at = [](const std::string& post, const std::string& field) {
+    const std::string what = error_of([&] { load(with_post(post)); });
+    EXPECT_NE(what.find("tokenizer.json: " + field), std::string::npos) << field << " -> " << what;
+  };
+  fails_at(R"({"type": "RobertaProcessing", "sep": ["</s>", 8], "cls": ["<s>", 7]})", "post_processor.type");
+  fails_at(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>", "type_id": 0}},
+              {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {}})",
+           "post_processor.single[0]: \"<x>\" is not in");
+  fails_at(R"({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "B", "type_id": 0}}], "pair": [],
+              "special_tokens": {}})",
+           "post_processor.single[0]");
+  fails_at(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}], "pair": [],
+              "special_tokens": {"<s>": {"id": "<s>", "ids": [7], "tokens": ["<s>"]}}})",
+           "post_processor.single: has no sequence");
+  fails_at(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+              {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+              "special_tokens": {"<s>": {"id": "<s>", "ids": [99], "tokens": ["<s>"]}}})",
+           "post_processor.special_tokens[\"<s>\"].ids: 99 names no token");
+}
+
 TEST(Bpe, FolderNamesBeginAndEnd) {
   const auto dir = std::filesystem::temp_directory_path() / ("qkv_bpe_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -15,7 +15,9 @@
 //   - model: BPE with merges, unk_token, fuse_unk, byte_fallback (<0xNN>
 //     tokens for a character outside the vocabulary) and ignore_merges;
 //   - decoder: ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace,
-//     Sequence.
+//     Sequence;
+//   - post_processor: ByteLevel (offsets only), TemplateProcessing's
+//     single-sequence template (Llama's "<|begin_of_text|> $A"), Sequence.
 // Anything else in the file (another model, normalizer, pre-tokenizer or
 // decoder, a regex this class does not know, BPE dropout, an added token
 // with lstrip, rstrip or single_word) is a qkv::Error naming the field.
@@ -25,9 +27,9 @@
 // knows Unicode 16.0, so text with characters new in 16.0 (Garay, Kirat Rai,
 // more Egyptian hieroglyphs, ...) may split differently.
 //
-// The post_processor is not applied: encode() returns the text's own ids,
-// as tokenizers' encode(text, add_special_tokens=False) does; a caller that
-// wants a beginning-of-text id puts bos_id() in front.
+// encode() gives the text's own ids, as tokenizers' encode(text,
+// add_special_tokens=False) does; encode_with_specials() adds what the
+// post_processor puts around them, as its encode(text) does by default.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,15 @@ class QKV_API BpeTokenizer {
   /// them through the normalizer, pre-tokenizer and BPE. Invalid UTF-8 is a
   /// qkv::Error naming the byte offset.
   std::vector<int32_t> encode(const std::string& utf8) const;
+
+  /// encode(), with the special tokens the post_processor puts before and
+  /// after the text's ids (Llama's beginning-of-text token), as a model
+  /// reads a prompt. With max_length > 0 the text's ids are cut so that
+  /// the whole is at most max_length ids, the special tokens kept, as
+  /// tokenizers truncates; *truncated, when given, says whether they were.
+  /// A max_length that leaves no room for one text id is a qkv::Error.
+  std::vector<int32_t> encode_with_specials(const std::string& utf8, int64_t max_length = 0,
+                                            bool* truncated = nullptr) const;
 
   /// The text of `ids` through the file's decoder. Byte sequences that are
   /// not UTF-8 become U+FFFD, as tokenizers' decoders do. With

@@ -101,8 +101,10 @@ class QKV_API Model {
   GPT& gpt() { return *gpt_; }  ///< the network itself, for finer control
 
   /// Text to ids as the model reads it: one id per character (qkv's models),
-  /// or WordPiece with [CLS] and [SEP], cut to max_length() tokens (an
-  /// encoder; *truncated, when given, says whether it was cut).
+  /// WordPiece with [CLS] and [SEP], cut to max_length() tokens (an
+  /// encoder; *truncated, when given, says whether it was cut), or BPE with
+  /// the special tokens its tokenizer.json's post_processor adds (a Llama
+  /// folder's beginning-of-text token), as the `tokenizers` library does.
   std::vector<int32_t> tokenize(const std::string& text, bool* truncated = nullptr) const;
   /// The same, cut to max_length tokens instead of max_length() (0: not cut).
   std::vector<int32_t> tokenize(const std::string& text, int64_t max_length, bool* truncated) const;

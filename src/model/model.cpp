@@ -96,13 +96,15 @@ void Model::set_threads(int threads, Kernel kernel) {
 
 std::vector<int32_t> Model::tokenize(const std::string& text, bool* truncated) const {
   if (wordpiece_) return wordpiece_->encode(text, max_length_, truncated);
+  if (bpe_) return bpe_->encode_with_specials(text, 0, truncated);
   if (truncated) *truncated = false;
-  return bpe_ ? bpe_->encode(text) : tokenizer().encode(text);
+  return tokenizer().encode(text);
 }
 
 std::vector<int32_t> Model::tokenize(const std::string& text, int64_t max_length, bool* truncated) const {
   if (wordpiece_) return wordpiece_->encode(text, max_length, truncated);
-  std::vector<int32_t> ids = bpe_ ? bpe_->encode(text) : tokenizer().encode(text);
+  if (bpe_) return bpe_->encode_with_specials(text, max_length, truncated);
+  std::vector<int32_t> ids = tokenizer().encode(text);
   const bool cut = max_length > 0 && static_cast<int64_t>(ids.size()) > max_length;
   if (cut) ids.resize(static_cast<size_t>(max_length));
   if (truncated) *truncated = cut;
@@ -235,8 +237,10 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
                 "it gives embeddings and hidden states, not text");
   const auto emit = on_token ? on_token : [](const std::string&) {};
   if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit);
-  // Empty: the text starts from the beginning-of-text token, when there is one.
-  std::vector<int32_t> prompt = bpe_->encode(opts.prompt);
+  // As the tokenizer's post_processor says (Llama's beginning-of-text token
+  // in front); still empty, the text starts from the beginning-of-text
+  // token the config names, when there is one.
+  std::vector<int32_t> prompt = bpe_->encode_with_specials(opts.prompt);
   if (prompt.empty() && bpe_->bos_id() >= 0) prompt.push_back(bpe_->bos_id());
   if (prompt.empty())
     throw Error("generate: the prompt is empty and the tokenizer names no beginning-of-text token");

@@ -4,7 +4,8 @@ Tokenizers are trained here with the tokenizers library (nothing is
 downloaded): GPT-2's layout (ByteLevel), Llama 3's (Split with its pattern,
 then ByteLevel; ignore_merges; special tokens) and Llama 2's (Prepend and
 Replace normalizer, byte_fallback, no pre-tokenizer; or a Metaspace
-pre-tokenizer and decoder). Each encodes seeded
+pre-tokenizer and decoder), each with its family's post-processor (GPT-2's
+ByteLevel, Llama's beginning-of-text template). Each encodes seeded
 lines that stress the pre-tokenizer rules; tests/bpe_check (QKV_BPE_CHECK)
 encodes and decodes them with qkv.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
 # Beside the repository, or beside the folder of its git worktrees.
@@ -107,6 +108,7 @@ def gpt2(prefix_space=False):
     trainer = trainers.BpeTrainer(vocab_size=3000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=["<|endoftext|>"], show_progress=False)
     tok.train_from_iterator(training_lines(["<|endoftext|>"]), trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)  # offsets only: no ids added
     return tok
 
 
@@ -119,6 +121,10 @@ def llama3():
     trainer = trainers.BpeTrainer(vocab_size=4000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=LLAMA3_SPECIALS, show_progress=False)
     tok.train_from_iterator(training_lines(LLAMA3_SPECIALS), trainer)
+    bos = LLAMA3_SPECIALS[0]
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])])
     return tok
 
 
@@ -133,6 +139,10 @@ def sentencepiece(tmp, normalizer, pre_tokenizer, decoder):
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoder
+    # Llama 2's template: <s> in front; one case also puts </s> after.
+    single = "<s> $A </s>" if pre_tokenizer is not None and pre_tokenizer.prepend_scheme == "first" else "<s> $A"
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[(t, tok.token_to_id(t)) for t in ("<s>", "</s>")])
     spec = json.loads(tok.to_str())
     vocab = spec["model"]["vocab"]
     for b in range(256):
@@ -186,6 +196,11 @@ def test_ids_and_text_match_tokenizers(name, bpe_check, tmp_path):
     bad = [i for i in range(len(lines)) if ours["ids"][i] != want[i]]
     assert not bad, (f"{len(bad)} of {len(lines)} lines differ; first {lines[bad[0]]!r}:\n"
                      f"qkv        {ours['ids'][bad[0]]}\ntokenizers {want[bad[0]]}")
+    # As a model reads them: with the post-processor's special tokens.
+    want = [e.ids for e in tok.encode_batch(lines)]
+    bad = [i for i in range(len(lines)) if ours["with_specials"][i] != want[i]]
+    assert not bad, (f"{len(bad)} of {len(lines)} lines differ with special tokens; first {lines[bad[0]]!r}:\n"
+                     f"qkv        {ours['with_specials'][bad[0]]}\ntokenizers {want[bad[0]]}")
     bad = [i for i in range(len(lines)) if ours["decoded"][i] != want_text[i]]
     assert not bad, (f"{len(bad)} of {len(lines)} decodes differ; first {lines[bad[0]]!r}:\n"
                      f"qkv        {ours['decoded'][bad[0]]!r}\ntokenizers {want_text[bad[0]]!r}")

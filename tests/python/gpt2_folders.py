@@ -4,11 +4,24 @@ and a byte-level BPE tokenizer.json in GPT-2's format trained by the
 `tokenizers` library on tiny Shakespeare (or made-up lines where that file
 is absent). transformers and tokenizers are test-only dependencies."""
 import json
+import os
 import random
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from bert_folders import SHAKESPEARE
+
+QKV_BIN = Path(os.environ.get("QKV_BIN", Path(__file__).resolve().parents[2] / "build" / "release" / "qkv"))
+
+
+def run_qkv(*args, input=None):
+    """The qkv command on `args`, its output captured."""
+    if not QKV_BIN.exists():
+        pytest.skip(f"no qkv binary at {QKV_BIN} (build it, or set QKV_BIN)")
+    return subprocess.run([str(QKV_BIN), *map(str, args)], capture_output=True, text=True,
+                          timeout=60, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 EOT = "<|endoftext|>"
 

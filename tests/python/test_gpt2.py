@@ -4,9 +4,6 @@ ids against the `tokenizers` library, the logits (1e-4 in float32, 1e-9 with
 both sides in float64), greedy generation against generate(), and the
 folder errors qkv must name."""
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +11,11 @@ import pytest
 import qkv
 from qkv import _qkv
 
-from gpt2_folders import EOT, gpt2_folder, gpt2_tokenizer
+from gpt2_folders import EOT, gpt2_folder, gpt2_tokenizer, run_qkv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-QKV_BIN = Path(os.environ.get("QKV_BIN", Path(__file__).resolve().parents[2] / "build" / "release" / "qkv"))
 
 PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.",
            "Héllo, 世界! 👍🏽  spaces   and\ttabs 12345", "the"]
@@ -104,13 +100,6 @@ def test_attention_maps_have_one_row_per_token(pair):
     assert maps.shape == (len(want), want[0].shape[1], len(ids), len(ids))
     for layer, a in enumerate(want):
         assert np.abs(maps[layer] - a[0].numpy()).max() < 1e-5
-
-
-def run_qkv(*args, input=None):
-    if not QKV_BIN.exists():
-        pytest.skip(f"no qkv binary at {QKV_BIN} (build it, or set QKV_BIN)")
-    return subprocess.run([str(QKV_BIN), *map(str, args)], capture_output=True, text=True,
-                          timeout=60, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def test_the_command_line_runs_a_gpt2_folder(pair, tmp_path):

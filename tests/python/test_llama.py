@@ -2,7 +2,8 @@
 weights, LlamaForCausalLM's layout: RMSNorm, SwiGLU, RoPE with its scalings,
 GQA, tied and untied heads) against transformers itself: logits (1e-4 in
 float32, 1e-9 with both sides in float64), the KV-cache path, greedy
-generation, and the options qkv must refuse by name."""
+generation, the beginning-of-text token a tokenizer.json's template puts in
+front, and the options qkv must refuse by name."""
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import qkv
 from qkv import _qkv
 
-from gpt2_folders import EOT, gpt2_tokenizer
+from gpt2_folders import EOT, gpt2_tokenizer, run_qkv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -142,6 +143,35 @@ def test_greedy_generation_matches_transformers(pair, tokenizer):
     got = m.generate(prompt, tokens=32, temperature=0.0)
     assert got == tokenizer.decode(want)
     assert m.generate(prompt, tokens=32, temperature=0.0, use_cache=False) == got
+
+
+def test_template_puts_the_beginning_of_text_token_in_front(tokenizer, tmp_path):
+    # Llama's tokenizer.json: "<|begin_of_text|> $A" (here the test vocabulary's
+    # <|endoftext|>); tokenizers' encode() puts it in front, and so must qkv.
+    from tokenizers import Tokenizer, processors
+    tok = Tokenizer.from_str(tokenizer.to_str())
+    bos = tok.token_to_id(EOT)
+    tok.post_processor = processors.TemplateProcessing(single=f"{EOT} $A", special_tokens=[(EOT, bos)])
+    path = tmp_path / "llama"
+    ref = llama_folder(path, tok, num_key_value_heads=2)
+    m = qkv.Model.load(path)
+    for text in PROMPTS + [""]:
+        assert m.tokenize(text) == tok.encode(text).ids, text
+    ids = tok.encode("ROMEO:").ids
+    assert ids[0] == bos
+    assert np.abs(m.logits(ids) - hf_logits(ref, ids)).max() < 1e-4
+    with torch.no_grad():
+        want = ref.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=16,
+                            pad_token_id=bos)[0, len(ids):].tolist()
+    assert m.generate("ROMEO:", tokens=16, temperature=0.0) == tok.decode(want)
+    # The command line reads prompts the same way.
+    (tmp_path / "in.txt").write_text("ROMEO:\n", encoding="utf-8")
+    r = run_qkv("tokenize", "--model", path, "--input", tmp_path / "in.txt")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(i) for i in ids]
+    r = run_qkv("logits", "--model", path, "--prompt", "ROMEO:", "-o", tmp_path / "l.npy")
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "l.npy").shape[0] == len(ids)
 
 
 # name -> (config.json edit, what the message must contain)

@@ -52,10 +52,7 @@ Tokenizer folder_tokenizer(const std::string& dir) {
   if (model_type(dir) == "BPE") {
     auto bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
     return {[bpe](const std::string& text, int64_t max_length, bool* truncated) {
-              std::vector<int32_t> ids = bpe->encode(text);
-              *truncated = max_length > 0 && static_cast<int64_t>(ids.size()) > max_length;
-              if (*truncated) ids.resize(static_cast<size_t>(max_length));
-              return ids;
+              return bpe->encode_with_specials(text, max_length, truncated);
             },
             [bpe](int32_t id) { return bpe->token(id); }};
   }

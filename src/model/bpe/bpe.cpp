@@ -319,6 +319,25 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {
   return ids;
 }
 
+std::vector<int32_t> BpeTokenizer::encode_with_specials(const std::string& utf8, int64_t max_length,
+                                                       bool* truncated) const {
+  const Impl& t = *impl_;
+  const auto specials = static_cast<int64_t>(t.prefix.size() + t.suffix.size());
+  if (max_length > 0 && max_length <= specials)
+    throw Error("max_length " + std::to_string(max_length) + " leaves no room for text: the tokenizer adds " +
+                std::to_string(specials) + " special token" + (specials == 1 ? "" : "s"));
+  std::vector<int32_t> text = encode(utf8);
+  const bool cut = max_length > 0 && static_cast<int64_t>(text.size()) > max_length - specials;
+  if (cut) text.resize(static_cast<size_t>(max_length - specials));
+  if (truncated) *truncated = cut;
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() + static_cast<size_t>(specials));
+  ids.insert(ids.end(), t.prefix.begin(), t.prefix.end());
+  ids.insert(ids.end(), text.begin(), text.end());
+  ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
+  return ids;
+}
+
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   const Impl& t = *impl_;
   std::vector<std::string> tokens;

@@ -147,6 +147,8 @@ struct BpeTokenizer::Impl {
   std::vector<bpe::DecodeStep> decoder;
   bool has_decoder = false;  // none: tokens joined by spaces, as tokenizers does
   int32_t bos = -1, eos = -1;
+  // The post_processor's special tokens before and after the text's ids.
+  std::vector<int32_t> prefix, suffix;
 };
 
 }  // namespace qkv

@@ -355,6 +355,53 @@ void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, Bp
       });
 }
 
+// post_processor: what tokenizers' encode(text) puts around the text's ids
+// (add_special_tokens=True). ByteLevel (GPT-2's) changes only offsets;
+// TemplateProcessing's single-sequence template puts special tokens before
+// and after it (Llama's "<|begin_of_text|> $A", "<s> $A"); a Sequence holds
+// those. Another processor would change the ids and is refused.
+void read_post_processor(const Reader& r, const json& post, BpeTokenizer::Impl& impl) {
+  if (post.is_null()) return;
+  for (const auto& [step, path] : r.steps(post, "post_processor", "processors")) {
+    const std::string type = r.string(*step, path, "type");
+    if (type == "ByteLevel") continue;
+    if (type != "TemplateProcessing") r.unsupported_type(*step, path);
+    if (!impl.prefix.empty() || !impl.suffix.empty()) r.fail(path, "a second TemplateProcessing is not supported");
+    const json& specials = r.get(*step, path, "special_tokens");
+    if (!specials.is_object()) r.fail(path + ".special_tokens", "expected an object, found " + json_excerpt(specials));
+    const json& single = r.get(*step, path, "single");
+    if (!single.is_array()) r.fail(path + ".single", "expected an array, found " + json_excerpt(single));
+    bool sequence = false;
+    for (size_t i = 0; i < single.size(); ++i) {
+      const std::string item = path + ".single[" + std::to_string(i) + "]";
+      if (!single[i].is_object() || single[i].size() != 1)
+        r.fail(item, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found " + json_excerpt(single[i]));
+      if (single[i].contains("Sequence")) {
+        if (sequence || r.string(single[i]["Sequence"], item + ".Sequence", "id") != "A")
+          r.fail(item, "a single-sequence template holds sequence \"A\" once");
+        sequence = true;
+        continue;
+      }
+      if (!single[i].contains("SpecialToken"))
+        r.fail(item, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found " + json_excerpt(single[i]));
+      const std::string name = r.string(single[i]["SpecialToken"], item + ".SpecialToken", "id");
+      const auto it = specials.find(name);
+      if (it == specials.end()) r.fail(item, json_excerpt(json(name), 40) + " is not in " + path + ".special_tokens");
+      const std::string entry = path + ".special_tokens[" + json_excerpt(json(name), 40) + "]";
+      const std::string ids_path = entry + ".ids";
+      const json& ids = r.get(*it, entry, "ids");
+      if (!ids.is_array() || ids.empty()) r.fail(ids_path, "expected a list of ids, found " + json_excerpt(ids));
+      for (const json& id : ids) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(impl.tokens.size()) ||
+            !impl.assigned[id.get<size_t>()])
+          r.fail(ids_path, json_excerpt(id) + " names no token (vocab_size " + std::to_string(impl.tokens.size()) + ")");
+        (sequence ? impl.suffix : impl.prefix).push_back(id.get<int32_t>());
+      }
+    }
+    if (!sequence) r.fail(path + ".single", "has no sequence \"A\"");
+  }
+}
+
 }  // namespace
 
 void read_tokenizer_json(const std::string& text, const std::string& name_for_errors, BpeTokenizer::Impl& impl) {
@@ -378,6 +425,7 @@ void read_tokenizer_json(const std::string& text, const std::string& name_for_er
   const json decoder = j.value("decoder", json());
   impl.has_decoder = !decoder.is_null();
   if (impl.has_decoder) read_decoder(r, decoder, impl.decoder);
+  read_post_processor(r, j.value("post_processor", json()), impl);
 }
 
 }  // namespace qkv::bpe
