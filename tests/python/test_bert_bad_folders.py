@@ -193,6 +193,13 @@ def test_embed_command_matches_the_library(good, tmp_path):
     want = qkv.Model.load(good).embed(lines)
     assert got.shape == want.shape == (3, want.shape[1])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    # bf16, by either spelling, is the library's bfloat16.
+    want = qkv.Model.load(good).embed(lines, dtype="bfloat16")
+    for spelling in ("bf16", "bfloat16"):
+        r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "b.npy",
+                    "--dtype", spelling)
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "b.npy"), want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("args, needle", [

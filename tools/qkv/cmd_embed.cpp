@@ -38,7 +38,7 @@ int run_embed(const EmbedArgs& a) {
   EmbedOptions o;
   o.batch = a.batch;
   o.max_length = a.max_length;
-  o.dtype = a.dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
   as_usage(kEmbedFlags, [&] { o.validate(); });
   // Read before the overlap check: an --input that is a directory is that
   // error, not "--out would overwrite it".
@@ -93,8 +93,8 @@ Runner add_embed(CLI::App& app) {
   cmd->add_option("--max-length", a->max_length,
                   "cut each text to N tokens, [CLS] and [SEP] included (0: the folder's max_seq_length; at most the model's positions)")
       ->capture_default_str();
-  cmd->add_option("--dtype", a->dtype, "float32, or bfloat16 (the layers' products in bf16)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}))
+  cmd->add_option("--dtype", a->dtype, "float32, or bf16 (also spelt bfloat16): the layers' products in bf16")
+      ->check(CLI::IsMember({"float32", "bf16", "bfloat16"}))
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str();
   check_integers<int64_t>(cmd, {"--batch", "--max-length"});
