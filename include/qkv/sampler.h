@@ -22,6 +22,10 @@ struct SampleOptions {
   double top_p = 1.0;        ///< nucleus: in (0, 1]; 1 = all
   uint64_t seed = 1337;      ///< seed of the draws
   bool use_cache = true;     ///< KV cache; false recomputes the whole context each step
+  /// The Linear layers' products: float32, or bf16 (operands rounded to
+  /// bfloat16, float32 sums; bf16 weights read as they are). Model::generate
+  /// applies it; sample() and sample_ids() run the model as it is set.
+  DType dtype = DType::f32;
 };
 
 /// The distribution the next token is drawn from, given the model's logits
@@ -44,7 +48,9 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 /// Generates opts.tokens tokens after the prompt, calling on_token with the
 /// text of each as it is produced, and returns the generated ids. With or
 /// without the cache the tokens are the same for the same seed: the cache
-/// only avoids recomputing the keys and values of earlier positions. Past the
+/// only avoids recomputing the keys and values of earlier positions (under
+/// bf16 compute the uncached attention runs in bf16, the cached one on the
+/// cache's float32, so a near-tie may go either way). Past the
 /// context, both crop to the last `context` tokens (as nanoGPT does), the
 /// cached path by rebuilding its cache for the cropped window. Each token is
 /// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.

@@ -394,13 +394,12 @@ class Model:
         in batches of `batch`, each cut to `max_length` tokens (0: the
         model's :attr:`max_length`; more, up to the model's positions, as
         sentence-transformers' max_seq_length allows; beyond is a ValueError);
-        dtype "bfloat16" computes the layers' products in bf16."""
+        dtype "bf16" (or "bfloat16") computes the layers' products in bf16."""
         if isinstance(texts, str):
             raise TypeError("texts: expected a sequence of str, found one str (wrap it in a list)")
         items = [_text(t, "texts[%d]" % i) for i, t in enumerate(_seq(texts, "texts"))]
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype: expected a str, found {type(dtype).__name__} {dtype!r}")
-        return self._m.embed(items, _int(batch, "batch"), _int(max_length, "max_length"), dtype)
+        return self._m.embed(items, _int(batch, "batch"), _int(max_length, "max_length"),
+                             _text(dtype, "dtype"))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of token ids (qkv's character models; an encoder's WordPiece ids
@@ -428,9 +427,12 @@ class Model:
         return self._m.attention_maps(_tokens(self._m, prompt))
 
     def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
-                 top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
+                 top_k: int = 0, seed: int = 1337, *, use_cache: bool = True, dtype: str = "float32",
                  on_token: Optional[Callable[[str], None]] = None) -> str:
         """Generates `tokens` tokens after `prompt` and returns their text.
+
+        dtype "bf16" (or "bfloat16") computes the layers' products in bf16
+        with float32 sums (a bf16 folder's weights are then read as they are).
 
         on_token, if given, is called with each piece of text as it is produced
         (streaming); :meth:`stream` gives the same pieces as an iterator. The same
@@ -446,11 +448,12 @@ class Model:
         seed = _seed(seed)
         self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
                          _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
-                         _bool(use_cache, "use_cache"), piece)
+                         _bool(use_cache, "use_cache"), _text(dtype, "dtype"), piece)
         return "".join(pieces)
 
     def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
-               top_k: int = 0, seed: int = 1337, *, use_cache: bool = True) -> Iterator[str]:
+               top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
+               dtype: str = "float32") -> Iterator[str]:
         """generate() as an iterator of text pieces, produced on a worker thread
         while the caller consumes them."""
         q: "queue.Queue[Any]" = queue.Queue()
@@ -470,7 +473,7 @@ class Model:
         def run() -> None:
             try:
                 self.generate(prompt, tokens, temperature, top_k, seed, use_cache=use_cache,
-                              on_token=put)
+                              dtype=dtype, on_token=put)
             except _Stopped:
                 pass
             except BaseException as e:  # handed to the consumer

@@ -21,11 +21,12 @@ namespace {
 
 std::atomic<int> g_stop_training{0};  // set by request_stop(), read by the trainer's loop
 
-// train(dtype=...): "float32", or "bf16" / "bfloat16" for mixed precision.
-qkv::DType train_dtype(const std::string& s) {
+// dtype=... of train, embed and generate: "float32", or "bf16" / "bfloat16"
+// for the Linear layers' products in bf16.
+qkv::DType compute_dtype(const std::string& s) {
   if (s == "float32") return qkv::DType::f32;
   if (s == "bf16" || s == "bfloat16") return qkv::DType::bf16;
-  throw nb::value_error(("dtype: expected 'float32' or 'bf16', got '" + s + "'").c_str());
+  throw nb::value_error(("dtype: expected 'float32', 'bf16' or 'bfloat16', found '" + s + "'").c_str());
 }
 
 // TrainOptions from keyword arguments; an unknown name is a TypeError, as a
@@ -61,7 +62,7 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
     else if (k == "seed") o.seed = nb::cast<uint64_t>(value);
     else if (k == "threads") o.threads = nb::cast<int>(value);
     else if (k == "kernel") o.kernel = qkv::parse_kernel(nb::cast<std::string>(value));
-    else if (k == "dtype") o.dtype = train_dtype(nb::cast<std::string>(value));
+    else if (k == "dtype") o.dtype = compute_dtype(nb::cast<std::string>(value));
     else if (k == "resume") o.resume = nb::cast<bool>(value);
     else if (k == "force") o.force = nb::cast<bool>(value);
     else if (k == "stop_at") o.stop_at = i64();
@@ -104,9 +105,7 @@ void bind_model(nb::module_& m) {
               int64_t max_length, const std::string& dtype) {
              qkv::EmbedOptions o;
              o.batch = batch, o.max_length = max_length;
-             if (dtype == "float32") o.dtype = qkv::DType::f32;
-             else if (dtype == "bfloat16") o.dtype = qkv::DType::bf16;
-             else throw nb::value_error(("dtype: expected 'float32' or 'bfloat16', found '" + dtype + "'").c_str());
+             o.dtype = compute_dtype(dtype);
              qkv::Tensor t = interruptible([&] { return self.embed(texts, o); });
              return wrap(std::move(t), Framework::numpy);
            })
@@ -129,10 +128,10 @@ void bind_model(nb::module_& m) {
       // on_token is called with the GIL held, once per generated piece of text.
       .def("generate",
            [](qkv::Model& self, const std::string& prompt, int64_t tokens, double temperature,
-              int64_t top_k, uint64_t seed, bool use_cache, nb::object on_token) {
+              int64_t top_k, uint64_t seed, bool use_cache, const std::string& dtype, nb::object on_token) {
              qkv::SampleOptions o;
              o.prompt = prompt, o.tokens = tokens, o.temperature = temperature;
-             o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
+             o.top_k = top_k, o.seed = seed, o.use_cache = use_cache, o.dtype = compute_dtype(dtype);
              std::function<void(const std::string&)> cb;
              if (!on_token.is_none())
                cb = [&on_token](const std::string& piece) {
@@ -142,7 +141,7 @@ void bind_model(nb::module_& m) {
              return interruptible([&] { return self.generate(o, cb); });
            },
            nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
-           nb::arg("seed"), nb::arg("use_cache"), nb::arg("on_token").none());
+           nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype"), nb::arg("on_token").none());
 
   m.def(
       "train",

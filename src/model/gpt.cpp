@@ -510,8 +510,9 @@ template <class T>
 void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
                       std::span<const int64_t> lengths) {
   Work& W = *work_;
-  // Generation runs float32 (bf16 compute is training's mixed precision).
-  const DType compute = cache ? DType::f32 : compute_;
+  // Under bf16 compute the Linear products run in bf16 here too; with a
+  // KV cache, attention reads the cache's float32 keys and values.
+  const DType compute = compute_;
   const nn::Matmul mm = matmul_for(compute);
   const bool packed = !lengths.empty();
   int64_t rows = B * Tn;

@@ -16,6 +16,25 @@
 #include "qkv/wordpiece.h"
 
 namespace qkv {
+namespace {
+
+// Runs the network's Linear products in `dtype` until the scope ends, then
+// as before, however it ends.
+class ComputeDtypeScope {
+ public:
+  ComputeDtypeScope(GPT& gpt, DType dtype) : gpt_(gpt), before_(gpt.compute_dtype()) {
+    gpt_.set_compute_dtype(dtype);
+  }
+  ~ComputeDtypeScope() { gpt_.set_compute_dtype(before_); }
+  ComputeDtypeScope(const ComputeDtypeScope&) = delete;
+  ComputeDtypeScope& operator=(const ComputeDtypeScope&) = delete;
+
+ private:
+  GPT& gpt_;
+  DType before_;
+};
+
+}  // namespace
 
 void EmbedOptions::validate() const {
   auto need = [](bool ok, const std::string& what) {
@@ -196,36 +215,29 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return ids[a].size() > ids[b].size(); });
-  const DType before = gpt_->compute_dtype();
-  gpt_->set_compute_dtype(opts.dtype);
+  const ComputeDtypeScope compute(*gpt_, opts.dtype);
   std::vector<int32_t> packed;
   std::vector<int64_t> lengths;
   // Between batches the caller's InterruptScope may stop the run: one batch
   // is often shorter than the kernels' own polling interval.
   Interrupt interrupt;
-  try {
-    for (int64_t b0 = 0; b0 < n; b0 += opts.batch) {
-      interrupt.check();
-      const int64_t b1 = std::min(n, b0 + opts.batch);
-      packed.clear(), lengths.clear();
-      for (int64_t j = b0; j < b1; ++j) {
-        const std::vector<int32_t>& t = ids[order[j]];
-        packed.insert(packed.end(), t.begin(), t.end());
-        lengths.push_back(static_cast<int64_t>(t.size()));
-      }
-      const float* h = gpt_->hidden_states(packed.data(), lengths).data();
-      for (int64_t j = b0; j < b1; ++j) {
-        const int64_t len = lengths[j - b0];
-        hf::pool(out.data<float>() + order[j] * C, h, len, C, pooling_);
-        h += len * C;
-      }
-      if (opts.progress) opts.progress(b1, n);
+  for (int64_t b0 = 0; b0 < n; b0 += opts.batch) {
+    interrupt.check();
+    const int64_t b1 = std::min(n, b0 + opts.batch);
+    packed.clear(), lengths.clear();
+    for (int64_t j = b0; j < b1; ++j) {
+      const std::vector<int32_t>& t = ids[order[j]];
+      packed.insert(packed.end(), t.begin(), t.end());
+      lengths.push_back(static_cast<int64_t>(t.size()));
     }
-  } catch (...) {
-    gpt_->set_compute_dtype(before);
-    throw;
+    const float* h = gpt_->hidden_states(packed.data(), lengths).data();
+    for (int64_t j = b0; j < b1; ++j) {
+      const int64_t len = lengths[j - b0];
+      hf::pool(out.data<float>() + order[j] * C, h, len, C, pooling_);
+      h += len * C;
+    }
+    if (opts.progress) opts.progress(b1, n);
   }
-  gpt_->set_compute_dtype(before);
   return out;
 }
 
@@ -235,6 +247,9 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (is_encoder())
     throw Error("generate: a " + architecture_ + " model is an encoder, with no language-model head: "
                 "it gives embeddings and hidden states, not text");
+  if (opts.dtype != DType::f32 && opts.dtype != DType::bf16)
+    throw Error(std::string("generate: dtype: expected float32 or bf16, found ") + dtype_name(opts.dtype));
+  const ComputeDtypeScope compute(*gpt_, opts.dtype);
   const auto emit = on_token ? on_token : [](const std::string&) {};
   if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit);
   // As the tokenizer's post_processor says (Llama's beginning-of-text token

@@ -174,6 +174,31 @@ def test_template_puts_the_beginning_of_text_token_in_front(tokenizer, tmp_path)
     assert np.load(tmp_path / "l.npy").shape[0] == len(ids)
 
 
+def test_bf16_generation(tokenizer, tmp_path):
+    # dtype="bf16" runs the products in bf16 on the KV-cache path too: its
+    # greedy text departs from float32's somewhere over these prompts (it
+    # would not, were bf16 ignored), and every entry point gives the same.
+    path = tmp_path / "llama"
+    llama_folder(path, tokenizer, num_key_value_heads=2)
+    m = qkv.Model.load(path)
+    f32 = [m.generate(p, tokens=32, temperature=0.0) for p in PROMPTS]
+    bf16 = [m.generate(p, tokens=32, temperature=0.0, dtype="bf16") for p in PROMPTS]
+    assert f32 != bf16
+    assert bf16[0] == m.generate(PROMPTS[0], tokens=32, temperature=0.0, dtype="bfloat16")
+    assert bf16[0] == "".join(m.stream(PROMPTS[0], tokens=32, temperature=0.0, dtype="bf16"))
+    assert m.generate(PROMPTS[0], tokens=32, temperature=0.0) == f32[0]  # float32 again after bf16
+    r = run_qkv("sample", "--model", path, "--prompt", PROMPTS[0], "--tokens", 32, "--temperature", 0,
+                "--dtype", "bf16")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PROMPTS[0] + bf16[0] + "\n"
+    with pytest.raises(ValueError, match="dtype: expected 'float32', 'bf16' or 'bfloat16', found 'float16'"):
+        m.generate("x", dtype="float16")
+    with pytest.raises(TypeError, match="dtype: expected a str"):
+        m.generate("x", dtype=None)
+    r = run_qkv("sample", "--model", path, "--dtype", "f16")
+    assert r.returncode == 2 and "--dtype" in r.stderr, r.stderr
+
+
 # name -> (config.json edit, what the message must contain)
 REFUSED = {
     "yarn": (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0)),

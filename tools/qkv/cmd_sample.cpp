@@ -23,6 +23,7 @@ struct SampleArgs {
   SampleOptions o;
   bool no_cache = false;
   int threads = 1;
+  std::string dtype = "float32";
 };
 
 int run_sample(SampleArgs& a) {
@@ -40,6 +41,7 @@ int run_sample(SampleArgs& a) {
     throw UsageError(std::string("--prompt: ") + e.what());
   }
   a.o.use_cache = !a.no_cache;
+  a.o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
   Model m = Model::load(a.model_dir);
   refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
@@ -70,8 +72,9 @@ Runner add_sample(CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand(
       "sample", "Generate text from a language model (trained by `qkv train`, or a Hugging Face GPT-2 "
-      "folder), streaming it as it comes.");
-  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train, or a GPT-2 folder")->required();
+      "or Llama folder), streaming it as it comes.");
+  cmd->add_option("--model", a->model_dir, "the --out directory of qkv train, or a GPT-2 or Llama folder")
+      ->required();
   cmd->add_option("--prompt", a->o.prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", a->o.tokens, "tokens to generate (characters for qkv's own models)")->capture_default_str();
   cmd->add_option("--temperature", a->o.temperature,
@@ -84,6 +87,11 @@ Runner add_sample(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
   cmd->add_option("--threads", a->threads, "threads")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "float32, or bf16 (also spelt bfloat16): the layers' products in bf16 with float32 sums, "
+                  "a bf16 folder's weights read as they are")
+      ->check(CLI::IsMember({"float32", "bf16", "bfloat16"}))
+      ->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache,
                 "recompute the whole context at every step instead of using the KV cache "
                 "(same tokens, slower; for checking)");
