@@ -190,8 +190,8 @@ class BasicGPT {
   /// case: one query against the cached keys instead of recomputing the whole
   /// context. Throws qkv::Error (and leaves the cache as it was) if the tokens
   /// do not fit in the cache, the cache was made for another model shape, or
-  /// a token is outside the vocabulary. Always float32 compute (bf16 compute
-  /// is for training).
+  /// a token is outside the vocabulary. Under bf16 compute the Linear
+  /// products run in bf16; the cache holds float32 keys and values.
   ///
   /// The span views this model's scratch: valid until the next call on this
   /// model (or its destruction). A view, not a copy, because sampling calls
@@ -231,7 +231,8 @@ class BasicGPT {
   /// scores, softmax, output and gradients). Weights, gradients, the
   /// activations between layers, LayerNorm, GELU and the loss stay float32:
   /// the weights are the float32 "master" copy the optimiser updates.
-  /// DType::f32, the default, is float32 throughout; decode always is.
+  /// DType::f32, the default, is float32 throughout. decode() runs its
+  /// Linear layers in the same dtype, its attention on the cache's float32.
   /// Throws qkv::Error for another dtype, or bf16 on BasicGPT<double>.
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_; }  ///< as set_compute_dtype set it

@@ -99,10 +99,12 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
       logits = model.decode_step(seq.back(), cache);  // append the newest token
     } else {
       // First step, or the window slid past the context: positions shift,
-      // so the cached keys are stale; refill the cache for the window.
+      // so the cached keys are stale; refill the cache for the window, in
+      // one pass over its tokens (the prefill: row-parallel products, not
+      // one product per token).
       cache.reset();
       cache_start = start;
-      for (int64_t i = start; i < len; ++i) logits = model.decode_step(seq[i], cache);
+      logits = model.decode(seq.data() + start, len - start, cache);
     }
     // logits views the model's scratch: used here, before the next step.
     const int32_t next = pick_token(next_token_probs(logits.data(), V, o, excluded), rng.random());

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Text generation with decoders of real models' shapes: qkv against PyTorch
+eager (transformers), alternated round by round on the same weights.
+
+Models (--models, random weights made once by transformers into --cache,
+each with a tokenizer trained on --text in its family's format):
+  gpt2-124m   GPT-2 124M's shape: 12 layers, width 768, 12 heads, vocabulary
+              50257 (byte-level BPE), 1024 positions, tied head;
+  tinyllama   TinyLlama-1.1B's shape: 22 layers, width 2048, 32 heads over 4
+              key/value heads, intermediate 5632, vocabulary 32000
+              (SentencePiece-style BPE with byte fallback, "<s> $A").
+Each in float32 and bf16 (--dtypes): the folder's weights stored in that
+dtype; qkv runs generate(dtype=...), PyTorch the model in that dtype.
+
+Workload: a prompt of --prompt-tokens tokens (the start of --text), then
+--new-tokens greedy tokens. Prefill is the time to the first new token
+(generate one token); decode is the time of the other tokens over their
+count (generate 1 + new tokens, less the prefill of that round). Every
+token is generated: no end-of-text stops a run.
+
+Before timing, qkv's float32 greedy tokens are compared with transformers'
+(a step where transformers' own two best logits lie within 1e-4 may differ).
+Each contender runs in a process of its own, as in bench/embed.py; per round
+each contender is timed once, in an order that rotates; entries are medians
+over rounds and ratios are of those medians. Decode is reported with its
+effective read bandwidth: the bytes of the weights each token reads (the
+layers' and the head's) times tokens/s.
+
+    python3 bench/generate.py                                   # both models, both dtypes, 5 rounds
+    python3 bench/generate.py --models gpt2-124m --dtypes bf16 --rounds 3
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from importlib.util import find_spec
+from pathlib import Path
+
+from binding import ALL_CPUS, bind_threads  # bench/
+from compare import cpu_model  # bench/
+from pytorch_train import OtherLoad  # bench/: the cores other processes kept busy
+import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDERS = ["torch", "qkv"]
+SHAPES = {
+    "gpt2-124m": dict(family="gpt2", vocab=50257, config=dict(
+        n_layer=12, n_embd=768, n_head=12, n_positions=1024, n_inner=None,
+        activation_function="gelu_new")),
+    "tinyllama": dict(family="llama", vocab=32000, config=dict(
+        num_hidden_layers=22, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4,
+        intermediate_size=5632, max_position_embeddings=2048, rms_norm_eps=1e-5,
+        rope_theta=10000.0, tie_word_embeddings=False)),
+}
+PAUSE_S = 0.2  # between two contenders' timings: the last one's threads stop spinning
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(SHAPES), help="comma-separated, from " + ", ".join(SHAPES))
+    p.add_argument("--dtypes", default="float32,bf16", help="comma-separated, from float32, bf16")
+    p.add_argument("--text", type=Path, default=ROOT.parent / "shared" / "data" / "tinyshakespeare.txt",
+                   help="UTF-8 text for the tokenizers and the prompt (default ../shared/data/tinyshakespeare.txt)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="tokens of the prompt")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated after it")
+    p.add_argument("--threads", type=int, default=2, help="threads for every contender")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (fewer than 5: a smoke run)")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "qkv" / "generate",
+                   help="where the model folders are kept between runs")
+    p.add_argument("--venv", type=Path, default=pytorch_sdpa.VENV,
+                   help="virtual environment holding torch, transformers, tokenizers and qkv")
+    p.add_argument("--json", type=Path, help="also write every measurement here")
+    a = p.parse_args()
+    a.models = [m.strip() for m in a.models.split(",")]
+    a.dtypes = [d.strip() for d in a.dtypes.split(",")]
+    if not all(m in SHAPES for m in a.models):
+        p.error(f"--models: expected names from {', '.join(SHAPES)}, found {','.join(a.models)!r}")
+    if not all(d in ("float32", "bf16") for d in a.dtypes):
+        p.error(f"--dtypes: expected float32 and/or bf16, found {','.join(a.dtypes)!r}")
+    if min(a.rounds, a.prompt_tokens, a.new_tokens, a.threads) < 1:
+        p.error("--rounds, --prompt-tokens, --new-tokens and --threads: at least 1")
+    if not a.text.is_file():
+        p.error(f"--text: no such file: {a.text}")
+    return a
+
+
+def enter_venv(a):
+    """Re-runs this script under the venv's python unless what it needs is here."""
+    missing = [m for m in ("torch", "transformers", "tokenizers", "safetensors", "qkv") if find_spec(m) is None]
+    if not missing:
+        return
+    python = a.venv / "bin" / "python"
+    if os.environ.get("QKV_GENERATE_REEXEC") or not python.exists():
+        sys.exit(f"bench/generate.py: needs {', '.join(missing)}; not importable here nor in {a.venv}")
+    os.environ["QKV_GENERATE_REEXEC"] = "1"
+    os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
+
+
+# --- The model folders ---------------------------------------------------------
+
+def train_tokenizer(family, vocab, text):
+    """A tokenizer of exactly `vocab` ids in the family's tokenizer.json format,
+    trained on `text`; the ids training leaves over are added tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    lines = text.splitlines()
+    if family == "gpt2":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+        trainer = trainers.BpeTrainer(vocab_size=vocab - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        specials = ["<|endoftext|>"]
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme="first", split=False),
+                                         decoders.ByteFallback(), decoders.Fuse()])
+        trainer = trainers.BpeTrainer(vocab_size=vocab - 256, special_tokens=["<unk>", "<s>", "</s>"],
+                                      limit_alphabet=200, show_progress=False)
+        specials = []
+    tok.train_from_iterator(lines, trainer)
+    if family == "llama":  # SentencePiece's byte tokens, then the template
+        spec = json.loads(tok.to_str())
+        for b in range(256):
+            spec["model"]["vocab"].setdefault(f"<0x{b:02X}>", len(spec["model"]["vocab"]))
+        tok = Tokenizer.from_str(json.dumps(spec))
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fill = vocab - tok.get_vocab_size() - len(specials)
+    tok.add_tokens([f"<|unused_{i}|>" for i in range(fill)])
+    tok.add_special_tokens(specials)
+    assert tok.get_vocab_size() == vocab, (tok.get_vocab_size(), vocab)
+    return tok
+
+
+def make_folder(name, dtype, text_path, path):
+    """The model folder: random weights (seed 0) by transformers, in `dtype`."""
+    import torch
+    import transformers
+    shape = SHAPES[name]
+    tok = train_tokenizer(shape["family"], shape["vocab"], text_path.read_text(encoding="utf-8"))
+    torch.manual_seed(0)
+    if shape["family"] == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=shape["vocab"], **shape["config"])
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(vocab_size=shape["vocab"], bos_token_id=1, eos_token_id=2,
+                                       **shape["config"])
+        model = transformers.LlamaForCausalLM(cfg)
+    model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save(str(tmp / "tokenizer.json"))
+    tmp.replace(path)  # whole or absent
+
+
+def ensure_folder(ctx, a, name, dtype):
+    path = a.cache / f"{name}-{dtype}"
+    if not (path / "config.json").is_file():
+        a.cache.mkdir(parents=True, exist_ok=True)
+        print(f"making {path} (random weights, not timed) ...", file=sys.stderr, flush=True)
+        p = ctx.Process(target=make_folder, args=(name, dtype, a.text, path))
+        p.start()
+        p.join()
+        if p.exitcode != 0:
+            sys.exit(f"bench/generate.py: making {path} failed (exit {p.exitcode})")
+    return path
+
+
+def prompt_text(tok, text, tokens):
+    """The longest start of `text` (whole lines) of at most `tokens` tokens."""
+    lines, out = text.splitlines(keepends=True), ""
+    for line in lines:
+        if len(tok.encode(out + line).ids) > tokens:
+            break
+        out += line
+    return out
+
+
+def weight_bytes(folder):
+    """Bytes each decoded token reads: every tensor but the embedding table
+    (a head tied to it is read whole; the table itself only a row)."""
+    from safetensors import safe_open
+    total = 0
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        tied = not any(k.endswith("lm_head.weight") for k in f.keys())
+        for k in f.keys():
+            if k.endswith(("wte.weight", "embed_tokens.weight")) and not tied:
+                continue
+            if k.endswith(("wpe.weight",)):
+                continue
+            sl = f.get_slice(k)
+            n = 1
+            for d in sl.get_shape():
+                n *= d
+            total += n * (2 if sl.get_dtype() in ("BF16", "F16") else 4)
+    return total
+
+
+# --- The contenders, each in its own process ----------------------------------
+# Each maker returns generate(text, n) -> the n generated ids, greedy.
+
+def make_torch(folder, dtype, threads):
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+    torch.set_num_threads(threads)
+    transformers.utils.logging.disable_progress_bar()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+    def generate(text, n):
+        ids = torch.tensor([tok.encode(text).ids])
+        with torch.no_grad():
+            out = model.generate(ids, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                                 pad_token_id=0, eos_token_id=None)
+        return out[0, ids.shape[1]:].tolist()
+    return generate
+
+
+def make_qkv(folder, dtype, threads):
+    import qkv
+    m = qkv.Model.load(str(folder))
+    m.set_threads(threads)
+
+    def generate(text, n):
+        return m.generate(text, tokens=n, temperature=0.0, dtype=dtype)
+    return generate
+
+
+def serve(name, folder, dtype, threads, conn):
+    os.sched_setaffinity(0, ALL_CPUS)
+    try:
+        gen = (make_torch if name == "torch" else make_qkv)(folder, dtype, threads)
+        conn.send(("ok", None))
+        while True:
+            try:
+                req = conn.recv()
+            except EOFError:
+                return
+            if req[0] == "stop":
+                return
+            if req[0] == "run":
+                conn.send(("ok", gen(req[1], req[2])))
+            else:  # ("time", text, n): seconds, and the cores others kept busy
+                with OtherLoad() as load:
+                    t0 = time.perf_counter()
+                    gen(req[1], req[2])
+                    secs = time.perf_counter() - t0
+                conn.send(("ok", (secs, load.cores)))
+    except Exception as e:  # noqa: BLE001 (reported by the parent, by name)
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class Worker:
+    def __init__(self, ctx, name, folder, dtype, threads):
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(name, folder, dtype, threads, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.call()
+
+    def call(self, *req):
+        if req:
+            self.conn.send(req)
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            sys.exit(f"bench/generate.py: {self.name}: its process died (exit {self.proc.exitcode})")
+        if status == "error":
+            sys.exit(f"bench/generate.py: {self.name}: {value}")
+        return value
+
+    def stop(self):
+        self.conn.send(("stop",))
+        self.proc.join()
+
+
+# --- The run -------------------------------------------------------------------
+
+def check_greedy(a, folder, text, workers):
+    """qkv's first 16 greedy tokens against transformers' (as text)."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    want = tok.decode(workers["torch"].call("run", text, 16), skip_special_tokens=False)
+    got = workers["qkv"].call("run", text, 16)
+    return got == want
+
+
+def bench_one(ctx, a, name, dtype):
+    from tokenizers import Tokenizer
+    folder = ensure_folder(ctx, a, name, dtype)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
+    n_prompt = len(tok.encode(text).ids)
+    workers = {c: Worker(ctx, c, folder, dtype, a.threads) for c in CONTENDERS}
+    same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
+    times = {(c, w): [] for c in CONTENDERS for w in ("prefill", "decode")}
+    others = []
+    for rnd in range(a.rounds):
+        order = CONTENDERS[rnd % 2:] + CONTENDERS[:rnd % 2]
+        for c in order:
+            time.sleep(PAUSE_S)
+            first, busy1 = workers[c].call("time", text, 1)
+            time.sleep(PAUSE_S)
+            total, busy2 = workers[c].call("time", text, 1 + a.new_tokens)
+            times[(c, "prefill")].append(first)
+            times[(c, "decode")].append((total - first) / a.new_tokens)
+            others += [busy1, busy2]
+        print(f"{name} {dtype}: round {rnd + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+    for w in workers.values():
+        w.stop()
+    nbytes = weight_bytes(folder)
+    rows = []
+    for c in CONTENDERS:
+        pre, dec = statistics.median(times[(c, "prefill")]), statistics.median(times[(c, "decode")])
+        rows.append({"model": name, "dtype": dtype, "contender": c, "prompt_tokens": n_prompt,
+                     "prefill_tok_s": n_prompt / pre, "decode_tok_s": 1 / dec,
+                     "decode_gb_s": nbytes / dec / 1e9, "weight_bytes_per_token": nbytes,
+                     "prefill_rounds": times[(c, "prefill")], "decode_rounds": times[(c, "decode")]})
+    return rows, same, max((o for o in others if o is not None), default=None)
+
+
+def main():
+    a = parse_args()
+    enter_venv(a)
+    bind_threads()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its pool and fork() do not mix
+    ctx = multiprocessing.get_context("fork")
+    rows, notes = [], []
+    for name in a.models:
+        for dtype in a.dtypes:
+            r, same, busy = bench_one(ctx, a, name, dtype)
+            rows += r
+            if same is not None:
+                notes.append(f"{name} float32: qkv's 16 greedy tokens {'equal' if same else 'DIFFER from'} "
+                             "transformers'")
+            if busy is not None and busy > 0.3:
+                notes.append(f"{name} {dtype}: other processes kept up to {busy:.1f} cores busy "
+                             "during a timing: rerun when the machine is quiet")
+    print(f"CPU: {cpu_model()}; {a.threads} threads; {a.rounds} alternating rounds, medians; "
+          f"prompt of ~{a.prompt_tokens} tokens, then {a.new_tokens} greedy tokens")
+    print(f"{'model':10} {'dtype':8} {'contender':9} {'prefill tok/s':>14} {'decode tok/s':>13} "
+          f"{'decode GB/s':>12} {'vs torch (prefill / decode)':>28}")
+    for r in rows:
+        ref = next(x for x in rows if x["model"] == r["model"] and x["dtype"] == r["dtype"]
+                   and x["contender"] == "torch")
+        vs = f"{r['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x / {r['decode_tok_s'] / ref['decode_tok_s']:.2f}x"
+        print(f"{r['model']:10} {r['dtype']:8} {r['contender']:9} {r['prefill_tok_s']:14.1f} "
+              f"{r['decode_tok_s']:13.2f} {r['decode_gb_s']:12.1f} {vs:>28}")
+    for n in notes:
+        print(n)
+    if a.json:
+        a.json.write_text(json.dumps({"cpu": cpu_model(), "threads": a.threads, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
