@@ -164,6 +164,7 @@ class QKV_API Model {
   std::shared_ptr<const BpeTokenizer> bpe_;              ///< Hugging Face decoders
   Pooling pooling_;
   int64_t max_length_ = 0;
+  std::unique_ptr<KVCache> cache_;  ///< generate()'s, made by its first call and kept
 };
 
 }  ///< namespace qkv

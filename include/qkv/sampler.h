@@ -54,17 +54,21 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 /// context, both crop to the last `context` tokens (as nanoGPT does), the
 /// cached path by rebuilding its cache for the cropped window. Each token is
 /// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
+/// `cache`, when given, is a cache of this model's (GPT::new_cache) used
+/// instead of one made for the call: a caller that generates again passes
+/// the same one, whose memory is then already mapped and written.
 QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
-                                    const std::function<void(const std::string&)>& on_token);
+                                    const std::function<void(const std::string&)>& on_token,
+                                    KVCache* cache = nullptr);
 
 /// The loop under sample(), on ids, for any tokenizer: continues `prompt`
 /// (at least one id, each in the vocabulary) with up to opts.tokens ids
 /// drawn as sample() draws them (excluding `excluded`, -1 = none), handing
 /// each to on_id as it comes, and returns them. Stops after generating
 /// `stop_id` (an end-of-text id, returned too; -1 = never). opts.prompt is
-/// not read.
+/// not read. `cache` as for sample().
 QKV_API std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opts,
                                         int32_t excluded, int32_t stop_id,
-                                        const std::function<void(int32_t)>& on_id);
+                                        const std::function<void(int32_t)>& on_id, KVCache* cache = nullptr);
 
 }  // namespace qkv

@@ -352,7 +352,11 @@ void linear_back_from(T* dinp, T* dw, T* db, const T* dout, const In& in, const 
 
 // Sizes w's activations for `rows` rows of tokens, attention on [B, T],
 // under `compute` (f32 or bf16: what its pre-norm LinearIns hold); a call
-// of the shape the last one had keeps them.
+// of the shape the last one had keeps them. Buffers are resized in place,
+// so that a shape met before (generation's prefill, then its one-token
+// steps, then the next prefill) reuses memory already mapped; the loss's
+// probabilities [BT, V] and the backward's buffers, the largest, are sized
+// by the calls that use them (forward with targets, backward).
 template <class W>
 void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows, DType compute) {
   using T = typename W::Vec::value_type;
@@ -363,14 +367,13 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
   const bool bf16 = compute == DType::bf16 && !cfg.post_norm && !cfg.rms_norm && !cfg.swiglu;
   const int64_t BT = rows, C = cfg.embd, F = cfg.ffn_dim(), hs = cfg.head_dim();
   const int64_t fc_out = cfg.swiglu ? 2 * F : F;
-  const int64_t V = cfg.lm_head ? cfg.vocab : 0;
   const int64_t H = cfg.heads, Hkv = cfg.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
   a.B = B, a.Tn = Tn, a.rows = rows, a.compute = compute;
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
   a.encoded.assign(BT * C, T(0));
   a.emb_mean.assign(cfg.embed_norm ? BT : 0, T(0)), a.emb_rstd.assign(cfg.embed_norm ? BT : 0, T(0));
-  a.layers.assign(cfg.layers, typename W::LayerActs{});
+  if (a.layers.size() != static_cast<size_t>(cfg.layers)) a.layers.assign(cfg.layers, typename W::LayerActs{});
   for (typename W::LayerActs& l : a.layers) {
     size_input(l.ln1, BT * C, bf16), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
     l.qkv.assign(BT * qkv_out, T(0));
@@ -386,13 +389,22 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
   const int64_t lnf_rows = cfg.final_norm ? BT : 0;
   size_input(a.lnf, lnf_rows * C, bf16 && cfg.lm_head);  // without a head: the output, float32
   a.lnf_mean.assign(lnf_rows, T(0)), a.lnf_rstd.assign(lnf_rows, T(0));
-  a.probs.assign(BT * V, T(0)), a.losses.assign(BT, T(0));
-  // The backward's buffers, for a model it can train.
-  const int64_t G = cfg.trainable() ? BT : 0;
-  w.dres.assign(G * C, T(0)), w.dln.assign(G * C, T(0)), w.dqkv.assign(G * qkv_out, T(0));
-  w.datty.assign(G * C, T(0)), w.dfch.assign(G * F, T(0));
-  w.dfch_gelu.assign(G * F, T(0)), w.dlogits.assign(G * V, T(0));
-  w.dout = cfg.trainable() ? Tensor(dt, {B, H, Tn, hs}) : Tensor();
+  a.losses.assign(BT, T(0));
+}
+
+// The backward's buffers for the activations' shape (a no-op when they have
+// it). Each is overwritten, or zeroed, before it is read.
+template <class W>
+void ensure_grads(W& w, const GPTConfig& cfg) {
+  using T = typename W::Vec::value_type;
+  const typename W::Acts& a = w.acts;
+  const int64_t BT = a.rows, C = cfg.embd, F = cfg.ffn_dim(), V = cfg.vocab, hs = cfg.head_dim();
+  const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * hs;
+  for (auto [v, n] : {std::pair{&w.dres, BT * C}, {&w.dln, BT * C}, {&w.dqkv, BT * qkv_out}, {&w.datty, BT * C},
+                      {&w.dfch, BT * F}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
+    v->resize(static_cast<size_t>(n));
+  const Shape dout{a.B, cfg.heads, a.Tn, hs};
+  if (w.dout.shape() != dout) w.dout = Tensor(dtype_of<T>(), dout);
 }
 
 }  // namespace
@@ -664,6 +676,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
     a.targets[i] = targets[i];
   }
   W.has_targets = true;
+  a.probs.resize(static_cast<size_t>(BT * V));  // every element written below
   nn::crossentropy_forward(a.losses.data(), a.probs.data(), W.logits.data(), a.targets.data(), BT, V);
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
@@ -678,6 +691,7 @@ void BasicGPT<T>::backward() {
   // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
   if (!cfg_.trainable())
     throw Error("model: training runs pre-norm causal models with ln_f and a tied head only");
+  ensure_grads(W, cfg_);
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();

@@ -250,8 +250,10 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (opts.dtype != DType::f32 && opts.dtype != DType::bf16)
     throw Error(std::string("generate: dtype: expected float32 or bf16, found ") + dtype_name(opts.dtype));
   const ComputeDtypeScope compute(*gpt_, opts.dtype);
+  if (opts.use_cache && !cache_) cache_ = std::make_unique<KVCache>(gpt_->new_cache());
+  KVCache* cache = opts.use_cache ? cache_.get() : nullptr;
   const auto emit = on_token ? on_token : [](const std::string&) {};
-  if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit);
+  if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit, cache);
   // As the tokenizer's post_processor says (Llama's beginning-of-text token
   // in front); still empty, the text starts from the beginning-of-text
   // token the config names, when there is one.
@@ -272,10 +274,13 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
     if (end > shown) emit(text.substr(shown, end - shown));
     shown = std::max(shown, end);
   };
-  sample_ids(*gpt_, std::move(prompt), opts, -1, bpe_->eos_id(), [&](int32_t id) {
-    out.push_back(id);
-    flush(false);
-  });
+  sample_ids(
+      *gpt_, std::move(prompt), opts, -1, bpe_->eos_id(),
+      [&](int32_t id) {
+        out.push_back(id);
+        flush(false);
+      },
+      cache);
   flush(true);
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "qkv/rng.h"
@@ -70,13 +71,14 @@ int32_t pick_token(const std::vector<double>& probs, double u) {
 }
 
 std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& o,
-                            const std::function<void(const std::string&)>& on_token) {
+                            const std::function<void(const std::string&)>& on_token, KVCache* cache) {
   return sample_ids(model, tok.encode(o.prompt.empty() ? "\n" : o.prompt), o, tok.unknown_id(), -1,
-                    [&](int32_t id) { on_token(tok.decode({id})); });
+                    [&](int32_t id) { on_token(tok.decode({id})); }, cache);
 }
 
 std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const SampleOptions& o,
-                                int32_t excluded, int32_t stop_id, const std::function<void(int32_t)>& on_id) {
+                                int32_t excluded, int32_t stop_id, const std::function<void(int32_t)>& on_id,
+                                KVCache* reuse) {
   check_choice_options(o);
   if (o.tokens < 0) throw Error("tokens: expected a count >= 0, found " + std::to_string(o.tokens));
   const int64_t ctx = model.config().context, V = model.config().vocab;
@@ -86,7 +88,11 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
       throw Error("prompt: token id " + std::to_string(id) + " outside the vocabulary [0, " + std::to_string(V) + ")");
   const size_t prompt_len = seq.size();
   NumpyGenerator rng(o.seed);
-  KVCache cache = model.new_cache();
+  // A cache made here is allocated and zeroed on every call: for a real
+  // model, tens of MB of fresh pages, longer than a short prompt's prefill.
+  std::optional<KVCache> own;
+  KVCache& cache = reuse ? *reuse : own.emplace(model.new_cache());
+  cache.reset();
   int64_t cache_start = 0;  // the cache holds seq[cache_start, cache_start + cache.len())
   std::span<const float> logits;
   for (int64_t n = 0; n < o.tokens; ++n) {
