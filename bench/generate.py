@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Text generation with decoders of real models' shapes: qkv against PyTorch
-eager (transformers), alternated round by round on the same weights.
+eager (transformers) and llama.cpp, alternated round by round on the same
+weights.
 
 Models (--models, random weights made once by transformers into --cache,
 each with a tokenizer trained on --text in its family's format):
@@ -18,6 +19,14 @@ Workload: a prompt of --prompt-tokens tokens (the start of --text), then
 count (generate 1 + new tokens, less the prefill of that round). Every
 token is generated: no end-of-text stops a run.
 
+llama.cpp runs when --llama-bench names its llama-bench binary and
+--llama-convert its convert_hf_to_gguf.py: each folder is converted once, by
+that converter, to GGUF F32 or BF16 beside the folder (a GPT-2 folder's
+tokenizer, trained here, is one the converter does not know by its hash: it
+is told that its pre-tokenizer is GPT-2's, which it is); prefill is
+`llama-bench -p P -n 0`, decode `llama-bench -p 0 -n N -d P` (N tokens after
+P in the cache), each one repetition a round at --threads.
+
 Before timing, qkv's float32 greedy tokens are compared with transformers'
 (a step where transformers' own two best logits lie within 1e-4 may differ).
 Each contender runs in a process of its own, as in bench/embed.py; per round
@@ -34,6 +43,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 from importlib.util import find_spec
@@ -45,17 +55,28 @@ from pytorch_train import OtherLoad  # bench/: the cores other processes kept bu
 import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ["torch", "qkv"]
+CONTENDERS = ["torch", "qkv"]  # and "llama.cpp", with --llama-bench
 SHAPES = {
     "gpt2-124m": dict(family="gpt2", vocab=50257, config=dict(
-        n_layer=12, n_embd=768, n_head=12, n_positions=1024, n_inner=None,
+        n_layer=12, n_embd=768, n_head=12, n_positions=1024, n_ctx=1024, n_inner=None,
         activation_function="gelu_new")),
     "tinyllama": dict(family="llama", vocab=32000, config=dict(
         num_hidden_layers=22, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4,
         intermediate_size=5632, max_position_embeddings=2048, rms_norm_eps=1e-5,
         rope_theta=10000.0, tie_word_embeddings=False)),
 }
-PAUSE_S = 0.2  # between two contenders' timings: the last one's threads stop spinning
+PAUSE_S = 0.2
+# Runs convert_hf_to_gguf.py (argv[1]) on argv[2:], taking the GPT-2 folders'
+# trained tokenizers for GPT-2's pre-tokenizer (the converter knows
+# tokenizers by a hash of their output on a fixed text).
+CONVERT_GPT2 = """import os, runpy, sys
+convert = sys.argv[1]
+sys.path.insert(0, os.path.dirname(convert))
+sys.argv = [convert] + sys.argv[2:]
+import conversion.base
+conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+runpy.run_path(convert, run_name="__main__")
+"""  # between two contenders' timings: the last one's threads stop spinning
 
 
 def parse_args():
@@ -72,8 +93,17 @@ def parse_args():
                    help="where the model folders are kept between runs")
     p.add_argument("--venv", type=Path, default=pytorch_sdpa.VENV,
                    help="virtual environment holding torch, transformers, tokenizers and qkv")
+    p.add_argument("--llama-bench", type=Path, default=os.environ.get("LLAMA_BENCH"),
+                   help="llama.cpp's llama-bench binary (default $LLAMA_BENCH; without it, no llama.cpp)")
+    p.add_argument("--llama-convert", type=Path, default=os.environ.get("LLAMA_CONVERT"),
+                   help="llama.cpp's convert_hf_to_gguf.py (default $LLAMA_CONVERT), its gguf-py beside it")
     p.add_argument("--json", type=Path, help="also write every measurement here")
     a = p.parse_args()
+    if (a.llama_bench is None) != (a.llama_convert is None):
+        p.error("--llama-bench and --llama-convert go together")
+    for path in (a.llama_bench, a.llama_convert):
+        if path is not None and not path.is_file():
+            p.error(f"no such file: {path}")
     a.models = [m.strip() for m in a.models.split(",")]
     a.dtypes = [d.strip() for d in a.dtypes.split(",")]
     if not all(m in SHAPES for m in a.models):
@@ -215,9 +245,11 @@ def make_torch(folder, dtype, threads):
 
     def generate(text, n):
         ids = torch.tensor([tok.encode(text).ids])
+        # The mask given: without it, generate() takes every id equal to
+        # pad_token_id for padding, and masks it.
         with torch.no_grad():
-            out = model.generate(ids, do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                                 pad_token_id=0, eos_token_id=None)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=n, min_new_tokens=n, pad_token_id=0, eos_token_id=None)
         return out[0, ids.shape[1]:].tolist()
     return generate
 
@@ -254,6 +286,44 @@ def serve(name, folder, dtype, threads, conn):
                 conn.send(("ok", (secs, load.cores)))
     except Exception as e:  # noqa: BLE001 (reported by the parent, by name)
         conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class LlamaCpp:
+    """llama.cpp on the folder's GGUF conversion, through llama-bench."""
+    name = "llama.cpp"
+
+    def __init__(self, a, folder, dtype, family):
+        self.a, self.gguf = a, folder.with_name(folder.name + ".gguf")
+        if not self.gguf.is_file():
+            print(f"converting {folder} to {self.gguf} (not timed) ...", file=sys.stderr, flush=True)
+            tmp = self.gguf.with_name(self.gguf.name + ".tmp")
+            env = dict(os.environ, PYTHONPATH=str(a.llama_convert.parent / "gguf-py"))
+            run = ["-c", CONVERT_GPT2] if family == "gpt2" else []
+            r = subprocess.run([sys.executable, *run, str(a.llama_convert), str(folder), "--outtype",
+                                "f32" if dtype == "float32" else "bf16", "--outfile", str(tmp)],
+                               env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"bench/generate.py: {a.llama_convert} failed on {folder}:\n{r.stderr[-3000:]}")
+            tmp.replace(self.gguf)
+
+    def tokens_per_s(self, prompt, gen, depth):
+        """llama-bench's tokens/s of one repetition, and the cores others kept busy."""
+        cmd = [str(self.a.llama_bench), "-m", str(self.gguf), "-t", str(self.a.threads), "-r", "1",
+               "-p", str(prompt), "-n", str(gen), "-d", str(depth), "-o", "json"]
+        with OtherLoad() as load:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"bench/generate.py: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+        return json.loads(r.stdout)[0]["avg_ts"], load.cores
+
+    def time(self, prompt_tokens, new_tokens):
+        """(prefill seconds, decode seconds a token, busy cores, busy cores)."""
+        pre, busy1 = self.tokens_per_s(prompt_tokens, 0, 0)
+        dec, busy2 = self.tokens_per_s(0, new_tokens, prompt_tokens)
+        return prompt_tokens / pre, 1 / dec, busy1, busy2
+
+    def stop(self):
+        pass
 
 
 class Worker:
@@ -299,25 +369,34 @@ def bench_one(ctx, a, name, dtype):
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
     workers = {c: Worker(ctx, c, folder, dtype, a.threads) for c in CONTENDERS}
+    for w in workers.values():  # warm-up: buffers allocated, bf16 weights rounded, threads started
+        w.call("run", text, 2)
     same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
-    times = {(c, w): [] for c in CONTENDERS for w in ("prefill", "decode")}
+    if a.llama_bench:
+        workers["llama.cpp"] = LlamaCpp(a, folder, dtype, SHAPES[name]["family"])
+    names = list(workers)
+    times = {(c, w): [] for c in names for w in ("prefill", "decode")}
     others = []
     for rnd in range(a.rounds):
-        order = CONTENDERS[rnd % 2:] + CONTENDERS[:rnd % 2]
+        order = names[rnd % len(names):] + names[:rnd % len(names)]
         for c in order:
             time.sleep(PAUSE_S)
-            first, busy1 = workers[c].call("time", text, 1)
-            time.sleep(PAUSE_S)
-            total, busy2 = workers[c].call("time", text, 1 + a.new_tokens)
-            times[(c, "prefill")].append(first)
-            times[(c, "decode")].append((total - first) / a.new_tokens)
+            if c == "llama.cpp":
+                prefill, decode, busy1, busy2 = workers[c].time(n_prompt, a.new_tokens)
+            else:
+                prefill, busy1 = workers[c].call("time", text, 1)
+                time.sleep(PAUSE_S)
+                total, busy2 = workers[c].call("time", text, 1 + a.new_tokens)
+                decode = (total - prefill) / a.new_tokens
+            times[(c, "prefill")].append(prefill)
+            times[(c, "decode")].append(decode)
             others += [busy1, busy2]
         print(f"{name} {dtype}: round {rnd + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     for w in workers.values():
         w.stop()
     nbytes = weight_bytes(folder)
     rows = []
-    for c in CONTENDERS:
+    for c in names:
         pre, dec = statistics.median(times[(c, "prefill")]), statistics.median(times[(c, "decode")])
         rows.append({"model": name, "dtype": dtype, "contender": c, "prompt_tokens": n_prompt,
                      "prefill_tok_s": n_prompt / pre, "decode_tok_s": 1 / dec,

@@ -100,6 +100,12 @@ TEST_P(GemmBf16, ModelShapes) {
     check(false, false, 768, C, OC, 1.0f, 1.0f, 0, rng);
     check(true, false, OC, C, 768, 1.0f, 1.0f, 0, rng);
   }
+  // A real model's weight, larger than the column chunk that every row
+  // block meets before the next (512 KB of pairs: 2 panels of 64 columns at
+  // K = 2048); 5 panels make 3 chunks, the last one short, at rows that are
+  // no multiple of the 6-row tile.
+  check(false, true, 100, 300, 2048, 1.0f, 0.0f, 0, rng);
+  check(false, true, 13, 320, 2047, 0.5f, 1.0f, 3, rng);
 }
 
 TEST_P(GemmBf16, RoundsItsOperandsToNearestEven) {

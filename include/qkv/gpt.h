@@ -164,7 +164,12 @@ class BasicGPT {
     return w_;
   }
   const std::vector<T>& weights() const { return w_; }                ///< the flat parameter buffer
-  std::vector<T>& grads() { return g_; }                              ///< gradients, as weights()
+  /// Gradients, laid out as weights(); allocated (zeros) by the first call
+  /// here or to backward(), so that a model only run never holds them.
+  std::vector<T>& grads() {
+    if (g_.size() != w_.size()) g_.assign(w_.size(), T(0));
+    return g_;
+  }
   int64_t num_params() const { return static_cast<int64_t>(w_.size()); }  ///< weights().size()
 
   /// nanoGPT's initialisation from a seed: N(0, 0.02) for matrices and

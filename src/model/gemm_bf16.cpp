@@ -45,6 +45,10 @@ auto* grown(V& v, int64_t n) {
   return v.data();
 }
 
+// How many bytes of op(B)'s pairs on_avx512bf16 keeps in play while every
+// row block passes over them: half of a Zen 4 or Sapphire Rapids core's L2.
+constexpr int64_t kChunkBytes = 512 * 1024;
+
 float round_bf16(float x) { return bf16_to_float(bf16_from_float(x)); }
 // An operand's element as the bf16 value it rounds to (bfloat16: itself).
 float rounded(float x) { return round_bf16(x); }
@@ -134,7 +138,7 @@ void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t
   const pair_word* a_words = in_place ? reinterpret_cast<const pair_word*>(A) : a;
   const int64_t a_rs = trans_a ? 1 : in_place ? lda / 2 : np, a_ks = trans_a ? M : 1;
   uint32_t* b = grown(pk.b, np * Np);  // op(B)'s pairs (pack_b_pairs)
-  const int64_t mblocks = (M + kMR - 1) / kMR, tiles = mblocks * (Np / kNR);
+  const int64_t mblocks = (M + kMR - 1) / kMR;
 #pragma omp parallel
   {
     // Packing: rows (or pairs) split between the threads.
@@ -146,18 +150,29 @@ void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t
       for (int64_t r = 0; r < M; ++r) packing(k, A).rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
     pack_b_pairs(packing(k, B), trans_b, N, K, B, ldb, b, Np, np);
-    // Tiles row block by row block: a thread's tiles are a contiguous band of
-    // C's rows; for op(A) = A that is the band of A it packed above (the same
-    // static split) and the rows the row-parallel layers before it wrote on
-    // this core. Its block of op(A) stays in L1 across the column panels.
+    // C in chunks of column panels whose op(B) pairs fit in half an L2
+    // (kChunkBytes), each chunk met by every row block of op(A) before the
+    // next: a real model's weight (tens of MB) is then read from memory once,
+    // not once per row block. Work items are (chunk, row block), a thread's
+    // a contiguous run of them. When op(B) is one chunk (a small model's
+    // weights), that is row block by row block: a thread's tiles are a
+    // contiguous band of C's rows; for op(A) = A the band of A it packed
+    // above (the same static split) and the rows the row-parallel layers
+    // before it wrote on this core. A row block of op(A) stays in L1 across
+    // a chunk's panels.
     const int64_t panels = Np / kNR;
+    const int64_t per_chunk = std::clamp<int64_t>(kChunkBytes / (np * kNR * 4), 1, panels);
+    const int64_t chunks = (panels + per_chunk - 1) / per_chunk;
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t i0 = (t / panels) * kMR, j0 = (t % panels) * kNR;
+    for (int64_t t = 0; t < chunks * mblocks; ++t) {
+      const int64_t chunk = t / mblocks, i0 = (t % mblocks) * kMR;
       const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
-      const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
-      k.tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
-             bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
+      for (int64_t panel = chunk * per_chunk; panel < std::min(panels, (chunk + 1) * per_chunk); ++panel) {
+        const int64_t j0 = panel * kNR;
+        const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
+        k.tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
+               bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
+      }
     }
   }
 }

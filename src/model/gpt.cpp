@@ -220,8 +220,7 @@ void BasicGPT<T>::build_params() {
     W.lnf_b = norm_bias ? add("transformer.ln_f.bias", {C}, false) : -1;
   }
   if (cfg_.lm_head && !cfg_.tied_head) W.lm_head = add("lm_head.weight", {cfg_.vocab, C}, true);
-  w_.assign(static_cast<size_t>(off), T(0));
-  g_.assign(static_cast<size_t>(off), T(0));
+  w_.assign(static_cast<size_t>(off), T(0));  // g_: by grads(), when training
   // The parameters whose gradient backward() overwrites (the Linear layers'
   // and wte's; see there); every other one is zeroed before it accumulates.
   std::vector<int64_t> set = {W.wte};
@@ -316,7 +315,10 @@ void linear_from(T* out, const In& in, const T* w, const bfloat16* w16, const T*
 }
 
 // Work::weights16 from the float32 weights w: each block's four Linear
-// weights rounded to nearest even, in chunks split between the threads.
+// weights, then the head's matrix (wte when tied), rounded to nearest
+// even, in chunks split between the threads. The head is the largest
+// matrix a decode step reads (GPT-2's: 38.6M weights): rounding it there
+// on every step cost more than the step's products.
 template <class Work>
 void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
   const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = cfg.swiglu ? 2 * F : F;
@@ -325,6 +327,7 @@ void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
   for (const auto& L : W.layer)
     parts.insert(parts.end(), {{L.attn_w, qkv_out * C}, {L.attn_proj_w, C * C}, {L.fc_w, fc_out * C},
                                {L.fc_proj_w, C * F}});
+  if (cfg.lm_head) parts.emplace_back(cfg.tied_head ? W.wte : W.lm_head, cfg.vocab * C);
   int64_t total = 0;
   for (const auto& p : parts) total += p.second;
   W.weights16.resize(static_cast<size_t>(total));
@@ -632,7 +635,9 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
-  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), nullptr,
+  // The head's bf16 copy follows the blocks' in weights16.
+  const bfloat16* head16 = w16 ? w16 + cfg_.layers * per_layer : nullptr;
+  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), head16,
               static_cast<const T*>(nullptr), rows_out, C, V, mm);
 }
 
@@ -692,6 +697,7 @@ void BasicGPT<T>::backward() {
   if (!cfg_.trainable())
     throw Error("model: training runs pre-norm causal models with ln_f and a tied head only");
   ensure_grads(W, cfg_);
+  grads();
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
