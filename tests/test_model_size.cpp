@@ -71,6 +71,31 @@ TEST(ModelSize, AgreesWithTheGptItDescribes) {
       }
 }
 
+// A loaded Llama-family folder's config: three MLP matrices, RMSNorm, the
+// head tied or not, biases per projection.
+TEST(ModelSize, AgreesWithALlamaConfig) {
+  for (bool tied : {false, true})
+    for (bool attn_bias : {false, true})
+      for (bool mlp_bias : {false, true}) {
+        GPTConfig cfg;
+        cfg.vocab = 65;
+        cfg.context = 32;
+        cfg.layers = 2;
+        cfg.heads = 4;
+        cfg.kv_heads = 2;
+        cfg.embd = 32;
+        cfg.ffn = 40;
+        cfg.rope = cfg.rms_norm = cfg.swiglu = true;
+        cfg.tied_head = tied;
+        cfg.attn_bias = attn_bias;
+        cfg.mlp_bias = mlp_bias;
+        const ModelShape m = shape_of(cfg);
+        EXPECT_EQ(m.arch, Arch::llama);
+        EXPECT_EQ(model_size(m).params, GPT(cfg).num_params())
+            << "tied " << tied << " attn_bias " << attn_bias << " mlp_bias " << mlp_bias;
+      }
+}
+
 TEST(ModelSize, RefusesInconsistentShapes) {
   ModelShape m = preset("gpt2");
   m.heads = 5;

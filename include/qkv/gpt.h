@@ -62,6 +62,14 @@ struct QKV_API GPTConfig {
   /// The MLP as SwiGLU (Llama): silu(x W_gate) * (x W_up), then W_down;
   /// c_fc holds W_gate's F rows, then W_up's.
   bool swiglu = false;
+  /// Biases in the attention's Linear layers (q, k, v and the output
+  /// projection) although `bias` is off: Llama's attention_bias.
+  bool attn_bias = false;
+  /// Biases in the MLP's Linear layers although `bias` is off: Llama's mlp_bias.
+  bool mlp_bias = false;
+  /// A sliding window (Mistral's sliding_window): query i sees keys j with
+  /// i - window < j (as well as the causal j <= i); 0: every earlier key.
+  int64_t window = 0;
   double rope_theta = 10000.0;  ///< RoPE's base
   /// RoPE's frequencies as a model was trained to stretch them:
   /// none, linear (every frequency / factor) or llama3 (Llama 3.1's: long
@@ -84,10 +92,13 @@ struct QKV_API GPTConfig {
   int64_t head_dim() const { return embd / heads; }  ///< hs = C / H
   /// The MLP's hidden width: ffn, or 4 * embd when ffn is 0.
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
+  bool attn_biased() const { return bias || attn_bias; }  ///< c_attn and attn.c_proj have biases
+  bool mlp_biased() const { return bias || mlp_bias; }    ///< c_fc and mlp.c_proj have biases
   /// True when only the defaults above are set: what backward() can train.
   bool trainable() const {
     return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head &&
-           tied_head && !rms_norm && !swiglu && rope_theta == 10000.0 &&
+           tied_head && !rms_norm && !swiglu && !attn_bias && !mlp_bias && window == 0 &&
+           rope_theta == 10000.0 &&
            rope_scaling.kind == RopeScaling::Kind::none;
   }
   /// Throws qkv::Error naming the first inconsistent field.

@@ -11,7 +11,7 @@
 ///   - a Hugging Face model folder (config.json with "model_type",
 ///     model.safetensors or its shards, tokenizer.json or vocab.txt, and
 ///     sentence-transformers' modules.json when present): BERT-family
-///     encoders ("bert"), GPT-2 and Llama decoders ("gpt2", "llama", with
+///     encoders ("bert"), GPT-2, Llama and Mistral decoders ("gpt2", "llama", "mistral", with
 ///     their BPE tokenizer.json).
 /// The pieces underneath stay public for finer control: the checkpoint files
 /// (qkv/checkpoint.h), the network with its KV cache (qkv/gpt.h), sampling

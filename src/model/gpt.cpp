@@ -46,6 +46,8 @@ void GPTConfig::validate() const {
                                    rs.original_context >= 1),
        "rope_scaling: llama3 needs 0 < low_freq_factor < high_freq_factor and original_context >= 1");
   need(!lm_head || tied_head || !post_norm, "an untied head is for pre-norm decoders");
+  need(window >= 0, "window must be at least 0 (0: none), found " + std::to_string(window));
+  need(window == 0 || causal, "a sliding window is for causal models");
 }
 
 namespace {
@@ -84,6 +86,9 @@ BasicGPT<T>::BasicGPT(const GPTConfig& cfg) : cfg_(cfg), work_(std::make_unique<
   build_params();
   if (cfg_.rope) work_->rope = nn::RopeTable(cfg_.context, rope_frequencies(cfg_));
   attn_opts_.causal = cfg_.causal ? Causal::top_left : Causal::none;
+  // Keys i - window < j <= i; the window's diagonal follows the causal one's
+  // (bottom-right with a KV cache), so decode sees the same keys.
+  if (cfg_.window > 0) attn_opts_.window = SlidingWindow{cfg_.window - 1, -1};
   attn_opts_.return_lse = true;
   // Activations come from our own forward, never from the user.
   attn_opts_.check_finite = false;
@@ -179,9 +184,8 @@ void BasicGPT<T>::build_params() {
   const int64_t C = cfg_.embd, F = cfg_.ffn_dim(), hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   int64_t off = 0;
-  auto add = [&](const std::string& name, Shape shape, bool decay) -> int64_t {
-    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (is_bias && !cfg_.bias) return -1;
+  auto add = [&](const std::string& name, Shape shape, bool decay, bool present = true) -> int64_t {
+    if (!present) return -1;
     const int64_t n = shape_numel(shape);
     params_.push_back({name, std::move(shape), off, n, decay});
     off += n;
@@ -193,31 +197,32 @@ void BasicGPT<T>::build_params() {
   if (cfg_.token_types) W.wtt = add("transformer.wtt.weight", {cfg_.token_types, C}, true);
   if (cfg_.embed_norm) {
     W.lne_w = add("transformer.ln_e.weight", {C}, false);
-    W.lne_b = add("transformer.ln_e.bias", {C}, false);
+    W.lne_b = add("transformer.ln_e.bias", {C}, false, cfg_.bias);
   }
   // RMSNorm has a weight only; SwiGLU's c_fc makes the gate and the up projection.
-  const bool norm_bias = !cfg_.rms_norm;
+  const bool norm_bias = cfg_.bias && !cfg_.rms_norm;
+  const bool ab = cfg_.attn_biased(), mb = cfg_.mlp_biased();
   const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     typename Work::Layer L;
     L.ln1_w = add(p + "ln_1.weight", {C}, false);
-    L.ln1_b = norm_bias ? add(p + "ln_1.bias", {C}, false) : -1;
+    L.ln1_b = add(p + "ln_1.bias", {C}, false, norm_bias);
     L.attn_w = add(p + "attn.c_attn.weight", {qkv_out, C}, true);
-    L.attn_b = add(p + "attn.c_attn.bias", {qkv_out}, false);
+    L.attn_b = add(p + "attn.c_attn.bias", {qkv_out}, false, ab);
     L.attn_proj_w = add(p + "attn.c_proj.weight", {C, C}, true);
-    L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false);
+    L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false, ab);
     L.ln2_w = add(p + "ln_2.weight", {C}, false);
-    L.ln2_b = norm_bias ? add(p + "ln_2.bias", {C}, false) : -1;
+    L.ln2_b = add(p + "ln_2.bias", {C}, false, norm_bias);
     L.fc_w = add(p + "mlp.c_fc.weight", {fc_out, C}, true);
-    L.fc_b = add(p + "mlp.c_fc.bias", {fc_out}, false);
+    L.fc_b = add(p + "mlp.c_fc.bias", {fc_out}, false, mb);
     L.fc_proj_w = add(p + "mlp.c_proj.weight", {C, F}, true);
-    L.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false);
+    L.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false, mb);
     W.layer.push_back(L);
   }
   if (cfg_.final_norm) {
     W.lnf_w = add("transformer.ln_f.weight", {C}, false);
-    W.lnf_b = norm_bias ? add("transformer.ln_f.bias", {C}, false) : -1;
+    W.lnf_b = add("transformer.ln_f.bias", {C}, false, norm_bias);
   }
   if (cfg_.lm_head && !cfg_.tied_head) W.lm_head = add("lm_head.weight", {cfg_.vocab, C}, true);
   w_.assign(static_cast<size_t>(off), T(0));  // g_: by grads(), when training

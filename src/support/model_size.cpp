@@ -47,7 +47,7 @@ ModelShape shape_of(const GPTConfig& cfg) {
   m.name = "qkv";
   // A post-norm encoder with token types is BERT's layout (model_size
   // counts its token-type table and embedding norm); the rest are GPT's.
-  m.arch = cfg.post_norm && !cfg.causal ? Arch::bert : Arch::gpt;
+  m.arch = cfg.post_norm && !cfg.causal ? Arch::bert : cfg.rms_norm && cfg.swiglu ? Arch::llama : Arch::gpt;
   m.ffn = cfg.ffn;
   m.layers = cfg.layers;
   m.embd = cfg.embd;
@@ -57,6 +57,9 @@ ModelShape shape_of(const GPTConfig& cfg) {
   m.context = cfg.context;
   m.bias = cfg.bias;
   m.learned_positions = !cfg.rope;
+  m.tied_head = cfg.tied_head;
+  m.attn_bias = cfg.attn_biased();
+  m.mlp_bias = cfg.mlp_biased();
   return m;
 }
 
@@ -90,8 +93,9 @@ ModelSize model_size(const ModelShape& m, int64_t context) {
   const int64_t attn_w = C * (q_out + 2 * kv_out) + q_out * C;
   const int64_t mlp_w = (llama ? 3 : 2) * C * F;
   // Everything else in a block: biases and norms.
-  const int64_t attn_b = b * (q_out + 2 * kv_out + C);
-  const int64_t mlp_b = llama ? 0 : b * (F + C);
+  const int64_t ab = llama ? int64_t{m.attn_bias} : b, mb = llama ? int64_t{m.mlp_bias} : b;
+  const int64_t attn_b = ab * (q_out + 2 * kv_out + C);
+  const int64_t mlp_b = mb * ((llama ? 2 : 1) * F + C);
   const int64_t norms = llama ? 2 * C : 2 * (C + b * C);
 
   ModelSize s;
@@ -101,7 +105,7 @@ ModelSize model_size(const ModelShape& m, int64_t context) {
   int64_t other = 0;
   if (m.arch == Arch::bert) other += 2 * C + C * C + C;  // embedding LayerNorm, pooler
   if (m.arch != Arch::bert) other += llama ? C : C + b * C;  // the final norm
-  const int64_t head = llama ? m.vocab * C : 0;             // untied output head
+  const int64_t head = llama && !m.tied_head ? m.vocab * C : 0;  // untied output head
   s.params = s.embedding_params + L * (attn_w + mlp_w + attn_b + mlp_b + norms) + other + head;
 
   const int64_t head_matmul = m.arch == Arch::bert ? 0 : m.vocab * C;  // tied or not

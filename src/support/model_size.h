@@ -45,6 +45,9 @@ struct ModelShape {
   int64_t ffn = 0;                // MLP width; 0 = 4 x embd
   bool bias = true;               // Linear and LayerNorm biases (gpt and bert)
   bool learned_positions = true;  // a [context, embd] position table (gpt and bert)
+  bool tied_head = false;         // llama: the head is the token table (SmolLM); gpt's always is
+  bool attn_bias = false;         // llama: biases in q, k, v and o (attention_bias)
+  bool mlp_bias = false;          // llama: biases in gate, up and down (mlp_bias)
 
   int64_t head_dim() const { return embd / heads; }
   int64_t ffn_width() const { return ffn ? ffn : 4 * embd; }
@@ -53,7 +56,8 @@ struct ModelShape {
   void validate() const;
 };
 
-// The shape of qkv's own GPT (qkv/gpt.h), so `qkv train` can print its cost.
+// The shape of a GPTConfig (qkv/gpt.h): qkv's own GPT, so `qkv train` can
+// print its cost, or a loaded folder's (an RMSNorm SwiGLU model is llama).
 ModelShape shape_of(const GPTConfig& cfg);
 
 // bert-base, gpt2, llama3-8b, llama3-70b: the lesson's table (d_model,

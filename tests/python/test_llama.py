@@ -1,6 +1,7 @@
 """qkv.Model on Llama folders made by transformers at test time (random
 weights, LlamaForCausalLM's layout: RMSNorm, SwiGLU, RoPE with its scalings,
-GQA, tied and untied heads) against transformers itself: logits (1e-4 in
+GQA, tied and untied heads, the projections' biases; MistralForCausalLM's
+sliding window) against transformers itself: logits (1e-4 in
 float32, 1e-9 with both sides in float64), the KV-cache path, greedy
 generation, the beginning-of-text token a tokenizer.json's template puts in
 front, and the options qkv must refuse by name."""
@@ -31,6 +32,11 @@ CONFIGS = {
     "linear-rope-scaling": dict(rope_scaling=dict(rope_type="linear", factor=2.0), rms_norm_eps=1e-5),
     "bfloat16-file": dict(num_key_value_heads=2, dtype="bfloat16"),
     "float16-file": dict(dtype="float16"),
+    "attention-bias": dict(num_key_value_heads=2, attention_bias=True),
+    "mlp-bias-tied": dict(mlp_bias=True, tie_word_embeddings=True),
+    # a window of 5 keys: the longer prompts and all 32 generated tokens see past it
+    "mistral-window": dict(arch="mistral", num_key_value_heads=2, sliding_window=5,
+                           attention_bias=True),  # which Mistral ignores, as transformers does
 }
 
 
@@ -39,17 +45,20 @@ def tokenizer():
     return gpt2_tokenizer()
 
 
-def llama_folder(path, tokenizer, dtype="float32", seed=0, **config):
+def llama_folder(path, tokenizer, dtype="float32", seed=0, arch="llama", **config):
     eot = tokenizer.token_to_id(EOT)
     kw = dict(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=56,
               num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
               bos_token_id=eot, eos_token_id=eot, tie_word_embeddings=False, attn_implementation="eager")
     kw.update(config)
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
-    with torch.no_grad():  # norms away from their all-ones start
+    if arch == "mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**kw)).eval()
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
+    with torch.no_grad():  # norms away from their all-ones start, biases from zero
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith(".bias"):
                 p.add_(torch.randn_like(p) * 0.1)
     with torch.no_grad():  # the file's rounding in the reference's weights (not its buffers:
         for p in model.parameters():  # a bf16 RoPE inv_freq would be transformers' own error)
@@ -205,8 +214,12 @@ REFUSED = {
              "rope_parameters.rope_type \"yarn\" is not supported"),
     "two-rope-settings": (dict(rope_scaling=dict(rope_type="linear", factor=2.0)),
                           "both rope_scaling and rope_parameters are given"),
-    "attention-bias": (dict(attention_bias=True), "attention_bias true is not supported"),
-    "mlp-bias": (dict(mlp_bias=True), "mlp_bias true is not supported"),
+    "attention-bias-not-a-flag": (dict(attention_bias="yes"), "attention_bias must be true or false"),
+    "attention-bias-absent": (dict(attention_bias=True), "has no tensor model.layers.0.self_attn."),
+    "mlp-bias-absent": (dict(mlp_bias=True), "has no tensor model.layers.0.mlp."),
+    "mistral-layer-types": (dict(model_type="mistral", layer_types=["sliding_attention", "full_attention"]),
+                            "layer_types"),
+    "mistral-window-zero": (dict(model_type="mistral", sliding_window=0), "sliding_window must be an integer >= 1"),
     "gelu": (dict(hidden_act="gelu"), "hidden_act \"gelu\""),
     "head-dim": (dict(head_dim=16), "head_dim 16 other than"),
     "kv-heads": (dict(num_key_value_heads=3), "num_key_value_heads 3 does not divide"),
@@ -224,3 +237,15 @@ def test_unsupported_options_are_named(case, tokenizer, tmp_path):
     with pytest.raises(ValueError) as e:
         qkv.Model.load(path)
     assert REFUSED[case][1] in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("config", ["mha-untied", "mlp-bias-tied", "attention-bias"])
+def test_size_counts_the_folders_parameters(config, tokenizer, tmp_path):
+    # Llama's three MLP matrices, its head (tied or not) and its biases.
+    path = tmp_path / "llama"
+    ref = llama_folder(path, tokenizer, **CONFIGS[config])
+    r = run_qkv("size", "--model", path, "--json")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)[0]
+    assert row["arch"] == "llama"
+    assert row["params"] == ref.num_parameters()

@@ -86,10 +86,14 @@ void expect_shape(const TensorShapes& tensors, const std::string& file, const st
   if (it->second != want) throw Error(says + ", the checkpoint's is " + shape_str(it->second));
 }
 
-void require_flag(const json& j, const char* key, bool supported, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return;
+bool bool_field_or(const json& j, const char* key, const std::string& file, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_boolean()) throw Error("'" + file + "': " + key + " must be true or false, found " + j[key].dump());
-  if (j[key].get<bool>() != supported)
+  return j[key].get<bool>();
+}
+
+void require_flag(const json& j, const char* key, bool supported, const std::string& file) {
+  if (bool_field_or(j, key, file, supported) != supported)
     throw Error("'" + file + "': " + key + " " + (supported ? "false" : "true") + " is not supported");
 }
 
@@ -115,8 +119,8 @@ Architecture read_architecture(const std::string& dir) {
     for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
   if (type == "bert") return bert_architecture(j, file, tensors);
   if (type == "gpt2") return gpt2_architecture(j, file, tensors);
-  if (type == "llama") return llama_architecture(j, file, tensors);
-  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama)");
+  if (type == "llama" || type == "mistral") return llama_architecture(j, file, tensors);
+  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral)");
 }
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {

@@ -59,6 +59,7 @@ using TensorShapes = std::map<std::string, Shape>;
 
 // The architectures (bert.cpp, gpt2.cpp, llama.cpp): config.json's object -> config and map,
 // `file` naming config.json in messages, `tensors` the checkpoint's.
+// llama_architecture reads "llama" and "mistral" (Llama's block with a sliding window).
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 
@@ -88,6 +89,7 @@ int64_t int_field_or(const nlohmann::json& j, const char* key, const std::string
                      int64_t fallback);
 double number_field_or(const nlohmann::json& j, const char* key, const std::string& file,
                        double fallback);
+bool bool_field_or(const nlohmann::json& j, const char* key, const std::string& file, bool fallback);
 std::string string_field_or(const nlohmann::json& j, const char* key, const std::string& file,
                             const std::string& fallback);
 

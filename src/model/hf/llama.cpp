@@ -1,5 +1,6 @@
 // llama.cpp: the Llama family (model_type "llama": Llama 2 and 3.x,
-// TinyLlama, SmolLM, ...) as one configuration of qkv's model.
+// TinyLlama, SmolLM, ...; "mistral": the same block with a sliding window)
+// as one configuration of qkv's model.
 //
 //   embed_tokens                                                  -> wte
 //   each layer (pre-norm RMSNorm, causal, RoPE on q and k, GQA):
@@ -7,6 +8,7 @@
 //     post_attention_layernorm, mlp.{gate,up}_proj (stacked)      -> ln_2, mlp.c_fc (SwiGLU)
 //     mlp.down_proj                                               -> mlp.c_proj
 //   norm, then lm_head (or embed_tokens when tie_word_embeddings)  -> ln_f, lm_head
+// The projections' biases (attention_bias, mlp_bias) stack as their weights do.
 // transformers stores q and k already in the half-split RoPE layout qkv
 // uses, so they are read as they are. Names start with "model." (a causal
 // LM) or not (LlamaModel).
@@ -73,7 +75,7 @@ void check_sizes(const GPTConfig& c, const std::string& p, const std::string& fi
 
 Architecture llama_architecture(const json& j, const std::string& file, const TensorShapes& tensors) {
   Architecture a;
-  a.model_type = "llama";
+  a.model_type = string_field_or(j, "model_type", file, "llama");
   GPTConfig& c = a.config;
   c.vocab = int_field(j, "vocab_size", file, 1);
   c.embd = int_field(j, "hidden_size", file, 1);
@@ -96,8 +98,14 @@ Architecture llama_architecture(const json& j, const std::string& file, const Te
                 std::to_string(c.embd / c.heads) + ") is not supported");
   const std::string act = string_field_or(j, "hidden_act", file, "silu");
   if (act != "silu") throw Error("'" + file + "': hidden_act \"" + act + "\" is not supported (silu)");
-  require_flag(j, "attention_bias", false, file);
-  require_flag(j, "mlp_bias", false, file);
+  if (a.model_type == "llama") {  // Mistral's projections have no biases, whatever config.json says
+    c.attn_bias = bool_field_or(j, "attention_bias", file, false);
+    c.mlp_bias = bool_field_or(j, "mlp_bias", file, false);
+  } else {
+    c.window = int_field_or(j, "sliding_window", file, 1, 0);  // null: every earlier key, as Llama
+    if (j.contains("layer_types") && !j["layer_types"].is_null())
+      throw Error("'" + file + "': layer_types (a window on some layers only) is not supported");
+  }
   read_rope(j, file, c);
   c.rope = true;
   c.bias = false;
@@ -118,9 +126,19 @@ Architecture llama_architecture(const json& j, const std::string& file, const Te
                                     from + "self_attn.v_proj.weight"};
     a.source_rows[to + "attn.c_attn.weight"] = {c.heads * hs, c.kv_heads * hs, c.kv_heads * hs};
     m[to + "attn.c_proj.weight"] = {from + "self_attn.o_proj.weight"};
+    if (c.attn_bias) {
+      m[to + "attn.c_attn.bias"] = {from + "self_attn.q_proj.bias", from + "self_attn.k_proj.bias",
+                                    from + "self_attn.v_proj.bias"};
+      a.source_rows[to + "attn.c_attn.bias"] = a.source_rows[to + "attn.c_attn.weight"];
+      m[to + "attn.c_proj.bias"] = {from + "self_attn.o_proj.bias"};
+    }
     m[to + "ln_2.weight"] = {from + "post_attention_layernorm.weight"};
     m[to + "mlp.c_fc.weight"] = {from + "mlp.gate_proj.weight", from + "mlp.up_proj.weight"};
     m[to + "mlp.c_proj.weight"] = {from + "mlp.down_proj.weight"};
+    if (c.mlp_bias) {
+      m[to + "mlp.c_fc.bias"] = {from + "mlp.gate_proj.bias", from + "mlp.up_proj.bias"};
+      m[to + "mlp.c_proj.bias"] = {from + "mlp.down_proj.bias"};
+    }
   }
   m["transformer.ln_f.weight"] = {p + "norm.weight"};
   if (!c.tied_head) {
