@@ -33,7 +33,10 @@ Each contender runs in a process of its own, as in bench/embed.py; per round
 each contender is timed once, in an order that rotates; entries are medians
 over rounds and ratios are of those medians. Decode is reported with its
 effective read bandwidth: the bytes of the weights each token reads (the
-layers' and the head's) times tokens/s.
+layers' and the head's) times tokens/s. For PyTorch and qkv, the seconds
+their process took to load the folder, and its peak resident memory over
+the whole run (the Python interpreter and its libraries included), beside
+the weights' size.
 
     python3 bench/generate.py                                   # both models, both dtypes, 5 rounds
     python3 bench/generate.py --models gpt2-124m --dtypes bf16 --rounds 3
@@ -264,17 +267,25 @@ def make_qkv(folder, dtype, threads):
     return generate
 
 
+def peak_rss():
+    """This process's peak resident memory so far, in bytes (Linux: KiB)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def serve(name, folder, dtype, threads, conn):
     os.sched_setaffinity(0, ALL_CPUS)
     try:
+        t0 = time.perf_counter()
         gen = (make_torch if name == "torch" else make_qkv)(folder, dtype, threads)
-        conn.send(("ok", None))
+        conn.send(("ok", {"load_s": time.perf_counter() - t0, "rss_after_load": peak_rss()}))
         while True:
             try:
                 req = conn.recv()
             except EOFError:
                 return
-            if req[0] == "stop":
+            if req[0] == "stop":  # the process's peak resident memory, in bytes
+                conn.send(("ok", peak_rss()))
                 return
             if req[0] == "run":
                 conn.send(("ok", gen(req[1], req[2])))
@@ -333,7 +344,7 @@ class Worker:
         self.proc = ctx.Process(target=serve, args=(name, folder, dtype, threads, child), daemon=True)
         self.proc.start()
         child.close()
-        self.call()
+        self.loaded = self.call()  # load_s, rss_after_load
 
     def call(self, *req):
         if req:
@@ -347,8 +358,10 @@ class Worker:
         return value
 
     def stop(self):
-        self.conn.send(("stop",))
+        """Ends the process; returns its peak resident memory in bytes."""
+        peak = self.call("stop")
         self.proc.join()
+        return peak
 
 
 # --- The run -------------------------------------------------------------------
@@ -392,8 +405,7 @@ def bench_one(ctx, a, name, dtype):
             times[(c, "decode")].append(decode)
             others += [busy1, busy2]
         print(f"{name} {dtype}: round {rnd + 1}/{a.rounds} done", file=sys.stderr, flush=True)
-    for w in workers.values():
-        w.stop()
+    peak = {c: w.stop() for c, w in workers.items()}  # llama.cpp's: None (llama-bench's own)
     nbytes = weight_bytes(folder)
     rows = []
     for c in names:
@@ -401,6 +413,7 @@ def bench_one(ctx, a, name, dtype):
         rows.append({"model": name, "dtype": dtype, "contender": c, "prompt_tokens": n_prompt,
                      "prefill_tok_s": n_prompt / pre, "decode_tok_s": 1 / dec,
                      "decode_gb_s": nbytes / dec / 1e9, "weight_bytes_per_token": nbytes,
+                     "load_s": getattr(workers[c], "loaded", {}).get("load_s"), "peak_rss_bytes": peak[c],
                      "prefill_rounds": times[(c, "prefill")], "decode_rounds": times[(c, "decode")]})
     return rows, same, max((o for o in others if o is not None), default=None)
 
@@ -425,13 +438,17 @@ def main():
     print(f"CPU: {cpu_model()}; {a.threads} threads; {a.rounds} alternating rounds, medians; "
           f"prompt of ~{a.prompt_tokens} tokens, then {a.new_tokens} greedy tokens")
     print(f"{'model':10} {'dtype':8} {'contender':9} {'prefill tok/s':>14} {'decode tok/s':>13} "
-          f"{'decode GB/s':>12} {'vs torch (prefill / decode)':>28}")
+          f"{'decode GB/s':>12} {'vs torch (prefill / decode)':>28} {'load s':>7} {'peak RSS GB':>12} "
+          f"{'weights GB':>11}")
     for r in rows:
         ref = next(x for x in rows if x["model"] == r["model"] and x["dtype"] == r["dtype"]
                    and x["contender"] == "torch")
         vs = f"{r['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x / {r['decode_tok_s'] / ref['decode_tok_s']:.2f}x"
+        load = "-" if r["load_s"] is None else f"{r['load_s']:.2f}"
+        rss = "-" if r["peak_rss_bytes"] is None else f"{r['peak_rss_bytes'] / 1e9:.2f}"
         print(f"{r['model']:10} {r['dtype']:8} {r['contender']:9} {r['prefill_tok_s']:14.1f} "
-              f"{r['decode_tok_s']:13.2f} {r['decode_gb_s']:12.1f} {vs:>28}")
+              f"{r['decode_tok_s']:13.2f} {r['decode_gb_s']:12.1f} {vs:>28} {load:>7} {rss:>12} "
+              f"{r['weight_bytes_per_token'] / 1e9:11.2f}")
     for n in notes:
         print(n)
     if a.json:

@@ -86,7 +86,7 @@ TEST(AdamW, SameBitsForAnyThreadCount) {
       norm = opt.step(m, 1e-3);
     }
     if (first.empty()) {
-      first = m.weights(), first_norm = norm;
+      first.assign(m.weights().begin(), m.weights().end()), first_norm = norm;
       continue;
     }
     EXPECT_EQ(std::memcmp(&norm, &first_norm, sizeof norm), 0) << threads << " threads";

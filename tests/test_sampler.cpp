@@ -179,7 +179,7 @@ qkv::GPT model_favouring_unknown() {
   cfg.vocab = 3, cfg.context = 8, cfg.layers = 1, cfg.heads = 1, cfg.kv_heads = 1, cfg.embd = 4;
   cfg.bias = true;
   qkv::GPT model(cfg);
-  std::vector<float>& w = model.weights();
+  const std::span<float> w = model.weights();
   std::fill(w.begin(), w.end(), 0.0f);
   for (const qkv::ParamInfo& p : model.params()) {
     if (p.name == "transformer.ln_f.bias") w[p.offset] = 1.0f;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -105,6 +106,43 @@ struct QKV_API GPTConfig {
   void validate() const;
 };
 
+/// `bytes` of zeroed memory: a large block is fresh pages, which cost
+/// nothing until written, in 2 MiB pages where the system has them (a
+/// weight file's worth of 4 KiB page faults costs seconds); throws
+/// std::bad_alloc.
+QKV_API void* alloc_zeroed(size_t bytes);
+/// Frees what alloc_zeroed(bytes) gave.
+QKV_API void free_zeroed(void* p, size_t bytes) noexcept;
+
+/// The allocator of a model's weights: its memory starts zeroed
+/// (alloc_zeroed) and default construction writes nothing, so the float32
+/// copy of matrices a model holds in bf16 is never touched. Only for a
+/// vector sized once.
+template <class T>
+struct ZeroedAllocator {
+  using value_type = T;  ///< what it allocates
+  ZeroedAllocator() = default;
+  /// Stateless: any one converts to any other.
+  template <class U>
+  ZeroedAllocator(const ZeroedAllocator<U>&) noexcept {}
+  /// n zeroed elements (alloc_zeroed).
+  T* allocate(size_t n) { return static_cast<T*>(alloc_zeroed(n * sizeof(T))); }
+  /// Frees what allocate(n) gave.
+  void deallocate(T* p, size_t n) noexcept { free_zeroed(p, n * sizeof(T)); }
+  /// Default construction writes nothing: the memory is already zero.
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  /// Construction from arguments, as std::allocator's.
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  /// Stateless: all are equal.
+  friend bool operator==(const ZeroedAllocator&, const ZeroedAllocator&) { return true; }
+};
+
 /// One named parameter: a view into the flat buffer.
 struct ParamInfo {
   std::string name;    ///< nanoGPT's state_dict name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -169,12 +207,25 @@ class BasicGPT {
   const GPTConfig& config() const { return cfg_; }                    ///< its shape
   const std::vector<ParamInfo>& params() const { return params_; }    ///< every parameter, in buffer order
   /// The flat parameter buffer (taken for writing: bf16 compute rounds the
-  /// Linear layers' weights again before its next forward).
-  std::vector<T>& weights() {
+  /// Linear layers' weights again before its next forward). A model that
+  /// holds its matrices in bf16 widens them into it first (see
+  /// matrices_dtype()).
+  std::span<T> weights() {
+    widen_matrices();
     weights_written_ = true;
-    return w_;
+    return {w_.data(), w_.size()};
   }
-  const std::vector<T>& weights() const { return w_; }                ///< the flat parameter buffer
+  /// The flat parameter buffer, read only (widened first, as above).
+  std::span<const T> weights() const {
+    const_cast<BasicGPT*>(this)->widen_matrices();  // fills a cache: the values do not change
+    return {w_.data(), w_.size()};
+  }
+  /// The dtype the Linear layers' matrices (and an untied head) are held in:
+  /// float32; or bf16 for a model read from a bf16 checkpoint (Model::load),
+  /// which holds them only in bf16 (half the memory) until something needs
+  /// them in float32 (float32 compute, training, weights()): then they are
+  /// widened, exactly, once, and it holds both.
+  DType matrices_dtype() const { return matrices_in_bf16_ ? DType::bf16 : dtype_of<T>(); }
   /// Gradients, laid out as weights(); allocated (zeros) by the first call
   /// here or to backward(), so that a model only run never holds them.
   std::vector<T>& grads() {
@@ -277,17 +328,23 @@ class BasicGPT {
   static nn::Matmul matmul_for(DType compute) {
     return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
   }
+  friend struct GptLoader;  // reads checkpoints into w_ and Work::weights16 (src/model/gpt_work.h)
+  /// Fills w_'s matrices from Work::weights16 when only those hold them.
+  void widen_matrices();
   /// Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
   T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
 
   GPTConfig cfg_;
   std::vector<ParamInfo> params_;
-  std::vector<T> w_, g_;
+  std::vector<T, ZeroedAllocator<T>> w_;
+  std::vector<T> g_;
   AttentionOptions attn_opts_;
   DType compute_ = DType::f32;
   /// The weights may have changed since bf16 compute last rounded them.
   bool weights_written_ = true;
+  /// The matrices are in Work::weights16 only; w_'s copy of them is unwritten.
+  bool matrices_in_bf16_ = false;
   std::unique_ptr<Work> work_;  ///< heavy and address-stable
 };
 

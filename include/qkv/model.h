@@ -120,6 +120,11 @@ class QKV_API Model {
   /// sentence-transformers folder its max_seq_length.
   int64_t max_length() const { return max_length_; }
   const Pooling& pooling() const { return pooling_; }  ///< how embed() pools
+  /// The dtype of the checkpoint's matrices as loaded: bf16 for a Hugging
+  /// Face folder whose Linear weights are all BF16 (held as bf16, half the
+  /// memory of float32), else float32. generate() computes in it unless
+  /// told otherwise.
+  DType weights_dtype() const { return weights_dtype_; }
 
   /// Threads for everything the model runs (0 = all cores) and the attention
   /// kernel; the default is all cores and the automatic kernel.
@@ -164,6 +169,7 @@ class QKV_API Model {
   std::shared_ptr<const BpeTokenizer> bpe_;              ///< Hugging Face decoders
   Pooling pooling_;
   int64_t max_length_ = 0;
+  DType weights_dtype_ = DType::f32;
   std::unique_ptr<KVCache> cache_;  ///< generate()'s, made by its first call and kept
 };
 

@@ -68,6 +68,18 @@ QKV_API std::vector<SafetensorsEntry> safetensors_entries(const std::string& pat
 QKV_API void read_safetensors_as_f32(const std::string& path,
                                      const std::function<float*(const SafetensorsEntry&)>& dst_for);
 
+/// Where read_safetensors_into puts one tensor's numel values (C order):
+/// float32 (from F32, F16 or BF16, widened exactly), or bf16 as the file
+/// stores it (a BF16 tensor only); both null skips the tensor.
+struct SafetensorsTarget {
+  float* f32 = nullptr;       ///< float32 here
+  bfloat16* bf16 = nullptr;   ///< or bf16 here
+};
+/// read_safetensors_as_f32 with a choice of float32 or bf16 per tensor; a
+/// bf16 target for a tensor that is not BF16 is a qkv::Error naming it.
+QKV_API void read_safetensors_into(
+    const std::string& path, const std::function<SafetensorsTarget(const SafetensorsEntry&)>& target_for);
+
 /// IEEE half precision (safetensors' F16) bits to float32, exactly.
 QKV_API float float_from_half(uint16_t bits);
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,11 @@ struct SampleOptions {
   uint64_t seed = 1337;      ///< seed of the draws
   bool use_cache = true;     ///< KV cache; false recomputes the whole context each step
   /// The Linear layers' products: float32, or bf16 (operands rounded to
-  /// bfloat16, float32 sums; bf16 weights read as they are). Model::generate
-  /// applies it; sample() and sample_ids() run the model as it is set.
-  DType dtype = DType::f32;
+  /// bfloat16, float32 sums; bf16 weights read as they are); unset: the
+  /// dtype of the model's weights (Model::weights_dtype(): bf16 for a bf16
+  /// checkpoint). Model::generate applies it; sample() and sample_ids() run
+  /// the model as it is set.
+  std::optional<DType> dtype;
 };
 
 /// The distribution the next token is drawn from, given the model's logits

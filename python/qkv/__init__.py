@@ -365,6 +365,13 @@ class Model:
         return self._m.is_encoder()
 
     @property
+    def weights_dtype(self) -> str:
+        """"bf16" for a folder whose Linear weights are all BF16 (held as they
+        are: half the memory of float32), else "float32"; :meth:`generate`
+        computes in it unless given another dtype."""
+        return self._m.weights_dtype()
+
+    @property
     def max_length(self) -> int:
         """The most tokens one text may have (longer texts are cut)."""
         return self._m.max_length()
@@ -427,12 +434,14 @@ class Model:
         return self._m.attention_maps(_tokens(self._m, prompt))
 
     def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
-                 top_k: int = 0, seed: int = 1337, *, use_cache: bool = True, dtype: str = "float32",
+                 top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
+                 dtype: Optional[str] = None,
                  on_token: Optional[Callable[[str], None]] = None) -> str:
         """Generates `tokens` tokens after `prompt` and returns their text.
 
-        dtype "bf16" (or "bfloat16") computes the layers' products in bf16
-        with float32 sums (a bf16 folder's weights are then read as they are).
+        dtype "float32", or "bf16" (or "bfloat16") for the layers' products
+        in bf16 with float32 sums; None (the default): :attr:`weights_dtype`,
+        bf16 for a folder of BF16 weights, which are then read as they are.
 
         on_token, if given, is called with each piece of text as it is produced
         (streaming); :meth:`stream` gives the same pieces as an iterator. The same
@@ -448,12 +457,13 @@ class Model:
         seed = _seed(seed)
         self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
                          _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
-                         _bool(use_cache, "use_cache"), _text(dtype, "dtype"), piece)
+                         _bool(use_cache, "use_cache"), None if dtype is None else _text(dtype, "dtype"),
+                         piece)
         return "".join(pieces)
 
     def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
                top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
-               dtype: str = "float32") -> Iterator[str]:
+               dtype: Optional[str] = None) -> Iterator[str]:
         """generate() as an iterator of text pieces, produced on a worker thread
         while the caller consumes them."""
         q: "queue.Queue[Any]" = queue.Queue()

@@ -1,11 +1,13 @@
 // _qkv.Model, _qkv.train and _qkv.heatmap_png: the model layer and the
 // pictures, for qkv/__init__.py's GPT, train() and lesson notebooks.
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,9 @@ void bind_model(nb::module_& m) {
              return d;
            })
       .def("is_encoder", &qkv::Model::is_encoder)
+      .def("weights_dtype", [](const qkv::Model& self) {
+        return std::string(self.weights_dtype() == qkv::DType::bf16 ? "bf16" : "float32");
+      })
       .def("max_length", &qkv::Model::max_length)
       .def("encode", [](const qkv::Model& self, const std::string& s) { return self.tokenize(s); })
       .def("token_text", [](const qkv::Model& self, int32_t id) {
@@ -128,10 +133,12 @@ void bind_model(nb::module_& m) {
       // on_token is called with the GIL held, once per generated piece of text.
       .def("generate",
            [](qkv::Model& self, const std::string& prompt, int64_t tokens, double temperature,
-              int64_t top_k, uint64_t seed, bool use_cache, const std::string& dtype, nb::object on_token) {
+              int64_t top_k, uint64_t seed, bool use_cache, const std::optional<std::string>& dtype,
+              nb::object on_token) {
              qkv::SampleOptions o;
              o.prompt = prompt, o.tokens = tokens, o.temperature = temperature;
-             o.top_k = top_k, o.seed = seed, o.use_cache = use_cache, o.dtype = compute_dtype(dtype);
+             o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
+             if (dtype) o.dtype = compute_dtype(*dtype);  // None: the weights' dtype
              std::function<void(const std::string&)> cb;
              if (!on_token.is_none())
                cb = [&on_token](const std::string& piece) {
@@ -141,7 +148,7 @@ void bind_model(nb::module_& m) {
              return interruptible([&] { return self.generate(o, cb); });
            },
            nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
-           nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype"), nb::arg("on_token").none());
+           nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype").none(), nb::arg("on_token").none());
 
   m.def(
       "train",

@@ -4,11 +4,13 @@
 // And a loaded model's network run again in double (hidden_states_f64).
 #include "testing.h"
 
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "arrays.h"
@@ -31,7 +33,7 @@ std::vector<uintptr_t> g_last_pointers;  // query, key, value of the last attent
 // (tests/python/test_bert_minilm.py).
 qkv::Tensor hidden_states_f64(qkv::Model& model, const std::vector<int32_t>& ids) {
   qkv::BasicGPT<double> net(model.config());
-  const std::vector<float>& w = model.gpt().weights();
+  const std::span<const float> w = std::as_const(model.gpt()).weights();
   if (w.size() != net.weights().size())
     throw qkv::Error("hidden_states_f64: the model holds " + std::to_string(w.size()) +
                      " weights, its config makes " + std::to_string(net.weights().size()));
@@ -68,6 +70,12 @@ void bind_testing(nb::module_& m) {
       },
       nb::arg("model"), nb::arg("ids"),
       "The model (a _qkv.Model) run in float64 on one id sequence: [T, C] hidden states.");
+  t.def(
+      "matrices_dtype",
+      [](qkv::Model& model) {
+        return std::string(model.gpt().matrices_dtype() == qkv::DType::bf16 ? "bf16" : "float32");
+      },
+      nb::arg("model"), "What the network holds its matrices in now: bf16 only, or float32.");
 }
 
 }  // namespace qkvpy

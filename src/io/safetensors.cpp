@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <set>
@@ -336,20 +337,57 @@ std::vector<SafetensorsEntry> safetensors_entries(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// n bytes at `at` into dst, in pieces split between the threads: a large
+// checkpoint's copy out of the page cache, and the faults of the fresh
+// memory it lands in, go at the speed of every core, not one.
+void read_in_parallel(const ByteSource& src, uint64_t at, uint64_t n, std::byte* dst) {
+  constexpr uint64_t kPiece = uint64_t{16} << 20;
+  const int64_t pieces = static_cast<int64_t>((n + kPiece - 1) / kPiece);
+  if (pieces <= 1) return src.read(at, static_cast<size_t>(n), dst);
+  std::exception_ptr failed;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const uint64_t off = static_cast<uint64_t>(p) * kPiece, len = std::min(kPiece, n - off);
+    try {
+      src.read(at + off, static_cast<size_t>(len), dst + off);
+    } catch (...) {
+#pragma omp critical(qkv_read_in_parallel)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
+}  // namespace
+
 void read_safetensors_as_f32(const std::string& path,
                              const std::function<float*(const SafetensorsEntry&)>& dst_for) {
+  read_safetensors_into(path, [&](const SafetensorsEntry& e) { return SafetensorsTarget{dst_for(e), nullptr}; });
+}
+
+void read_safetensors_into(const std::string& path,
+                           const std::function<SafetensorsTarget(const SafetensorsEntry&)>& target_for) {
   with_file_source(path, [&](const ByteSource& src) {
     const Header h = read_header(src, path, Dtypes::any);
     // Half-width dtypes go through one chunk buffer, widened as they come.
     constexpr size_t kChunk = 1 << 16;
     std::vector<uint16_t> half;
     for (const Entry& e : h.tensors) {
-      float* dst = dst_for({e.name, e.st, e.shape});
-      if (!dst) continue;
+      const SafetensorsTarget target = target_for({e.name, e.st, e.shape});
+      float* dst = target.f32;
       const uint64_t n = (e.end - e.begin) / st_size(e.st);
       const uint64_t at = h.data_start + e.begin;
+      if (target.bf16) {
+        if (e.st != "BF16")
+          throw Error("'" + path + "': " + tensor_label(e.name) + " is " + e.st + ", not BF16");
+        read_in_parallel(src, at, n * 2, reinterpret_cast<std::byte*>(target.bf16));
+        continue;
+      }
+      if (!dst) continue;
       if (e.st == "F32") {
-        src.read(at, n * 4, reinterpret_cast<std::byte*>(dst));
+        read_in_parallel(src, at, n * 4, reinterpret_cast<std::byte*>(dst));
       } else if (e.st == "F16" || e.st == "BF16") {
         half.resize(kChunk);
         const bool bf = e.st == "BF16";

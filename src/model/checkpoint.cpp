@@ -254,7 +254,7 @@ void set_weights(GPT& model, const std::vector<float>& weights) {
   if (static_cast<int64_t>(weights.size()) != model.num_params())
     throw Error("set_weights: " + std::to_string(weights.size()) + " weights for a model of " +
                 std::to_string(model.num_params()));
-  model.weights() = weights;
+  std::copy(weights.begin(), weights.end(), model.weights().begin());
 }
 
 TrainState load_train_state(const std::string& dir) {

@@ -225,7 +225,7 @@ void BasicGPT<T>::build_params() {
     W.lnf_b = add("transformer.ln_f.bias", {C}, false, norm_bias);
   }
   if (cfg_.lm_head && !cfg_.tied_head) W.lm_head = add("lm_head.weight", {cfg_.vocab, C}, true);
-  w_.assign(static_cast<size_t>(off), T(0));  // g_: by grads(), when training
+  w_.resize(static_cast<size_t>(off));  // zeros, untouched until written; g_: by grads(), when training
   // The parameters whose gradient backward() overwrites (the Linear layers'
   // and wte's; see there); every other one is zeroed before it accumulates.
   std::vector<int64_t> set = {W.wte};
@@ -241,6 +241,7 @@ template <class T>
 void BasicGPT<T>::init(uint64_t seed) {
   NumpyGenerator rng(seed);
   weights_written_ = true;
+  matrices_in_bf16_ = false;  // every weight is written below
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
     T* x = w_.data() + p.offset;
@@ -319,20 +320,28 @@ void linear_from(T* out, const In& in, const T* w, const bfloat16* w16, const T*
   linear_to(out, in.x.data(), w, w16, b, BT, C, OC, matmul);
 }
 
-// Work::weights16 from the float32 weights w: each block's four Linear
-// weights, then the head's matrix (wte when tied), rounded to nearest
-// even, in chunks split between the threads. The head is the largest
-// matrix a decode step reads (GPT-2's: 38.6M weights): rounding it there
-// on every step cost more than the step's products.
+// The matrices Work::weights16 holds, in its order: each block's four Linear
+// weights, then the head's matrix (wte when tied) as (offset in the flat
+// buffer, elements).
 template <class Work>
-void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
+std::vector<std::pair<int64_t, int64_t>> bf16_matrices(const Work& W, const GPTConfig& cfg) {
   const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = cfg.swiglu ? 2 * F : F;
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
-  std::vector<std::pair<int64_t, int64_t>> parts;  // (offset in w, elements), in weights16's order
+  std::vector<std::pair<int64_t, int64_t>> parts;
   for (const auto& L : W.layer)
     parts.insert(parts.end(), {{L.attn_w, qkv_out * C}, {L.attn_proj_w, C * C}, {L.fc_w, fc_out * C},
                                {L.fc_proj_w, C * F}});
   if (cfg.lm_head) parts.emplace_back(cfg.tied_head ? W.wte : W.lm_head, cfg.vocab * C);
+  return parts;
+}
+
+// Work::weights16 from the float32 weights w, rounded to nearest even, in
+// chunks split between the threads. The head is the largest matrix a
+// decode step reads (GPT-2's: 38.6M weights): rounding it there on every
+// step cost more than the step's products.
+template <class Work>
+void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
+  const std::vector<std::pair<int64_t, int64_t>> parts = bf16_matrices(W, cfg);
   int64_t total = 0;
   for (const auto& p : parts) total += p.second;
   W.weights16.resize(static_cast<size_t>(total));
@@ -345,6 +354,63 @@ void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
     dst += part.second;
   }
 }
+
+}  // namespace
+
+template <class T>
+void BasicGPT<T>::widen_matrices() {
+  if (!matrices_in_bf16_) return;
+  if constexpr (std::is_same_v<T, float>) {
+    // The exact inverse of round_linear_weights: weights16 stays valid.
+    const bfloat16* src = work_->weights16.data();
+    for (const auto& part : bf16_matrices(*work_, cfg_)) {
+      float* dst = w_.data() + part.first;
+      nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
+        for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_to_float(src[x]);
+      });
+      src += part.second;
+    }
+  }
+  matrices_in_bf16_ = false;
+}
+
+float* GptLoader::weights(GPT& m) { return m.w_.data(); }
+
+std::set<int64_t> GptLoader::bf16_matrix_offsets(const GPT& m) {
+  std::set<int64_t> out;
+  for (const auto& part : bf16_matrices(*m.work_, m.cfg_)) out.insert(part.first);
+  return out;
+}
+
+std::map<int64_t, bfloat16*> GptLoader::hold_matrices_in_bf16(GPT& m) {
+  GPT::Work& W = *m.work_;
+  const auto parts = bf16_matrices(W, m.cfg_);
+  int64_t total = 0;
+  for (const auto& p : parts) total += p.second;
+  W.weights16.resize(static_cast<size_t>(total));
+  std::map<int64_t, bfloat16*> where;
+  bfloat16* at = W.weights16.data();
+  for (const auto& [offset, n] : parts) {
+    if (!(m.cfg_.tied_head && offset == W.wte)) where[offset] = at;
+    at += n;
+  }
+  m.matrices_in_bf16_ = true;
+  m.weights_written_ = false;
+  return where;
+}
+
+void GptLoader::held_matrices_read(GPT& m) {
+  GPT::Work& W = *m.work_;
+  if (!m.matrices_in_bf16_ || !m.cfg_.lm_head || !m.cfg_.tied_head) return;
+  const int64_t n = m.cfg_.vocab * m.cfg_.embd;
+  bfloat16* dst = W.weights16.data() + (W.weights16.size() - static_cast<size_t>(n));  // the head comes last
+  const float* src = m.w_.data() + W.wte;
+  nn::detail::for_chunks(n, [&](int64_t i, int64_t k) {
+    for (int64_t x = i; x < i + k; ++x) dst[x] = bf16_from_float(src[x]);
+  });
+}
+
+namespace {
 
 // The backward of linear_from: input gradient and parameter gradients
 // overwritten (each has one producer per step).
@@ -546,6 +612,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
   const int64_t per_layer = qkv_out * C + C * C + fc_out * C + F * C;
   const bfloat16* w16 = nullptr;
+  if (compute != DType::bf16) widen_matrices();  // float32 products need float32 matrices
   if constexpr (std::is_same_v<T, float>) {
     if (compute == DType::bf16) {
       if (weights_written_ || W.weights16.empty()) round_linear_weights(W, cfg_, w_.data());
@@ -703,6 +770,7 @@ void BasicGPT<T>::backward() {
     throw Error("model: training runs pre-norm causal models with ln_f and a tied head only");
   ensure_grads(W, cfg_);
   grads();
+  widen_matrices();  // the input gradients' products read the float32 matrices
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -76,7 +78,7 @@ struct BasicGPT<T>::Work {
   // as in the flat buffer): a forward then reads half the bytes and rounds
   // nothing (gemm_bf16 gives the same bits either way). Rounded again when
   // the weights may have been written (BasicGPT::weights_written_).
-  std::vector<bfloat16> weights16;
+  std::vector<bfloat16, ZeroedAllocator<bfloat16>> weights16;  // sized once: not written twice
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
   const T* hidden = nullptr;  // [BT, C]: the last run's final hidden states
@@ -86,6 +88,24 @@ struct BasicGPT<T>::Work {
   Vec dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
   Tensor dout;
   AttentionGrads dattn;
+};
+
+// What a checkpoint reader (src/model/hf) needs beyond GPT's public API:
+// the flat buffer as it is (no widening, not marked written), and a model
+// that holds its matrices in bf16 only, filled from a bf16 file directly.
+struct GptLoader {
+  // The flat buffer: zeros wherever nothing was read.
+  static float* weights(GPT& m);
+  // The offsets of the parameters Work::weights16 holds: the Linear
+  // matrices, and the head's (wte when tied).
+  static std::set<int64_t> bf16_matrix_offsets(const GPT& m);
+  // Makes m hold its Linear matrices and untied head in bf16 only
+  // (Work::weights16, sized here): where each one goes, by its ParamInfo
+  // offset. A tied head is wte, which the embedding reads in float32: the
+  // reader fills it in the flat buffer, and held_matrices_read() rounds it.
+  static std::map<int64_t, bfloat16*> hold_matrices_in_bf16(GPT& m);
+  // After the reader has filled everything: a tied head's bf16 copy.
+  static void held_matrices_read(GPT& m);
 };
 
 }  // namespace qkv

@@ -59,6 +59,7 @@ Model Model::load(const std::string& dir) {
     const hf::Architecture arch = hf::read_architecture(dir);
     Model m(hf::load_weights(dir, arch), std::nullopt);
     m.architecture_ = arch.model_type;
+    m.weights_dtype_ = m.gpt_->matrices_dtype();
     if (arch.config.lm_head) {  // a decoder: byte-level BPE
       m.bpe_ = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
       if (m.bpe_->vocab_size() > arch.config.vocab)
@@ -247,9 +248,10 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (is_encoder())
     throw Error("generate: a " + architecture_ + " model is an encoder, with no language-model head: "
                 "it gives embeddings and hidden states, not text");
-  if (opts.dtype != DType::f32 && opts.dtype != DType::bf16)
-    throw Error(std::string("generate: dtype: expected float32 or bf16, found ") + dtype_name(opts.dtype));
-  const ComputeDtypeScope compute(*gpt_, opts.dtype);
+  const DType dtype = opts.dtype.value_or(weights_dtype_);
+  if (dtype != DType::f32 && dtype != DType::bf16)
+    throw Error(std::string("generate: dtype: expected float32 or bf16, found ") + dtype_name(dtype));
+  const ComputeDtypeScope compute(*gpt_, dtype);
   if (opts.use_cache && !cache_) cache_ = std::make_unique<KVCache>(gpt_->new_cache());
   KVCache* cache = opts.use_cache ? cache_.get() : nullptr;
   const auto emit = on_token ? on_token : [](const std::string&) {};

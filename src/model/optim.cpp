@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "model/layers/nn_common.h"
@@ -77,7 +78,7 @@ void adamw_span(float* __restrict w, float* __restrict m, float* __restrict v,
 }  // namespace
 
 double AdamW::step(GPT& model, double lr) {
-  std::vector<float>& w = model.weights();
+  const std::span<float> w = model.weights();
   const std::vector<float>& g = model.grads();
   const int64_t n = static_cast<int64_t>(w.size());
   const double norm = std::sqrt(sum_of_squares(g.data(), n));

@@ -68,3 +68,36 @@ def gpt2_folder(path, tokenizer, dtype="float32", headless=False, seed=0, **conf
     tokenizer.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
     return model
+
+
+def check_bf16_weights_held(bf16_dir, tmp_path, prompts):
+    """A folder of BF16 weights is held in bf16 and computes in it by
+    default (its matrices are not widened to float32 by generation); the
+    same values in a float32 file (converted exactly) give the same bf16
+    text, and the same float32 logits once the bf16 model widens its
+    matrices: so every matrix landed where it belongs, both ways."""
+    import shutil
+
+    import numpy as np
+    import safetensors.numpy as stn
+    import qkv
+    from qkv import _qkv
+    f32_dir = tmp_path / "float32-copy"
+    shutil.copytree(bf16_dir, f32_dir)
+    st = pytest.importorskip("safetensors.torch")
+    tensors = st.load_file(bf16_dir / "model.safetensors")
+    stn.save_file({k: v.float().numpy() for k, v in tensors.items()}, f32_dir / "model.safetensors",
+                  metadata={"format": "pt"})
+    m16, m32 = qkv.Model.load(bf16_dir), qkv.Model.load(f32_dir)
+    assert (m16.weights_dtype, m32.weights_dtype) == ("bf16", "float32")
+    texts = [m16.generate(p, tokens=32, temperature=0.0) for p in prompts]
+    assert texts == [m32.generate(p, tokens=32, temperature=0.0, dtype="bf16") for p in prompts]
+    assert _qkv._testing.matrices_dtype(m16._m) == "bf16"  # bf16 compute: nothing widened
+    r = run_qkv("sample", "--model", bf16_dir, "--prompt", prompts[0], "--tokens", 32, "--temperature", 0)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == prompts[0] + texts[0] + "\n"
+    for p in prompts:  # float32 compute widens the bf16 matrices: exactly the float32 file's values
+        ids = m16.tokenize(p)
+        assert np.array_equal(m16.logits(ids), m32.logits(ids)), p
+    assert _qkv._testing.matrices_dtype(m16._m) == "float32"
+    assert texts == [m16.generate(p, tokens=32, temperature=0.0) for p in prompts]  # still bf16

@@ -11,7 +11,7 @@ import pytest
 import qkv
 from qkv import _qkv
 
-from gpt2_folders import EOT, gpt2_folder, gpt2_tokenizer, run_qkv
+from gpt2_folders import EOT, check_bf16_weights_held, gpt2_folder, gpt2_tokenizer, run_qkv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -166,3 +166,10 @@ def test_tokens_are_spelled_as_the_tokenizer_file_spells_them(pair, tokenizer):
     m, _, _ = pair
     text = "Ġ hello world é"  # byte tokens that decode to no text alone
     assert m.tokens(text) == tokenizer.encode(text).tokens
+
+
+def test_bf16_folder_keeps_its_weights_in_bf16(tokenizer, tmp_path):
+    # Conv1D matrices transposed as they are read, the head tied to wte
+    path = tmp_path / "gpt2"
+    gpt2_folder(path, tokenizer, dtype="bfloat16")
+    check_bf16_weights_held(path, tmp_path, PROMPTS)

@@ -13,7 +13,7 @@ import pytest
 import qkv
 from qkv import _qkv
 
-from gpt2_folders import EOT, gpt2_tokenizer, run_qkv
+from gpt2_folders import EOT, check_bf16_weights_held, gpt2_tokenizer, run_qkv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -202,10 +202,19 @@ def test_bf16_generation(tokenizer, tmp_path):
     assert r.stdout == PROMPTS[0] + bf16[0] + "\n"
     with pytest.raises(ValueError, match="dtype: expected 'float32', 'bf16' or 'bfloat16', found 'float16'"):
         m.generate("x", dtype="float16")
+    assert m.weights_dtype == "float32"
+    assert m.generate(PROMPTS[0], tokens=32, temperature=0.0, dtype=None) == f32[0]  # the weights' dtype
     with pytest.raises(TypeError, match="dtype: expected a str"):
-        m.generate("x", dtype=None)
+        m.generate("x", dtype=16)
     r = run_qkv("sample", "--model", path, "--dtype", "f16")
     assert r.returncode == 2 and "--dtype" in r.stderr, r.stderr
+
+
+def test_bf16_folder_keeps_its_weights_in_bf16(tokenizer, tmp_path):
+    # q, k and v of two key/value groups stacked, gate and up stacked, biases, an untied head
+    path = tmp_path / "llama"
+    llama_folder(path, tokenizer, dtype="bfloat16", num_key_value_heads=2, attention_bias=True)
+    check_bf16_weights_held(path, tmp_path, PROMPTS)
 
 
 # name -> (config.json edit, what the message must contain)

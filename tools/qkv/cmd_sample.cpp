@@ -23,7 +23,7 @@ struct SampleArgs {
   SampleOptions o;
   bool no_cache = false;
   int threads = 1;
-  std::string dtype = "float32";
+  std::string dtype = "auto";
 };
 
 int run_sample(SampleArgs& a) {
@@ -41,7 +41,7 @@ int run_sample(SampleArgs& a) {
     throw UsageError(std::string("--prompt: ") + e.what());
   }
   a.o.use_cache = !a.no_cache;
-  a.o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
+  if (a.dtype != "auto") a.o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
   Model m = Model::load(a.model_dir);
   refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
@@ -88,9 +88,9 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
   cmd->add_option("--threads", a->threads, "threads")->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
-                  "float32, or bf16 (also spelt bfloat16): the layers' products in bf16 with float32 sums, "
-                  "a bf16 folder's weights read as they are")
-      ->check(CLI::IsMember({"float32", "bf16", "bfloat16"}))
+                  "the layers' products: float32, or bf16 (also spelt bfloat16) with float32 sums; "
+                  "auto: the weights' dtype (bf16 for a folder of BF16 weights, which are read as they are)")
+      ->check(CLI::IsMember({"auto", "float32", "bf16", "bfloat16"}))
       ->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache,
                 "recompute the whole context at every step instead of using the KV cache "

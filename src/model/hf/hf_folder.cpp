@@ -2,7 +2,10 @@
 // the safetensors shards, and the checks on each parameter's tensors.
 #include "model/hf/hf_folder.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <type_traits>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -10,6 +13,7 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
+#include "model/gpt_work.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 
@@ -123,19 +127,73 @@ Architecture read_architecture(const std::string& dir) {
   throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral)");
 }
 
+namespace {
+
+// Whether a float32 or bf16 value is Inf or NaN: its exponent bits all ones
+// (a test on the bits, which the compiler vectorises).
+bool non_finite(float x) { return (std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u; }
+bool non_finite(bfloat16 x) { return (x.bits & 0x7f80u) == 0x7f80u; }
+
+// The first element of x[0 .. n) that is not finite, or -1: chunks split
+// between the threads, each counted without a branch, and a chunk with one
+// searched.
+template <class X>
+int64_t first_non_finite(const X* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  int64_t first = n;
+#pragma omp parallel for schedule(static) reduction(min : first)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    int bad = 0;
+    for (int64_t i = begin; i < end; ++i) bad |= non_finite(x[i]);
+    if (!bad) continue;
+    for (int64_t i = begin; i < end; ++i)
+      if (non_finite(x[i])) {
+        first = std::min(first, i);
+        break;
+      }
+  }
+  return first < n ? first : -1;
+}
+
+}  // namespace
+
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
   auto gpt = std::make_unique<GPT>(arch.config);
-  // Where each source tensor goes: its parameter, and its rows there.
+  const std::vector<std::string> files = weight_files(dir);
+  std::map<std::string, std::string> dtype_of_tensor;  // the checkpoint's, by name
+  for (const std::string& f : files)
+    for (const SafetensorsEntry& e : safetensors_entries(f)) dtype_of_tensor[e.name] = e.dtype;
+  // A bf16 checkpoint's matrices stay bf16 (half the memory; the bf16 GEMMs
+  // read them as they are) when every source of every one of them is BF16.
+  const std::set<int64_t> matrices = GptLoader::bf16_matrix_offsets(*gpt);
+  bool hold16 = !matrices.empty();
+  for (const ParamInfo& p : gpt->params()) {
+    if (!matrices.count(p.offset)) continue;
+    const auto it = arch.weights.find(p.name);
+    if (it == arch.weights.end()) continue;  // refused below
+    for (const std::string& source : it->second) {
+      const auto d = dtype_of_tensor.find(source);
+      hold16 = hold16 && d != dtype_of_tensor.end() && d->second == "BF16";
+    }
+  }
+  std::map<int64_t, bfloat16*> held;  // by parameter offset: where its bf16 values go
+  if (hold16) held = GptLoader::hold_matrices_in_bf16(*gpt);
+
+  // Where each source tensor goes: its parameter, and its rows there, in
+  // float32 (dst) or bf16 (dst16).
   struct Slot {
     const ParamInfo* param;
     int64_t rows;
-    float* dst;     // its first element in the weights
+    float* dst = nullptr;
+    bfloat16* dst16 = nullptr;
     int64_t count;  // its elements
     bool filled = false;
     std::vector<float> stored;  // a transposed parameter as the file has it, [in, out]
   };
   std::map<std::string, Slot> slots;
-  float* w = gpt->weights().data();
+  float* w = GptLoader::weights(*gpt);
   for (const ParamInfo& p : gpt->params()) {
     const auto it = arch.weights.find(p.name);
     if (it == arch.weights.end()) throw Error("model: no checkpoint tensor is mapped to " + p.name);
@@ -147,17 +205,22 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     if (arch.transposed.count(p.name) && (n != 1 || p.shape.size() != 2))
       throw Error("model: a transposed parameter is one [in, out] matrix, not " + p.name);
     const int64_t row_size = p.size / p.shape[0];
+    const auto h = held.find(p.offset);
     int64_t at = 0;
     for (size_t i = 0; i < n; ++i) {
-      slots[it->second[i]] = Slot{&p, rows[i], w + p.offset + at * row_size, rows[i] * row_size, false, {}};
+      Slot& s = slots[it->second[i]];
+      s = Slot{&p, rows[i]};
+      s.count = rows[i] * row_size;
+      if (h != held.end()) s.dst16 = h->second + at * row_size;
+      else s.dst = w + p.offset + at * row_size;
       at += rows[i];
     }
     if (at != p.shape[0]) throw Error("model: the sources of " + p.name + " do not make its rows");
   }
-  for (const std::string& file : weight_files(dir)) {
-    read_safetensors_as_f32(file, [&](const SafetensorsEntry& e) -> float* {
+  for (const std::string& file : files) {
+    read_safetensors_into(file, [&](const SafetensorsEntry& e) -> SafetensorsTarget {
       const auto it = slots.find(e.name);
-      if (it == slots.end()) return nullptr;  // unused (a pooler, position ids)
+      if (it == slots.end()) return {};  // unused (a pooler, position ids)
       Slot& s = it->second;
       const bool transposed = arch.transposed.count(s.param->name) > 0;
       Shape want = s.param->shape;
@@ -169,17 +232,24 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
         throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
       s.filled = true;
-      if (!transposed) return s.dst;
-      s.stored.resize(static_cast<size_t>(s.count));
-      return s.stored.data();
+      if (transposed) {
+        s.stored.resize(static_cast<size_t>(s.count));
+        return {s.stored.data(), nullptr};
+      }
+      return {s.dst, s.dst16};
     });
   }
-  // [in, out] as stored -> [out, in] in place, one parameter at a time.
+  // [in, out] as stored -> [out, in], one parameter at a time (rounding a
+  // held one to bf16 is exact: it came from BF16).
   for (auto& [name, s] : slots) {
     if (s.stored.empty()) continue;
     const int64_t out = s.param->shape[0], in = s.param->shape[1];
     for (int64_t i = 0; i < in; ++i)
-      for (int64_t o = 0; o < out; ++o) s.dst[o * in + i] = s.stored[static_cast<size_t>(i * out + o)];
+      for (int64_t o = 0; o < out; ++o) {
+        const float x = s.stored[static_cast<size_t>(i * out + o)];
+        if (s.dst16) s.dst16[o * in + i] = bf16_from_float(x);
+        else s.dst[o * in + i] = x;
+      }
     std::vector<float>().swap(s.stored);
   }
   for (const auto& [name, s] : slots)
@@ -187,11 +257,11 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   // Checked per checkpoint tensor (the slots cover every parameter), so the
   // error names the tensor and element the user can find in the file.
   for (const auto& [name, s] : slots) {
-    for (int64_t i = 0; i < s.count; ++i)
-      if (!std::isfinite(s.dst[i]))
-        throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " +
-                    std::to_string(i));
+    const int64_t bad = s.dst16 ? first_non_finite(s.dst16, s.count) : first_non_finite(s.dst, s.count);
+    if (bad >= 0)
+      throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " + std::to_string(bad));
   }
+  GptLoader::held_matrices_read(*gpt);
   return gpt;
 }
 
