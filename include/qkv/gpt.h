@@ -317,9 +317,10 @@ class BasicGPT {
   /// With `lengths` (cache null, pos0 0), the B = lengths.size() sequences
   /// are packed end to end in tokens, each at positions 0 .. n_i - 1: the
   /// layers run on the Σ n_i real rows and attention on them padded to the
-  /// longest, with key lengths.
+  /// longest, with key lengths. Every block's activations are kept
+  /// for_backward (and for attention maps); otherwise the blocks share one set.
   void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
-           std::span<const int64_t> lengths = {});
+           std::span<const int64_t> lengths = {}, bool for_backward = false);
   /// Block l's attention (q, k, v from its c_attn output) and its backward.
   void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
   void packed_attention_forward(int64_t l);

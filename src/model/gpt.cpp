@@ -432,10 +432,12 @@ void linear_back_from(T* dinp, T* dw, T* db, const T* dout, const In& in, const 
 // probabilities [BT, V] and the backward's buffers, the largest, are sized
 // by the calls that use them (forward with targets, backward).
 template <class W>
-void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows, DType compute) {
+void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows, DType compute,
+                 bool all_layers) {
   using T = typename W::Vec::value_type;
   typename W::Acts& a = w.acts;
-  if (a.B == B && a.Tn == Tn && a.rows == rows && a.compute == compute) return;
+  const size_t sets = all_layers ? static_cast<size_t>(cfg.layers) : 1;
+  if (a.B == B && a.Tn == Tn && a.rows == rows && a.compute == compute && a.layers.size() == sets) return;
   // Post-norm's normalised rows are the residual stream too: float32; and
   // RMSNorm and SwiGLU write float32 only (their products still run in bf16).
   const bool bf16 = compute == DType::bf16 && !cfg.post_norm && !cfg.rms_norm && !cfg.swiglu;
@@ -447,7 +449,7 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
   a.tokens.assign(BT, 0), a.targets.assign(BT, 0);
   a.encoded.assign(BT * C, T(0));
   a.emb_mean.assign(cfg.embed_norm ? BT : 0, T(0)), a.emb_rstd.assign(cfg.embed_norm ? BT : 0, T(0));
-  if (a.layers.size() != static_cast<size_t>(cfg.layers)) a.layers.assign(cfg.layers, typename W::LayerActs{});
+  a.layers.resize(sets);
   for (typename W::LayerActs& l : a.layers) {
     size_input(l.ln1, BT * C, bf16), l.ln1_mean.assign(BT, T(0)), l.ln1_rstd.assign(BT, T(0));
     l.qkv.assign(BT * qkv_out, T(0));
@@ -490,7 +492,7 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
 // bottom-right: query t sees the cached keys and the new ones up to its own).
 template <class T>
 void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
-  auto& a = work_->acts.layers[l];
+  auto& a = work_->layer_acts(l);
   const int64_t B = work_->acts.B, Tn = work_->acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim();
   T* q = a.q.template data<T>();
@@ -554,7 +556,7 @@ void BasicGPT<T>::attention_backward(int64_t l) {
 template <class T>
 void BasicGPT<T>::packed_attention_forward(int64_t l) {
   auto& a = work_->acts;
-  auto& la = a.layers[l];
+  auto& la = work_->layer_acts(l);
   const int64_t B = a.B, Tn = a.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads, hs = cfg_.head_dim();
   const int64_t C = cfg_.embd, row = (H + 2 * Hkv) * hs;
   T* q = la.q.template data<T>();
@@ -594,7 +596,7 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
 
 template <class T>
 void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
-                      std::span<const int64_t> lengths) {
+                      std::span<const int64_t> lengths, bool for_backward) {
   Work& W = *work_;
   // Under bf16 compute the Linear products run in bf16 here too; with a
   // KV cache, attention reads the cache's float32 keys and values.
@@ -603,7 +605,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const bool packed = !lengths.empty();
   int64_t rows = B * Tn;
   if (packed) rows = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  ensure_acts(W, cfg_, B, Tn, rows, compute);
+  ensure_acts(W, cfg_, B, Tn, rows, compute, for_backward || W.keep_all_layers);
   auto& a = W.acts;
   const int64_t BT = rows, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
@@ -654,7 +656,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const T* x = a.encoded.data();
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const typename Work::Layer& L = W.layer[l];
-    auto& la = a.layers[l];
+    auto& la = W.layer_acts(l);
     if (cfg_.post_norm) {
       // x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)).
       linear_to(la.qkv.data(), x, w(L.attn_w), w16_at(l, 0), w(L.attn_b), BT, C, qkv_out, mm);
@@ -742,7 +744,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
   if (Tn < 1 || Tn > cfg_.context)
     throw Error("model: a sequence of " + std::to_string(Tn) + " tokens; the model takes 1 to " +
                 std::to_string(cfg_.context) + " (its context)");
-  run(tokens, B, Tn, 0, nullptr);
+  run(tokens, B, Tn, 0, nullptr, {}, targets != nullptr);
   if (!targets) return T(0);
   Work& W = *work_;
   auto& a = W.acts;

@@ -12,6 +12,11 @@ template <class T>
 Tensor BasicGPT<T>::attention_maps(const int32_t* tokens, int64_t n) {
   // A language model runs its forward (which under bf16 compute leaves the
   // rounded q, k, v); an encoder its one sequence.
+  struct KeepAll {  // every block's q, k, v are read below, after the forward
+    bool& flag;
+    explicit KeepAll(bool& f) : flag(f) { flag = true; }
+    ~KeepAll() { flag = false; }
+  } keep(work_->keep_all_layers);
   if (cfg_.lm_head) forward(tokens, nullptr, 1, n);
   else hidden_states(tokens, std::span<const int64_t>(&n, 1));
   const ThreadScope threads(attn_opts_.threads);

@@ -61,11 +61,20 @@ struct BasicGPT<T>::Work {
     std::vector<int64_t> lengths, starts;  // packed rows: [B] each sequence's length and first row
     Vec encoded;                           // [BT, C]
     Vec emb_mean, emb_rstd;                // [BT] (ln_e)
+    // Every block's, for the backward (a forward with targets) or attention
+    // maps; otherwise one set, which every block reuses in turn (block l
+    // reads its input, block l - 1's res3, before it writes its own): a
+    // long prompt's prefill then holds one block's activations, not L.
     std::vector<LayerActs> layers;
     LinearIn lnf;                          // [BT, C]
     Vec lnf_mean, lnf_rstd;                // [BT], [BT]
     Vec probs, losses;                     // [BT, V], [BT]
   };
+
+  // Block l's activations (the one shared set, when only one is kept).
+  LayerActs& layer_acts(int64_t l) { return acts.layers[acts.layers.size() == 1 ? 0 : static_cast<size_t>(l)]; }
+  // Set while attention_maps runs the forward: every block's q, k, v are read after it.
+  bool keep_all_layers = false;
 
   std::vector<Layer> layer;
   int64_t wte = 0, wpe = -1, wtt = -1, lne_w = -1, lne_b = -1, lnf_w = -1, lnf_b = -1, lm_head = -1;
