@@ -29,6 +29,10 @@ struct SampleOptions {
   /// checkpoint). Model::generate applies it; sample() and sample_ids() run
   /// the model as it is set.
   std::optional<DType> dtype;
+  /// Throws qkv::Error naming the first field out of range ("temperature:
+  /// expected a finite number >= 0 (0 = greedy), found -1"); sample_ids()
+  /// and Model::generate check it first.
+  void validate() const;
 };
 
 /// The distribution the next token is drawn from, given the model's logits

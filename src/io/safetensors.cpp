@@ -353,7 +353,7 @@ void read_in_parallel(const ByteSource& src, uint64_t at, uint64_t n, std::byte*
     try {
       src.read(at + off, static_cast<size_t>(len), dst + off);
     } catch (...) {
-#pragma omp critical(qkv_read_in_parallel)
+#pragma omp critical
       if (!failed) failed = std::current_exception();
     }
   }

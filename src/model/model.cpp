@@ -248,9 +248,8 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (is_encoder())
     throw Error("generate: a " + architecture_ + " model is an encoder, with no language-model head: "
                 "it gives embeddings and hidden states, not text");
+  opts.validate();
   const DType dtype = opts.dtype.value_or(weights_dtype_);
-  if (dtype != DType::f32 && dtype != DType::bf16)
-    throw Error(std::string("generate: dtype: expected float32 or bf16, found ") + dtype_name(dtype));
   const ComputeDtypeScope compute(*gpt_, dtype);
   if (opts.use_cache && !cache_) cache_ = std::make_unique<KVCache>(gpt_->new_cache());
   KVCache* cache = opts.use_cache ? cache_.get() : nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <span>
 
@@ -10,16 +11,30 @@
 namespace qkv {
 namespace {
 
-// The option checks of next_token_probs and sample, in one place.
+// A number as the user wrote it ("0.5", "-1", "nan"), for messages.
+std::string number_str(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+// The checks of the options that choose a token (next_token_probs's).
 void check_choice_options(const SampleOptions& o) {
-  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
-    throw Error("temperature: expected a number >= 0 (0 = greedy), found " + std::to_string(o.temperature));
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))  // NaN fails too
+    throw Error("temperature: expected a finite number >= 0 (0 = greedy), found " + number_str(o.temperature));
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+    throw Error("top_p: expected a probability in (0, 1] (1 = off), found " + number_str(o.top_p));
   if (o.top_k < 0) throw Error("top_k: expected 0 (off) or a positive count, found " + std::to_string(o.top_k));
-  if (!(o.top_p > 0.0 && o.top_p <= 1.0))  // NaN fails too
-    throw Error("top_p: expected a probability in (0, 1], found " + std::to_string(o.top_p));
 }
 
 }  // namespace
+
+void SampleOptions::validate() const {
+  if (tokens < 0) throw Error("tokens: expected a count >= 0, found " + std::to_string(tokens));
+  check_choice_options(*this);
+  if (dtype && *dtype != DType::f32 && *dtype != DType::bf16)
+    throw Error(std::string("dtype: expected float32 or bf16, found ") + dtype_name(*dtype));
+}
 
 std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
                                      int32_t excluded) {
@@ -79,8 +94,7 @@ std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOp
 std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const SampleOptions& o,
                                 int32_t excluded, int32_t stop_id, const std::function<void(int32_t)>& on_id,
                                 KVCache* reuse) {
-  check_choice_options(o);
-  if (o.tokens < 0) throw Error("tokens: expected a count >= 0, found " + std::to_string(o.tokens));
+  o.validate();
   const int64_t ctx = model.config().context, V = model.config().vocab;
   if (seq.empty()) throw Error("prompt: expected at least one token");
   for (const int32_t id : seq)

@@ -1,22 +1,18 @@
 // qkv sample: generate text from a model `qkv train` wrote.
-#include <cmath>
-#include <cstdio>
 #include <iostream>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "field_flags.h"
 #include "model_prompt.h"
 #include "qkv/model.h"
 
 namespace qkv::cli {
 namespace {
 
-// A number as the user would write it ("0.5", "-1", "nan"), for messages.
-std::string number_str(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
+// SampleOptions' fields as the command's flags, in its messages.
+const FieldFlags kSampleFlags = {{"tokens", "--tokens"}, {"temperature", "--temperature"},
+                                 {"top_p", "--top-p"}, {"top_k", "--top-k"}, {"dtype", "--dtype"}};
 
 struct SampleArgs {
   std::string model_dir;
@@ -27,13 +23,7 @@ struct SampleArgs {
 };
 
 int run_sample(SampleArgs& a) {
-  if (a.o.tokens < 0) throw UsageError("--tokens: expected a count >= 0, found " + std::to_string(a.o.tokens));
-  if (!(a.o.temperature >= 0.0) || !std::isfinite(a.o.temperature))  // NaN fails too
-    throw UsageError("--temperature: expected a finite number >= 0 (0 = greedy), found " +
-                     number_str(a.o.temperature));
-  if (!(a.o.top_p > 0.0 && a.o.top_p <= 1.0))
-    throw UsageError("--top-p: expected a probability in (0, 1] (1 = off), found " + number_str(a.o.top_p));
-  if (a.o.top_k < 0) throw UsageError("--top-k: expected 0 (off) or a positive count, found " + std::to_string(a.o.top_k));
+  as_usage(kSampleFlags, [&] { a.o.validate(); });
   check_threads("--threads", a.threads);
   try {
     if (!a.o.prompt.empty()) CharTokenizer::from_text(a.o.prompt);  // only to check its UTF-8
