@@ -330,6 +330,8 @@ class BasicGPT {
     return compute == DType::bf16 ? nn::Matmul::bf16 : nn::Matmul::f32;
   }
   friend struct GptLoader;  // reads checkpoints into w_ and Work::weights16 (src/model/gpt_work.h)
+  /// Work::weights16 rounded from w_'s matrices (src/model/gpt_weights.cpp).
+  void round_matrices();
   /// Fills w_'s matrices from Work::weights16 when only those hold them.
   void widen_matrices();
   /// Offsets of absent parameters (no bias, no wpe) are -1: null pointers.

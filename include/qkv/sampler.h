@@ -28,7 +28,7 @@ struct SampleOptions {
   /// dtype of the model's weights (Model::weights_dtype(): bf16 for a bf16
   /// checkpoint). Model::generate applies it; sample() and sample_ids() run
   /// the model as it is set.
-  std::optional<DType> dtype;
+  std::optional<DType> dtype = std::nullopt;
   /// Throws qkv::Error naming the first field out of range ("temperature:
   /// expected a finite number >= 0 (0 = greedy), found -1"); sample_ids()
   /// and Model::generate check it first.

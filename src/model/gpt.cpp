@@ -3,7 +3,6 @@
 #include "qkv/runtime.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -136,45 +135,6 @@ void zero(std::vector<T>& v) {
   T* p = v.data();
   nn::detail::for_chunks(static_cast<int64_t>(v.size()),
                          [p](int64_t i, int64_t n) { std::fill(p + i, p + i + n, T(0)); });
-}
-
-// dst[i] = bf16(src[i]) and src[i] = float(dst[i]): compiled for AVX-512,
-// AVX2 and baseline x86-64, picked when the program loads (as gelu.cpp
-// does): the baseline loop ran SSE2, 2% of a bf16 training step. Every
-// version gives the same bits (integer arithmetic only).
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void round_span(float* __restrict src, bfloat16* __restrict dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = bf16_from_float(src[i]);
-    src[i] = bf16_to_float(dst[i]);
-  }
-}
-
-// Rounds each x[t] (float32) to bf16 into x16[t], (re)made to x[t]'s shape,
-// and x[t] itself to the same values: the backward then runs the float32
-// kernel on exactly the operands the bf16 forward read, with no copies (what
-// attention_backward does for bf16 inputs, less its allocations). One
-// parallel region for q, k and v, in chunks of the three laid end to end.
-void round_to_bf16(const std::array<Tensor*, 3>& x16, const std::array<Tensor*, 3>& x) {
-  int64_t total = 0;
-  for (int t = 0; t < 3; ++t) {
-    if (x16[t]->dtype() != DType::bf16 || x16[t]->shape() != x[t]->shape())
-      *x16[t] = Tensor(DType::bf16, x[t]->shape());
-    total += x[t]->numel();
-  }
-  nn::detail::for_chunks(total, [&](int64_t i, int64_t n) {
-    for (int t = 0; t < 3 && n > 0; ++t) {
-      const int64_t len = x[t]->numel();
-      if (i >= len) {
-        i -= len;
-        continue;
-      }
-      const int64_t m = std::min(n, len - i);
-      round_span(x[t]->data<float>() + i, x16[t]->data<bfloat16>() + i, m);
-      i = 0;
-      n -= m;
-    }
-  });
 }
 
 }  // namespace
@@ -320,97 +280,6 @@ void linear_from(T* out, const In& in, const T* w, const bfloat16* w16, const T*
   linear_to(out, in.x.data(), w, w16, b, BT, C, OC, matmul);
 }
 
-// The matrices Work::weights16 holds, in its order: each block's four Linear
-// weights, then the head's matrix (wte when tied) as (offset in the flat
-// buffer, elements).
-template <class Work>
-std::vector<std::pair<int64_t, int64_t>> bf16_matrices(const Work& W, const GPTConfig& cfg) {
-  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = cfg.swiglu ? 2 * F : F;
-  const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
-  std::vector<std::pair<int64_t, int64_t>> parts;
-  for (const auto& L : W.layer)
-    parts.insert(parts.end(), {{L.attn_w, qkv_out * C}, {L.attn_proj_w, C * C}, {L.fc_w, fc_out * C},
-                               {L.fc_proj_w, C * F}});
-  if (cfg.lm_head) parts.emplace_back(cfg.tied_head ? W.wte : W.lm_head, cfg.vocab * C);
-  return parts;
-}
-
-// Work::weights16 from the float32 weights w, rounded to nearest even, in
-// chunks split between the threads. The head is the largest matrix a
-// decode step reads (GPT-2's: 38.6M weights): rounding it there on every
-// step cost more than the step's products.
-template <class Work>
-void round_linear_weights(Work& W, const GPTConfig& cfg, const float* w) {
-  const std::vector<std::pair<int64_t, int64_t>> parts = bf16_matrices(W, cfg);
-  int64_t total = 0;
-  for (const auto& p : parts) total += p.second;
-  W.weights16.resize(static_cast<size_t>(total));
-  bfloat16* dst = W.weights16.data();
-  for (const auto& part : parts) {
-    const float* src = w + part.first;  // no lambda captures a structured binding (clang 14)
-    nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
-      for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_from_float(src[x]);
-    });
-    dst += part.second;
-  }
-}
-
-}  // namespace
-
-template <class T>
-void BasicGPT<T>::widen_matrices() {
-  if (!matrices_in_bf16_) return;
-  if constexpr (std::is_same_v<T, float>) {
-    // The exact inverse of round_linear_weights: weights16 stays valid.
-    const bfloat16* src = work_->weights16.data();
-    for (const auto& part : bf16_matrices(*work_, cfg_)) {
-      float* dst = w_.data() + part.first;
-      nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
-        for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_to_float(src[x]);
-      });
-      src += part.second;
-    }
-  }
-  matrices_in_bf16_ = false;
-}
-
-float* GptLoader::weights(GPT& m) { return m.w_.data(); }
-
-std::set<int64_t> GptLoader::bf16_matrix_offsets(const GPT& m) {
-  std::set<int64_t> out;
-  for (const auto& part : bf16_matrices(*m.work_, m.cfg_)) out.insert(part.first);
-  return out;
-}
-
-std::map<int64_t, bfloat16*> GptLoader::hold_matrices_in_bf16(GPT& m) {
-  GPT::Work& W = *m.work_;
-  const auto parts = bf16_matrices(W, m.cfg_);
-  int64_t total = 0;
-  for (const auto& p : parts) total += p.second;
-  W.weights16.resize(static_cast<size_t>(total));
-  std::map<int64_t, bfloat16*> where;
-  bfloat16* at = W.weights16.data();
-  for (const auto& [offset, n] : parts) {
-    if (!(m.cfg_.tied_head && offset == W.wte)) where[offset] = at;
-    at += n;
-  }
-  m.matrices_in_bf16_ = true;
-  m.weights_written_ = false;
-  return where;
-}
-
-void GptLoader::held_matrices_read(GPT& m) {
-  GPT::Work& W = *m.work_;
-  if (!m.matrices_in_bf16_ || !m.cfg_.lm_head || !m.cfg_.tied_head) return;
-  const int64_t n = m.cfg_.vocab * m.cfg_.embd;
-  bfloat16* dst = W.weights16.data() + (W.weights16.size() - static_cast<size_t>(n));  // the head comes last
-  const float* src = m.w_.data() + W.wte;
-  nn::detail::for_chunks(n, [&](int64_t i, int64_t k) {
-    for (int64_t x = i; x < i + k; ++x) dst[x] = bf16_from_float(src[x]);
-  });
-}
-
-namespace {
 
 // The backward of linear_from: input gradient and parameter gradients
 // overwritten (each has one producer per step).
@@ -485,115 +354,6 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
 
 }  // namespace
 
-// c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
-// RoPE on q and k at positions pos0 .. pos0 + T - 1, then attention: among
-// the T positions (causal, top-left), or with a cache (B = 1) the keys and
-// values appended to layer l's and the queries against all of them (causal,
-// bottom-right: query t sees the cached keys and the new ones up to its own).
-template <class T>
-void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
-  auto& a = work_->layer_acts(l);
-  const int64_t B = work_->acts.B, Tn = work_->acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int64_t hs = cfg_.head_dim();
-  T* q = a.q.template data<T>();
-  T* k = a.k.template data<T>();
-  T* v = a.v.template data<T>();
-  nn::split_qkv(q, k, v, a.qkv.data(), B, Tn, H, Hkv, hs);
-  if (cfg_.rope) {
-    nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, pos0);
-    nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, pos0);
-  }
-  if (cache) {
-    // The cache is [1, Hkv, context, hs]: each head's T new rows are one run.
-    const int64_t ctx = cfg_.context;
-    T* kc = cache->k_[l].template data<T>();
-    T* vc = cache->v_[l].template data<T>();
-    for (int64_t g = 0; g < Hkv; ++g) {
-      std::copy_n(k + g * Tn * hs, Tn * hs, kc + (g * ctx + pos0) * hs);
-      std::copy_n(v + g * Tn * hs, Tn * hs, vc + (g * ctx + pos0) * hs);
-    }
-    AttentionOptions o = attn_opts_;
-    o.return_lse = false;
-    const int64_t S = pos0 + Tn;
-    o.causal = Causal::bottom_right;
-    attention_into(a.att, a.q, TensorView(cache->k_[l]).slice(2, 0, S),
-                   TensorView(cache->v_[l]).slice(2, 0, S), o);
-  } else if (compute_ == DType::bf16) {
-    round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
-    AttentionOptions o = attn_opts_;
-    o.out_dtype = DType::f32;
-    attention_into(a.att, a.q16, a.k16, a.v16, o);
-  } else {
-    attention_into(a.att, a.q, a.k, a.v, attn_opts_);
-  }
-  nn::merge_heads(a.atty.data(), a.att.out.template data<T>(), B, Tn, H, hs, H * hs, 0);
-}
-
-// The same in reverse: datty [BT, C] -> dout [B, H, T, hs] -> attention's
-// backward -> RoPE back on dq, dk -> dqkv [BT, (H + 2 Hkv) hs].
-template <class T>
-void BasicGPT<T>::attention_backward(int64_t l) {
-  Work& W = *work_;
-  auto& a = W.acts.layers[l];
-  const int64_t B = W.acts.B, Tn = W.acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int64_t hs = cfg_.head_dim();
-  nn::split_heads(W.dout.template data<T>(), W.datty.data(), B, Tn, H, hs, H * hs, 0);
-  // Under bf16 compute q, k, v hold the rounded values (round_to_bf16).
-  attention_backward_into(W.dattn, a.q, a.k, a.v, a.att.out, a.att.lse, W.dout, attn_opts_);
-  T* dq = W.dattn.dq.template data<T>();
-  T* dk = W.dattn.dk.template data<T>();
-  if (cfg_.rope) {
-    nn::rope_backward(dq, dq, W.rope, B * H, Tn, hs);
-    nn::rope_backward(dk, dk, W.rope, B * Hkv, Tn, hs);
-  }
-  nn::merge_qkv(W.dqkv.data(), dq, dk, W.dattn.dv.template data<T>(), B, Tn, H, Hkv, hs);
-}
-
-// Packed sequences (Acts::lengths, starts): c_attn's rows of sequence i,
-// [n_i, (H + 2 Hkv) hs] -> q [B, H, T, hs], k, v [B, Hkv, T, hs] padded to
-// the longest (T), attention with key lengths (padded keys never count;
-// padded queries' rows are computed and dropped), and back to the real rows.
-template <class T>
-void BasicGPT<T>::packed_attention_forward(int64_t l) {
-  auto& a = work_->acts;
-  auto& la = work_->layer_acts(l);
-  const int64_t B = a.B, Tn = a.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads, hs = cfg_.head_dim();
-  const int64_t C = cfg_.embd, row = (H + 2 * Hkv) * hs;
-  T* q = la.q.template data<T>();
-  T* k = la.k.template data<T>();
-  T* v = la.v.template data<T>();
-  const T* src = la.qkv.data();
-#pragma omp parallel for schedule(static) collapse(2) if (a.rows * row >= nn::detail::kParallelMin)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < Tn; ++t) {
-      if (t >= a.lengths[b]) continue;
-      const T* r = src + (a.starts[b] + t) * row;
-      for (int64_t h = 0; h < H; ++h) std::copy_n(r + h * hs, hs, q + ((b * H + h) * Tn + t) * hs);
-      for (int64_t h = 0; h < Hkv; ++h) {
-        std::copy_n(r + (H + h) * hs, hs, k + ((b * Hkv + h) * Tn + t) * hs);
-        std::copy_n(r + (H + Hkv + h) * hs, hs, v + ((b * Hkv + h) * Tn + t) * hs);
-      }
-    }
-  // Each sequence's positions start at 0 (its padding turns too, unread).
-  if (cfg_.rope) {
-    nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, 0);
-    nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, 0);
-  }
-  AttentionOptions o = attn_opts_;
-  o.return_lse = false;
-  o.key_lengths = a.lengths;
-  attention_into(la.att, la.q, la.k, la.v, o);
-  const T* out = la.att.out.template data<T>();
-  T* y = la.atty.data();
-#pragma omp parallel for schedule(static) collapse(2) if (a.rows * C >= nn::detail::kParallelMin)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < Tn; ++t) {
-      if (t >= a.lengths[b]) continue;
-      for (int64_t h = 0; h < H; ++h)
-        std::copy_n(out + ((b * H + h) * Tn + t) * hs, hs, y + (a.starts[b] + t) * C + h * hs);
-    }
-}
-
 template <class T>
 void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
                       std::span<const int64_t> lengths, bool for_backward) {
@@ -617,7 +377,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   if (compute != DType::bf16) widen_matrices();  // float32 products need float32 matrices
   if constexpr (std::is_same_v<T, float>) {
     if (compute == DType::bf16) {
-      if (weights_written_ || W.weights16.empty()) round_linear_weights(W, cfg_, w_.data());
+      if (weights_written_ || W.weights16.empty()) round_matrices();
       weights_written_ = false;
       w16 = W.weights16.data();
     }

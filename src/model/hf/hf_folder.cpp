@@ -184,13 +184,13 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   // Where each source tensor goes: its parameter, and its rows there, in
   // float32 (dst) or bf16 (dst16).
   struct Slot {
-    const ParamInfo* param;
-    int64_t rows;
+    const ParamInfo* param = nullptr;
+    int64_t rows = 0;
+    int64_t count = 0;  // its elements
     float* dst = nullptr;
     bfloat16* dst16 = nullptr;
-    int64_t count;  // its elements
     bool filled = false;
-    std::vector<float> stored;  // a transposed parameter as the file has it, [in, out]
+    std::vector<float> stored = {};  // a transposed parameter as the file has it, [in, out]
   };
   std::map<std::string, Slot> slots;
   float* w = GptLoader::weights(*gpt);
@@ -209,8 +209,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     int64_t at = 0;
     for (size_t i = 0; i < n; ++i) {
       Slot& s = slots[it->second[i]];
-      s = Slot{&p, rows[i]};
-      s.count = rows[i] * row_size;
+      s = Slot{.param = &p, .rows = rows[i], .count = rows[i] * row_size};
       if (h != held.end()) s.dst16 = h->second + at * row_size;
       else s.dst = w + p.offset + at * row_size;
       at += rows[i];
