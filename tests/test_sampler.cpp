@@ -167,6 +167,26 @@ TEST(SampleOptions, OutOfRangeValuesThrow) {
   expect_throw(o, "top_k");
 }
 
+TEST(SampleOptions, ValidateNamesTheDtypeOutOfRange) {
+  auto message = [](const SampleOptions& o) -> std::string {
+    try {
+      o.validate();
+    } catch (const qkv::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  SampleOptions o;
+  EXPECT_EQ(message(o), "");
+  o.dtype = qkv::DType::f64;
+  EXPECT_EQ(message(o), "dtype: expected float32 or bf16, found float64");
+  o.dtype = qkv::DType::bf16;
+  o.kv_dtype = qkv::DType::boolean;
+  EXPECT_EQ(message(o), "kv_dtype: expected float32 or bf16, found bool");
+  o.kv_dtype = qkv::DType::f32;
+  EXPECT_EQ(message(o), "");
+}
+
 namespace {
 
 // A GPT over the vocabulary of "ab" (a = 0, b = 1, unknown = 2) whose

@@ -170,7 +170,7 @@ class QKV_API Model {
   Pooling pooling_;
   int64_t max_length_ = 0;
   DType weights_dtype_ = DType::f32;
-  std::unique_ptr<KVCache> cache_;  ///< generate()'s, made by its first call and kept
+  std::unique_ptr<KVCache> cache_;  ///< generate()'s, made by its first call and kept (remade for another kv_dtype)
 };
 
 }  ///< namespace qkv

@@ -29,6 +29,11 @@ struct SampleOptions {
   /// checkpoint). Model::generate applies it; sample() and sample_ids() run
   /// the model as it is set.
   std::optional<DType> dtype = std::nullopt;
+  /// The KV cache's keys and values: float32, or bf16 (half the memory;
+  /// attention runs the bf16 kernel on them); unset: bf16 under bf16
+  /// compute, float32 otherwise. Read where the cache is made (sample_ids'
+  /// own, Model::generate's); a cache passed in is used as it is.
+  std::optional<DType> kv_dtype = std::nullopt;
   /// Throws qkv::Error naming the first field out of range ("temperature:
   /// expected a finite number >= 0 (0 = greedy), found -1"); sample_ids()
   /// and Model::generate check it first.
@@ -56,8 +61,8 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 /// text of each as it is produced, and returns the generated ids. With or
 /// without the cache the tokens are the same for the same seed: the cache
 /// only avoids recomputing the keys and values of earlier positions (under
-/// bf16 compute the uncached attention runs in bf16, the cached one on the
-/// cache's float32, so a near-tie may go either way). Past the
+/// bf16 compute both run attention in bf16 unless the cache is float32, and
+/// the two sum in different orders, so a near-tie may go either way). Past the
 /// context, both crop to the last `context` tokens (as nanoGPT does), the
 /// cached path by rebuilding its cache for the cropped window. Each token is
 /// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.

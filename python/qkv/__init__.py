@@ -435,13 +435,15 @@ class Model:
 
     def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
                  top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
-                 dtype: Optional[str] = None,
+                 dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
                  on_token: Optional[Callable[[str], None]] = None) -> str:
         """Generates `tokens` tokens after `prompt` and returns their text.
 
         dtype "float32", or "bf16" (or "bfloat16") for the layers' products
         in bf16 with float32 sums; None (the default): :attr:`weights_dtype`,
         bf16 for a folder of BF16 weights, which are then read as they are.
+        kv_dtype the KV cache's keys and values: "float32", or "bf16" (half
+        the memory); None (the default): bf16 when the products run in bf16.
 
         on_token, if given, is called with each piece of text as it is produced
         (streaming); :meth:`stream` gives the same pieces as an iterator. The same
@@ -458,12 +460,12 @@ class Model:
         self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
                          _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
                          _bool(use_cache, "use_cache"), None if dtype is None else _text(dtype, "dtype"),
-                         piece)
+                         None if kv_dtype is None else _text(kv_dtype, "kv_dtype"), piece)
         return "".join(pieces)
 
     def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
                top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
-               dtype: Optional[str] = None) -> Iterator[str]:
+               dtype: Optional[str] = None, kv_dtype: Optional[str] = None) -> Iterator[str]:
         """generate() as an iterator of text pieces, produced on a worker thread
         while the caller consumes them."""
         q: "queue.Queue[Any]" = queue.Queue()
@@ -483,7 +485,7 @@ class Model:
         def run() -> None:
             try:
                 self.generate(prompt, tokens, temperature, top_k, seed, use_cache=use_cache,
-                              dtype=dtype, on_token=put)
+                              dtype=dtype, kv_dtype=kv_dtype, on_token=put)
             except _Stopped:
                 pass
             except BaseException as e:  # handed to the consumer

@@ -24,11 +24,13 @@ namespace {
 std::atomic<int> g_stop_training{0};  // set by request_stop(), read by the trainer's loop
 
 // dtype=... of train, embed and generate: "float32", or "bf16" / "bfloat16"
-// for the Linear layers' products in bf16.
-qkv::DType compute_dtype(const std::string& s) {
+// for the Linear layers' products in bf16; generate's kv_dtype the same for
+// the KV cache (`what` names the argument in the message).
+qkv::DType compute_dtype(const std::string& s, const char* what = "dtype") {
   if (s == "float32") return qkv::DType::f32;
   if (s == "bf16" || s == "bfloat16") return qkv::DType::bf16;
-  throw nb::value_error(("dtype: expected 'float32', 'bf16' or 'bfloat16', found '" + s + "'").c_str());
+  throw nb::value_error(
+      (std::string(what) + ": expected 'float32', 'bf16' or 'bfloat16', found '" + s + "'").c_str());
 }
 
 // TrainOptions from keyword arguments; an unknown name is a TypeError, as a
@@ -134,11 +136,12 @@ void bind_model(nb::module_& m) {
       .def("generate",
            [](qkv::Model& self, const std::string& prompt, int64_t tokens, double temperature,
               int64_t top_k, uint64_t seed, bool use_cache, const std::optional<std::string>& dtype,
-              nb::object on_token) {
+              const std::optional<std::string>& kv_dtype, nb::object on_token) {
              qkv::SampleOptions o;
              o.prompt = prompt, o.tokens = tokens, o.temperature = temperature;
              o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
              if (dtype) o.dtype = compute_dtype(*dtype);  // None: the weights' dtype
+             if (kv_dtype) o.kv_dtype = compute_dtype(*kv_dtype, "kv_dtype");  // None: as dtype
              std::function<void(const std::string&)> cb;
              if (!on_token.is_none())
                cb = [&on_token](const std::string& piece) {
@@ -148,7 +151,8 @@ void bind_model(nb::module_& m) {
              return interruptible([&] { return self.generate(o, cb); });
            },
            nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
-           nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype").none(), nb::arg("on_token").none());
+           nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype").none(), nb::arg("kv_dtype").none(),
+           nb::arg("on_token").none());
 
   m.def(
       "train",

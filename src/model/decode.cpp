@@ -15,12 +15,18 @@ namespace qkv {
 
 KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
   cfg_.validate();
-  if (dtype != DType::f32 && dtype != DType::f64)
-    throw Error(std::string("kv cache: expected float32 or float64, found ") + dtype_name(dtype));
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f64)
+    throw Error(std::string("kv cache: expected float32, bf16 or float64, found ") + dtype_name(dtype));
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     k_.emplace_back(dtype, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
     v_.emplace_back(dtype, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
   }
+}
+
+int64_t KVCache::nbytes() const {
+  int64_t n = 0;
+  for (size_t l = 0; l < k_.size(); ++l) n += static_cast<int64_t>(k_[l].nbytes() + v_[l].nbytes());
+  return n;
 }
 
 const Tensor& KVCache::keys(int64_t layer) const {
@@ -35,7 +41,7 @@ const Tensor& KVCache::values(int64_t layer) const {
   return v_[static_cast<size_t>(layer)];
 }
 
-void KVCache::check_append(const GPTConfig& cfg, DType dtype, int64_t n) const {
+void KVCache::check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) const {
   auto differ = [&](const char* what, int64_t mine, int64_t theirs) {
     if (mine != theirs)
       throw Error(std::string("kv cache: made for a model with ") + what + " = " +
@@ -47,9 +53,10 @@ void KVCache::check_append(const GPTConfig& cfg, DType dtype, int64_t n) const {
   differ("head dim", cfg_.head_dim(), cfg.head_dim());
   differ("context", cfg_.context, cfg.context);
   differ("rope", cfg_.rope, cfg.rope);  // cached keys are stored already rotated, or not
-  if (dtype != dtype_)
+  if (dtype_ != model_dtype && !(dtype_ == DType::bf16 && model_dtype == DType::f32))
     throw Error(std::string("kv cache: holds ") + dtype_name(dtype_) + ", used with a " +
-                dtype_name(dtype) + " model");
+                dtype_name(model_dtype) + " model (" +
+                (model_dtype == DType::f32 ? "it takes a float32 or bf16 cache)" : "it takes a float64 cache)"));
   if (n < 1) throw Error("kv cache: expected at least one token to append, found " + std::to_string(n));
   if (len_ >= cfg_.context)
     throw Error("kv cache: full: all " + std::to_string(cfg_.context) +
@@ -61,8 +68,8 @@ void KVCache::check_append(const GPTConfig& cfg, DType dtype, int64_t n) const {
 }
 
 template <class T>
-KVCache BasicGPT<T>::new_cache() const {
-  return KVCache(cfg_, dtype_of<T>());
+KVCache BasicGPT<T>::new_cache(std::optional<DType> dtype) const {
+  return KVCache(cfg_, dtype.value_or(compute_ == DType::bf16 ? DType::bf16 : dtype_of<T>()));
 }
 
 template <class T>
@@ -79,8 +86,8 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
 }
 
 // gpt.cpp instantiates the rest of the class; these members live here.
-template KVCache BasicGPT<float>::new_cache() const;
-template KVCache BasicGPT<double>::new_cache() const;
+template KVCache BasicGPT<float>::new_cache(std::optional<DType>) const;
+template KVCache BasicGPT<double>::new_cache(std::optional<DType>) const;
 template std::span<const float> BasicGPT<float>::decode(const int32_t*, int64_t, KVCache&);
 template std::span<const double> BasicGPT<double>::decode(const int32_t*, int64_t, KVCache&);
 

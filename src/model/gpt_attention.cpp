@@ -54,6 +54,18 @@ void round_to_bf16(const std::array<Tensor*, 3>& x16, const std::array<Tensor*, 
   });
 }
 
+// Writes the new keys and values k, v [Hkv, T, hs] at positions pos0 ..
+// pos0 + T - 1 of a layer's cache kc, vc [Hkv, context, hs]: each head's T
+// rows are one run.
+template <class E>
+void append_to_cache(E* kc, E* vc, const E* k, const E* v, int64_t Hkv, int64_t Tn, int64_t hs,
+                     int64_t ctx, int64_t pos0) {
+  for (int64_t g = 0; g < Hkv; ++g) {
+    std::copy_n(k + g * Tn * hs, Tn * hs, kc + (g * ctx + pos0) * hs);
+    std::copy_n(v + g * Tn * hs, Tn * hs, vc + (g * ctx + pos0) * hs);
+  }
+}
+
 }  // namespace
 
 // c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
@@ -75,20 +87,24 @@ void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
     nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, pos0);
   }
   if (cache) {
-    // The cache is [1, Hkv, context, hs]: each head's T new rows are one run.
-    const int64_t ctx = cfg_.context;
-    T* kc = cache->k_[l].template data<T>();
-    T* vc = cache->v_[l].template data<T>();
-    for (int64_t g = 0; g < Hkv; ++g) {
-      std::copy_n(k + g * Tn * hs, Tn * hs, kc + (g * ctx + pos0) * hs);
-      std::copy_n(v + g * Tn * hs, Tn * hs, vc + (g * ctx + pos0) * hs);
-    }
     AttentionOptions o = attn_opts_;
     o.return_lse = false;
-    const int64_t S = pos0 + Tn;
     o.causal = Causal::bottom_right;
-    attention_into(a.att, a.q, TensorView(cache->k_[l]).slice(2, 0, S),
-                   TensorView(cache->v_[l]).slice(2, 0, S), o);
+    const int64_t S = pos0 + Tn;
+    Tensor& kc = cache->k_[l];
+    Tensor& vc = cache->v_[l];
+    const bool bf16 = kc.dtype() == DType::bf16;  // float32 models only (check_append)
+    if (bf16) {
+      // q, k and v rounded as the bf16 forward rounds them; k and v kept so.
+      round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
+      append_to_cache(kc.data<bfloat16>(), vc.data<bfloat16>(), a.k16.template data<bfloat16>(),
+                      a.v16.template data<bfloat16>(), Hkv, Tn, hs, cfg_.context, pos0);
+      o.out_dtype = DType::f32;
+    } else {
+      append_to_cache(kc.data<T>(), vc.data<T>(), k, v, Hkv, Tn, hs, cfg_.context, pos0);
+    }
+    attention_into(a.att, bf16 ? a.q16 : a.q, TensorView(kc).slice(2, 0, S), TensorView(vc).slice(2, 0, S),
+                   o);
   } else if (compute_ == DType::bf16) {
     round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
     AttentionOptions o = attn_opts_;

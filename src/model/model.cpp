@@ -251,7 +251,9 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   opts.validate();
   const DType dtype = opts.dtype.value_or(weights_dtype_);
   const ComputeDtypeScope compute(*gpt_, dtype);
-  if (opts.use_cache && !cache_) cache_ = std::make_unique<KVCache>(gpt_->new_cache());
+  const DType kv_dtype = opts.kv_dtype.value_or(dtype);
+  if (opts.use_cache && (!cache_ || cache_->dtype() != kv_dtype))
+    cache_ = std::make_unique<KVCache>(gpt_->new_cache(kv_dtype));
   KVCache* cache = opts.use_cache ? cache_.get() : nullptr;
   const auto emit = on_token ? on_token : [](const std::string&) {};
   if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit, cache);

@@ -34,6 +34,8 @@ void SampleOptions::validate() const {
   check_choice_options(*this);
   if (dtype && *dtype != DType::f32 && *dtype != DType::bf16)
     throw Error(std::string("dtype: expected float32 or bf16, found ") + dtype_name(*dtype));
+  if (kv_dtype && *kv_dtype != DType::f32 && *kv_dtype != DType::bf16)
+    throw Error(std::string("kv_dtype: expected float32 or bf16, found ") + dtype_name(*kv_dtype));
 }
 
 std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
@@ -105,7 +107,7 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
   // A cache made here is allocated and zeroed on every call: for a real
   // model, tens of MB of fresh pages, longer than a short prompt's prefill.
   std::optional<KVCache> own;
-  KVCache& cache = reuse ? *reuse : own.emplace(model.new_cache());
+  KVCache& cache = reuse ? *reuse : own.emplace(model.new_cache(o.kv_dtype));
   cache.reset();
   int64_t cache_start = 0;  // the cache holds seq[cache_start, cache_start + cache.len())
   std::span<const float> logits;

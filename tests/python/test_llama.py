@@ -210,6 +210,35 @@ def test_bf16_generation(tokenizer, tmp_path):
     assert r.returncode == 2 and "--dtype" in r.stderr, r.stderr
 
 
+def test_kv_cache_dtype(tokenizer, tmp_path):
+    # bf16 products keep a bf16 KV cache unless told otherwise: with a
+    # float32 one, attention reads unrounded keys, and the greedy text
+    # departs somewhere over these prompts.
+    path = tmp_path / "llama"
+    llama_folder(path, tokenizer, num_key_value_heads=2)
+    m = qkv.Model.load(path)
+    bf16 = [m.generate(p, tokens=32, temperature=0.0, dtype="bf16") for p in PROMPTS]
+    assert bf16 == [m.generate(p, tokens=32, temperature=0.0, dtype="bf16", kv_dtype="bfloat16")
+                    for p in PROMPTS]
+    mixed = [m.generate(p, tokens=32, temperature=0.0, dtype="bf16", kv_dtype="float32") for p in PROMPTS]
+    assert mixed != bf16
+    assert mixed[0] == "".join(m.stream(PROMPTS[0], tokens=32, temperature=0.0, dtype="bf16",
+                                        kv_dtype="float32"))
+    f32 = m.generate(PROMPTS[0], tokens=32, temperature=0.0)
+    assert f32 == m.generate(PROMPTS[0], tokens=32, temperature=0.0, kv_dtype="float32")
+    for dtype, kv, want in (("bf16", "float32", mixed[0]), ("float32", "auto", f32)):
+        r = run_qkv("sample", "--model", path, "--prompt", PROMPTS[0], "--tokens", 32, "--temperature", 0,
+                    "--dtype", dtype, "--kv-dtype", kv)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == PROMPTS[0] + want + "\n"
+    with pytest.raises(ValueError, match="kv_dtype: expected 'float32', 'bf16' or 'bfloat16', found 'f16'"):
+        m.generate("x", kv_dtype="f16")
+    with pytest.raises(TypeError, match="kv_dtype: expected a str"):
+        m.generate("x", kv_dtype=2)
+    r = run_qkv("sample", "--model", path, "--kv-dtype", "float16")
+    assert r.returncode == 2 and "--kv-dtype" in r.stderr, r.stderr
+
+
 def test_bf16_folder_keeps_its_weights_in_bf16(tokenizer, tmp_path):
     # q, k and v of two key/value groups stacked, gate and up stacked, biases, an untied head
     path = tmp_path / "llama"

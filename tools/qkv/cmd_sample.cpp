@@ -1,5 +1,7 @@
 // qkv sample: generate text from a model `qkv train` wrote.
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -12,7 +14,8 @@ namespace {
 
 // SampleOptions' fields as the command's flags, in its messages.
 const FieldFlags kSampleFlags = {{"tokens", "--tokens"}, {"temperature", "--temperature"},
-                                 {"top_p", "--top-p"}, {"top_k", "--top-k"}, {"dtype", "--dtype"}};
+                                 {"top_p", "--top-p"}, {"top_k", "--top-k"}, {"dtype", "--dtype"},
+                                 {"kv_dtype", "--kv-dtype"}};
 
 struct SampleArgs {
   std::string model_dir;
@@ -20,7 +23,14 @@ struct SampleArgs {
   bool no_cache = false;
   int threads = 1;
   std::string dtype = "auto";
+  std::string kv_dtype = "auto";
 };
+
+// "auto" stays unset (the library's default); "float32", "bf16" or "bfloat16".
+std::optional<DType> dtype_flag(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  return s == "float32" ? DType::f32 : DType::bf16;
+}
 
 int run_sample(SampleArgs& a) {
   as_usage(kSampleFlags, [&] { a.o.validate(); });
@@ -31,13 +41,15 @@ int run_sample(SampleArgs& a) {
     throw UsageError(std::string("--prompt: ") + e.what());
   }
   a.o.use_cache = !a.no_cache;
-  if (a.dtype != "auto") a.o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
+  a.o.dtype = dtype_flag(a.dtype);
+  a.o.kv_dtype = dtype_flag(a.kv_dtype);
   Model m = Model::load(a.model_dir);
   refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
   // whole context of every layer, is what generation still allocates.
   const GPTConfig& c = m.config();
-  const double cache = 2.0 * 4.0 * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
+  const DType kv = a.o.kv_dtype.value_or(a.o.dtype.value_or(m.weights_dtype()));
+  const double cache = 2.0 * static_cast<double>(dtype_size(kv)) * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
                        static_cast<double>(c.context) * static_cast<double>(c.head_dim());
   const std::string refused = memory_shortfall(
       "'" + a.model_dir + "/config.json': context " + std::to_string(c.context) + ", layers " +
@@ -80,6 +92,11 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype,
                   "the layers' products: float32, or bf16 (also spelt bfloat16) with float32 sums; "
                   "auto: the weights' dtype (bf16 for a folder of BF16 weights, which are read as they are)")
+      ->check(CLI::IsMember({"auto", "float32", "bf16", "bfloat16"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-dtype", a->kv_dtype,
+                  "the KV cache's keys and values: float32, or bf16 (half the memory); "
+                  "auto: bf16 when the products run in bf16, else float32")
       ->check(CLI::IsMember({"auto", "float32", "bf16", "bfloat16"}))
       ->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache,
