@@ -129,6 +129,41 @@ TEST(NnGradCheck, LayerNorm) {
   expect_grad("dbias", b, db, loss);
 }
 
+// RMSNorm and SwiGLU compute in double whatever T: in float64 each is its
+// own reference.
+TEST(NnGradCheck, RmsNorm) {
+  std::mt19937 rng(12);
+  const int64_t BT = 4, C = 9;
+  VecD inp = random_vec<double>(rng, BT * C, -2.0, 3.0), w = random_vec<double>(rng, C, 0.5, 1.5);
+  VecD R = random_vec<double>(rng, BT * C), out(BT * C), rstd(BT);
+  auto loss = [&] {
+    nn::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), BT, C, 1e-6);
+    return dot(R, out);
+  };
+  loss();  // rstd of the unperturbed input
+  // Gradient buffers that already hold values: backward adds.
+  VecD dinp(BT * C, 0.5), dw(C, -0.25);
+  nn::rmsnorm_backward(dinp.data(), dw.data(), R.data(), inp.data(), w.data(), rstd.data(), BT, C);
+  for (double& x : dinp) x -= 0.5;
+  for (double& x : dw) x += 0.25;
+  expect_grad("dinp", inp, dinp, loss);
+  expect_grad("dweight", w, dw, loss);
+}
+
+TEST(NnGradCheck, SwiGlu) {
+  std::mt19937 rng(13);
+  const int64_t BT = 3, F = 7;
+  VecD inp = random_vec<double>(rng, BT * 2 * F, -4.0, 4.0), R = random_vec<double>(rng, BT * F);
+  VecD out(BT * F);
+  auto loss = [&] {
+    nn::swiglu_forward(out.data(), inp.data(), BT, F);
+    return dot(R, out);
+  };
+  VecD dinp(BT * 2 * F, std::numeric_limits<double>::quiet_NaN());  // written, not added
+  nn::swiglu_backward(dinp.data(), inp.data(), R.data(), BT, F);
+  expect_grad("dinp", inp, dinp, loss);
+}
+
 TEST(NnGradCheck, Gelu) {
   for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {
     SCOPED_TRACE(form == nn::Gelu::exact ? "exact" : "tanh");
@@ -707,6 +742,15 @@ TEST(NnDeterminism, SameBitsForAnyThreadCount) {
     nn::layernorm_backward(gi.data(), gw.data(), gb.data(), dx.data(), x.data(), lnw.data(),
                            mean.data(), rstd.data(), BT, C);
     for (const VecF* v : {&mean, &rstd, &gi, &gw, &gb}) out.insert(out.end(), v->begin(), v->end());
+    return out;
+  });
+  expect_same_bits_for_any_threads("rmsnorm and swiglu", [&] {
+    VecF out(BT * C), rstd(BT), gi(BT * C), gw(C), act(BT * 2 * C), gact(BT * 4 * C);
+    nn::rmsnorm_forward(out.data(), rstd.data(), x.data(), lnw.data(), BT, C, 1e-6);
+    nn::rmsnorm_backward(gi.data(), gw.data(), dx.data(), x.data(), lnw.data(), rstd.data(), BT, C);
+    nn::swiglu_forward(act.data(), big.data(), BT, 2 * C);
+    nn::swiglu_backward(gact.data(), big.data(), dbig.data(), BT, 2 * C);
+    for (const VecF* v : {&rstd, &gi, &gw, &act, &gact}) out.insert(out.end(), v->begin(), v->end());
     return out;
   });
   expect_same_bits_for_any_threads("gelu", [&] {

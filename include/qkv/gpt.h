@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -95,12 +96,11 @@ struct QKV_API GPTConfig {
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
   bool attn_biased() const { return bias || attn_bias; }  ///< c_attn and attn.c_proj have biases
   bool mlp_biased() const { return bias || mlp_bias; }    ///< c_fc and mlp.c_proj have biases
-  /// True when only the defaults above are set: what backward() can train.
+  /// What backward() can train: a pre-norm causal language model with a
+  /// final norm (nanoGPT's, GPT-2's and Llama's blocks, any of the options
+  /// above); not the encoders' post-norm, token types or embedding norm.
   bool trainable() const {
-    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head &&
-           tied_head && !rms_norm && !swiglu && !attn_bias && !mlp_bias && window == 0 &&
-           rope_theta == 10000.0 &&
-           rope_scaling.kind == RopeScaling::Kind::none;
+    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head;
   }
   /// Throws qkv::Error naming the first inconsistent field.
   void validate() const;
@@ -159,13 +159,19 @@ struct ParamInfo {
 /// context, with a qkv::Error naming what differs.
 class QKV_API KVCache {
  public:
-  /// An empty cache for a model of this config (validated) and element type
-  /// (float32 for GPT, float64 for BasicGPT<double>).
+  /// An empty cache for a model of this config (validated) and element type:
+  /// float32 or bf16 for GPT, float64 for BasicGPT<double>. A bf16 cache
+  /// holds the keys and values rounded to bfloat16 as they are appended
+  /// (half the memory, half the bytes attention reads per token); the
+  /// queries are rounded too and attention runs the bf16 kernel on them in
+  /// place (float32 scores, softmax and output), as the bf16 forward does.
   explicit KVCache(const GPTConfig& cfg, DType dtype = DType::f32);
 
   int64_t len() const { return len_; }            ///< positions filled: 0 .. capacity()
   int64_t capacity() const { return cfg_.context; }  ///< positions it can hold: the context
-  DType dtype() const { return dtype_; }             ///< float32 or float64
+  DType dtype() const { return dtype_; }             ///< float32, bf16 or float64
+  /// Bytes of keys and values it holds for the whole context.
+  int64_t nbytes() const;
   /// Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
   /// Layer l's keys (RoPE already applied when the model uses it) and values,
@@ -178,9 +184,10 @@ class QKV_API KVCache {
   template <class T>
   friend class BasicGPT;
   /// Throws qkv::Error unless the cache was made for a model of cfg's shape
-  /// (layers, kv_heads, head dim, context, RoPE) and this dtype, and has n
-  /// free positions.
-  void check_append(const GPTConfig& cfg, DType dtype, int64_t n) const;
+  /// (layers, kv_heads, head dim, context, RoPE) and an element type a model
+  /// of model_dtype takes (its own; bf16 too for float32), and has n free
+  /// positions.
+  void check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) const;
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;
@@ -258,7 +265,8 @@ class BasicGPT {
   /// context. Throws qkv::Error (and leaves the cache as it was) if the tokens
   /// do not fit in the cache, the cache was made for another model shape, or
   /// a token is outside the vocabulary. Under bf16 compute the Linear
-  /// products run in bf16; the cache holds float32 keys and values.
+  /// products run in bf16; attention runs on the cache's dtype (a bf16
+  /// cache: the bf16 kernel, as the bf16 forward).
   ///
   /// The span views this model's scratch: valid until the next call on this
   /// model (or its destruction). A view, not a copy, because sampling calls
@@ -276,8 +284,9 @@ class BasicGPT {
   /// embedding pools. A view of this model's scratch, valid until the next
   /// call on this model. Throws qkv::Error on a bad length or token id.
   std::span<const T> hidden_states(const int32_t* tokens, std::span<const int64_t> lengths);
-  /// An empty cache for this model: KVCache(config(), dtype of T).
-  KVCache new_cache() const;
+  /// An empty cache for this model: KVCache(config(), dtype). Unset: bf16
+  /// under bf16 compute, else the model's T (float32 or float64).
+  KVCache new_cache(std::optional<DType> dtype = std::nullopt) const;
 
   /// What the model looks at: the attention weights of every layer and head
   /// for one sequence tokens [n] (n <= context), as its forward computes them

@@ -104,16 +104,25 @@ QKV_API void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, co
 
 /// out [BT, C] = inp · rstd · weight per row, rstd = 1 / sqrt(mean(inp²) + eps)
 /// (RMSNorm: Llama's norm, no mean subtracted, no bias), rstd [BT] saved;
-/// sums in double. Inference only: a model with it does not train.
+/// sums in double.
 template <class T>
 QKV_API void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t BT, int64_t C,
                              double eps);
+/// dinp [BT, C] += dL/dinp and dweight [C] += its gradient, from the
+/// forward's saved rstd; sums in double.
+template <class T>
+QKV_API void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                              const T* rstd, int64_t BT, int64_t C);
 
 /// out [BT, F] = silu(inp[:, :F]) · inp[:, F:] for inp [BT, 2F] (SwiGLU,
 /// the gate's F columns first, then the up projection's), silu(x) = x / (1 +
-/// e^-x). Computed in double, rounded once. Inference only.
+/// e^-x). Computed in double, rounded once.
 template <class T>
 QKV_API void swiglu_forward(T* out, const T* inp, int64_t BT, int64_t F);
+/// dinp [BT, 2F] = dL/dinp (written, not added: the gate's and the up
+/// projection's halves) from dout [BT, F]. Computed in double, rounded once.
+template <class T>
+QKV_API void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t BT, int64_t F);
 
 /// Which GELU:
 ///   exact  x Φ(x) = 0.5 x (1 + erf(x / √2)): PyTorch's nn.GELU(), nanoGPT's

@@ -187,8 +187,9 @@ void BasicGPT<T>::build_params() {
   if (cfg_.lm_head && !cfg_.tied_head) W.lm_head = add("lm_head.weight", {cfg_.vocab, C}, true);
   w_.resize(static_cast<size_t>(off));  // zeros, untouched until written; g_: by grads(), when training
   // The parameters whose gradient backward() overwrites (the Linear layers'
-  // and wte's; see there); every other one is zeroed before it accumulates.
-  std::vector<int64_t> set = {W.wte};
+  // and the head's: wte's when tied; see there); every other one is zeroed
+  // before it accumulates.
+  std::vector<int64_t> set = {cfg_.tied_head ? W.wte : W.lm_head};
   for (const typename Work::Layer& L : W.layer)
     set.insert(set.end(), {L.attn_w, L.attn_b, L.attn_proj_w, L.attn_proj_b, L.fc_w, L.fc_b,
                            L.fc_proj_w, L.fc_proj_b});
@@ -346,7 +347,7 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
   const int64_t BT = a.rows, C = cfg.embd, F = cfg.ffn_dim(), V = cfg.vocab, hs = cfg.head_dim();
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * hs;
   for (auto [v, n] : {std::pair{&w.dres, BT * C}, {&w.dln, BT * C}, {&w.dqkv, BT * qkv_out}, {&w.datty, BT * C},
-                      {&w.dfch, BT * F}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
+                      {&w.dfch, BT * (cfg.swiglu ? 2 * F : F)}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
     v->resize(static_cast<size_t>(n));
   const Shape dout{a.B, cfg.heads, a.Tn, hs};
   if (w.dout.shape() != dout) w.dout = Tensor(dtype_of<T>(), dout);
@@ -529,15 +530,16 @@ void BasicGPT<T>::backward() {
   if (!W.has_targets) throw Error("model: backward needs a forward with targets");
   // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
   if (!cfg_.trainable())
-    throw Error("model: training runs pre-norm causal models with ln_f and a tied head only");
+    throw Error("model: training runs pre-norm causal models with a final norm and a head only");
   ensure_grads(W, cfg_);
   grads();
   widen_matrices();  // the input gradients' products read the float32 matrices
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
+  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
   // Each Linear's weight and bias gradients are overwritten by their only
-  // producer (wte's by the tied head first; the embedding adds to it last):
+  // producer (a tied wte's by the head first; the embedding adds to it last):
   // only the other parameters' gradients start from zero.
   for (const auto& [off, n] : W.accumulated_grads)
     std::fill(g_.begin() + off, g_.begin() + off + n, T(0));
@@ -551,12 +553,17 @@ void BasicGPT<T>::backward() {
   constexpr nn::Grad kSet = nn::Grad::overwrite;
   // The GEMMs of the compute dtype the forward ran in (its LinearIns hold it).
   const nn::Matmul mm = matmul_for(a.compute);
+  // dinp += the norm's input gradient from dout = W.dln: LayerNorm or RMSNorm.
+  auto norm_back = [&](T* dinp, int64_t nw, int64_t nb, const T* x, const T* mean, const T* rstd) {
+    if (cfg_.rms_norm) nn::rmsnorm_backward(dinp, g(nw), W.dln.data(), x, w(nw), rstd, BT, C);
+    else nn::layernorm_backward(dinp, g(nw), g(nb), W.dln.data(), x, w(nw), mean, rstd, BT, C);
+  };
   zero(W.dres);
-  linear_back_from(W.dln.data(), g(W.wte), static_cast<T*>(nullptr), W.dlogits.data(), a.lnf,
-                   w(W.wte), BT, C, V, mm);
+  const int64_t head = cfg_.tied_head ? W.wte : W.lm_head;
+  linear_back_from(W.dln.data(), g(head), static_cast<T*>(nullptr), W.dlogits.data(), a.lnf, w(head), BT,
+                   C, V, mm);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
-  nn::layernorm_backward(W.dres.data(), g(W.lnf_w), g(W.lnf_b), W.dln.data(), x_last, w(W.lnf_w),
-                         a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
+  norm_back(W.dres.data(), W.lnf_w, W.lnf_b, x_last, a.lnf_mean.data(), a.lnf_rstd.data());
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const typename Work::Layer& L = W.layer[l];
     auto& la = a.layers[l];
@@ -564,19 +571,18 @@ void BasicGPT<T>::backward() {
     // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
     linear_back_from(W.dfch_gelu.data(), g(L.fc_proj_w), g(L.fc_proj_b), W.dres.data(), la.fch_gelu,
                      w(L.fc_proj_w), BT, F, C, mm);
-    nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * F, cfg_.gelu, kSet);
+    if (cfg_.swiglu) nn::swiglu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT, F);
+    else nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * F, cfg_.gelu, kSet);
     linear_back_from(W.dln.data(), g(L.fc_w), g(L.fc_b), W.dfch.data(), la.ln2, w(L.fc_w), BT, C,
-                     F, mm);
-    nn::layernorm_backward(W.dres.data(), g(L.ln2_w), g(L.ln2_b), W.dln.data(), la.res2.data(),
-                           w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
+                     fc_out, mm);
+    norm_back(W.dres.data(), L.ln2_w, L.ln2_b, la.res2.data(), la.ln2_mean.data(), la.ln2_rstd.data());
     // res2 = x + proj(attn(ln1(x))).
     nn::linear_backward(W.datty.data(), g(L.attn_proj_w), g(L.attn_proj_b), W.dres.data(),
                         la.atty.data(), w(L.attn_proj_w), BT, C, C, mm, kSet, kSet);
     attention_backward(l);
     linear_back_from(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), la.ln1, w(L.attn_w), BT,
                      C, qkv_out, mm);
-    nn::layernorm_backward(W.dres.data(), g(L.ln1_w), g(L.ln1_b), W.dln.data(), x, w(L.ln1_w),
-                           la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
+    norm_back(W.dres.data(), L.ln1_w, L.ln1_b, x, la.ln1_mean.data(), la.ln1_rstd.data());
   }
   nn::embedding_backward(g(W.wte), g(W.wpe), W.dres.data(), a.tokens.data(), B, Tn, C);
 }

@@ -1,7 +1,7 @@
-// swiglu.cpp: SwiGLU, the gated MLP activation of Llama, forward:
-// silu(gate) · up from one [BT, 2F] product holding both. Element-wise, in
-// double, rounded once: the same bits for any thread count. Inference only
-// (qkv/nn.h).
+// swiglu.cpp: SwiGLU, the gated MLP activation of Llama, forward and
+// backward: silu(gate) · up from one [BT, 2F] product holding both.
+// Element-wise, in double, rounded once: the same bits for any thread count.
+// One implementation for float and double: in double it is its own reference.
 #include <cmath>
 
 #include "model/layers/nn_common.h"
@@ -23,7 +23,29 @@ void swiglu_forward(T* out, const T* inp, int64_t BT, int64_t F) {
   }
 }
 
+// With σ = 1 / (1 + e^-g), silu(g) = g σ and silu'(g) = σ (1 + g (1 - σ)):
+//   dgate = dout · up · silu'(gate),  dup = dout · silu(gate),
+// written (not added) into dinp [BT, 2F]: c_fc's output has no other consumer.
+template <class T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t BT, int64_t F) {
+#pragma omp parallel for schedule(static) if (BT * F >= detail::kParallelMin)
+  for (int64_t r = 0; r < BT; ++r) {
+    const T* gate = inp + r * 2 * F;
+    const T* up = gate + F;
+    T* dgate = dinp + r * 2 * F;
+    T* dup = dgate + F;
+    for (int64_t j = 0; j < F; ++j) {
+      const double g = static_cast<double>(gate[j]), dy = static_cast<double>(dout[r * F + j]);
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      dgate[j] = static_cast<T>(dy * static_cast<double>(up[j]) * sig * (1.0 + g * (1.0 - sig)));
+      dup[j] = static_cast<T>(dy * g * sig);
+    }
+  }
+}
+
 template void swiglu_forward(float*, const float*, int64_t, int64_t);
 template void swiglu_forward(double*, const double*, int64_t, int64_t);
+template void swiglu_backward(float*, const float*, const float*, int64_t, int64_t);
+template void swiglu_backward(double*, const double*, const double*, int64_t, int64_t);
 
 }  // namespace qkv::nn
