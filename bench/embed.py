@@ -46,6 +46,7 @@ import statistics
 import sys
 import time
 from importlib.util import find_spec
+from functools import partial
 from pathlib import Path
 
 try:
@@ -56,6 +57,7 @@ except ImportError:  # outside the venv: main() re-runs the script there before 
 from binding import ALL_CPUS, bind_threads, run_on_all_cpus  # bench/
 from compare import cpu_model  # bench/
 from pytorch_train import OtherLoad  # bench/: the cores other processes kept busy
+from worker import Worker  # bench/: one contender per process
 import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -279,7 +281,7 @@ def make_torch(a):
 
 def onnx_path(a):
     """The export's cache file, named by what it is made from (torch's version
-    read without importing it: this process stays unbound, see serve)."""
+    read without importing it: this process stays unbound, see worker.serve)."""
     from importlib.metadata import version
     weights = a.model / "model.safetensors"
     stat = weights.stat() if weights.is_file() else None
@@ -373,25 +375,10 @@ MAKERS = {"torch": make_torch, "onnx": make_onnx,
 
 # --- Worker processes ---------------------------------------------------------
 
-def serve(name, a, cpus, conn):
-    """A contender's process: makes it, then answers the parent's requests
-    (see answer) until ("stop",) or the parent is gone. Errors go back as
-    ("error", message)."""
-    os.sched_setaffinity(0, cpus)  # the parent's cores at its start, whatever binds it later
-    try:
-        embed = MAKERS[name](a)
-        conn.send(("ok", None))
-        while (req := receive(conn))[0] != "stop":
-            conn.send(("ok", answer(embed, req)))
-    except Exception as e:  # noqa: BLE001 (any failure is reported by the parent, by name)
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-
-
-def receive(conn):
-    try:
-        return conn.recv()
-    except EOFError:  # the parent has exited (after another contender's error, say)
-        return ("stop",)
+def make_contender(name, a):
+    """A contender's process: makes it (loaded, threads set), then answers
+    its requests (see answer)."""
+    return partial(answer, MAKERS[name](a)), None
 
 
 def answer(embed, req):
@@ -407,32 +394,6 @@ def answer(embed, req):
             embed(texts, batch)
             times.append(time.perf_counter() - t0)
     return times, load.cores
-
-
-class Worker:
-    """The parent's handle on one contender's process."""
-
-    def __init__(self, ctx, name, a):
-        self.name = name
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(name, a, ALL_CPUS, child), daemon=True)
-        self.proc.start()
-        child.close()  # the child's end alone: a dead child then reads as EOF here, not a hang
-
-    def call(self, *req):
-        if req:
-            self.conn.send(req)
-        try:
-            status, value = self.conn.recv()
-        except EOFError:
-            sys.exit(f"bench/embed.py: {self.name}: its process died (exit {self.proc.exitcode})")
-        if status == "error":
-            sys.exit(f"bench/embed.py: {self.name}: {value}")
-        return value
-
-    def stop(self):
-        self.conn.send(("stop",))
-        self.proc.join()
 
 
 def run_export(ctx, a):
@@ -571,9 +532,7 @@ def main():
 
     # PyTorch's embeddings are the reference, whether or not it is timed.
     names = (["torch"] if "torch" not in a.contenders else []) + a.contenders
-    workers = {c: Worker(ctx, c, a) for c in names}
-    for w in workers.values():
-        w.call()  # made (loaded, threads set)
+    workers = {c: Worker(ctx, "bench/embed.py", c, partial(make_contender, c, a), ALL_CPUS) for c in names}
     cosines = check_all(a, workers, texts + [a.query])
     if "torch" not in a.contenders:
         workers.pop("torch").stop()

@@ -50,11 +50,13 @@ import subprocess
 import sys
 import time
 from importlib.util import find_spec
+from functools import partial
 from pathlib import Path
 
 from binding import ALL_CPUS, bind_threads  # bench/
 from compare import cpu_model  # bench/
 from pytorch_train import OtherLoad  # bench/: the cores other processes kept busy
+from worker import Worker, peak_rss  # bench/: one contender per process
 import pytorch_sdpa  # bench/: VENV, the venv that holds torch ($QKV_VENV)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,36 +269,23 @@ def make_qkv(folder, dtype, threads):
     return generate
 
 
-def peak_rss():
-    """This process's peak resident memory so far, in bytes (Linux: KiB)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def make_contender(name, folder, dtype, threads):
+    """A contender's process: loads the model (timed, with the memory it
+    then holds) and answers ("run", text, n) -> the n greedy ids, ("time",
+    text, n) -> (seconds, cores other processes kept busy meanwhile)."""
+    t0 = time.perf_counter()
+    gen = (make_torch if name == "torch" else make_qkv)(folder, dtype, threads)
+    loaded = {"load_s": time.perf_counter() - t0, "rss_after_load": peak_rss()}
 
-
-def serve(name, folder, dtype, threads, conn):
-    os.sched_setaffinity(0, ALL_CPUS)
-    try:
-        t0 = time.perf_counter()
-        gen = (make_torch if name == "torch" else make_qkv)(folder, dtype, threads)
-        conn.send(("ok", {"load_s": time.perf_counter() - t0, "rss_after_load": peak_rss()}))
-        while True:
-            try:
-                req = conn.recv()
-            except EOFError:
-                return
-            if req[0] == "stop":  # the process's peak resident memory, in bytes
-                conn.send(("ok", peak_rss()))
-                return
-            if req[0] == "run":
-                conn.send(("ok", gen(req[1], req[2])))
-            else:  # ("time", text, n): seconds, and the cores others kept busy
-                with OtherLoad() as load:
-                    t0 = time.perf_counter()
-                    gen(req[1], req[2])
-                    secs = time.perf_counter() - t0
-                conn.send(("ok", (secs, load.cores)))
-    except Exception as e:  # noqa: BLE001 (reported by the parent, by name)
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+    def handle(req):
+        if req[0] == "run":
+            return gen(req[1], req[2])
+        with OtherLoad() as load:
+            t0 = time.perf_counter()
+            gen(req[1], req[2])
+            secs = time.perf_counter() - t0
+        return secs, load.cores
+    return handle, loaded
 
 
 class LlamaCpp:
@@ -337,33 +326,6 @@ class LlamaCpp:
         pass
 
 
-class Worker:
-    def __init__(self, ctx, name, folder, dtype, threads):
-        self.name = name
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(name, folder, dtype, threads, child), daemon=True)
-        self.proc.start()
-        child.close()
-        self.loaded = self.call()  # load_s, rss_after_load
-
-    def call(self, *req):
-        if req:
-            self.conn.send(req)
-        try:
-            status, value = self.conn.recv()
-        except EOFError:
-            sys.exit(f"bench/generate.py: {self.name}: its process died (exit {self.proc.exitcode})")
-        if status == "error":
-            sys.exit(f"bench/generate.py: {self.name}: {value}")
-        return value
-
-    def stop(self):
-        """Ends the process; returns its peak resident memory in bytes."""
-        peak = self.call("stop")
-        self.proc.join()
-        return peak
-
-
 # --- The run -------------------------------------------------------------------
 
 def check_greedy(a, folder, text, workers):
@@ -381,7 +343,8 @@ def bench_one(ctx, a, name, dtype):
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
-    workers = {c: Worker(ctx, c, folder, dtype, a.threads) for c in CONTENDERS}
+    workers = {c: Worker(ctx, "bench/generate.py", c, partial(make_contender, c, folder, dtype, a.threads),
+                         ALL_CPUS) for c in CONTENDERS}
     for w in workers.values():  # warm-up: buffers allocated, bf16 weights rounded, threads started
         w.call("run", text, 2)
     same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
@@ -413,7 +376,7 @@ def bench_one(ctx, a, name, dtype):
         rows.append({"model": name, "dtype": dtype, "contender": c, "prompt_tokens": n_prompt,
                      "prefill_tok_s": n_prompt / pre, "decode_tok_s": 1 / dec,
                      "decode_gb_s": nbytes / dec / 1e9, "weight_bytes_per_token": nbytes,
-                     "load_s": getattr(workers[c], "loaded", {}).get("load_s"), "peak_rss_bytes": peak[c],
+                     "load_s": (getattr(workers[c], "ready", None) or {}).get("load_s"), "peak_rss_bytes": peak[c],
                      "prefill_rounds": times[(c, "prefill")], "decode_rounds": times[(c, "decode")]})
     return rows, same, max((o for o in others if o is not None), default=None)
 

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "io/json_strict.h"
+#include "model/template_processing.h"
 #include "model/utf8.h"
 #include "qkv/error.h"
 #include "qkv/wordpiece.h"
@@ -205,34 +206,10 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::string& text, const 
       t.suffix_ids_ = {id_of_token(r.at(post, "post_processor", "sep"), "post_processor.sep")};
     } else if (kind == "TemplateProcessing") {
       r.only_keys(post, "post_processor", {"type", "single", "pair", "special_tokens"});
-      const json& specials = r.object(r.at(post, "post_processor", "special_tokens"), "post_processor.special_tokens");
-      const json& single = r.at(post, "post_processor", "single");
-      if (!single.is_array()) r.fail("post_processor.single", "expected a list, found " + json_excerpt(single));
-      bool sequence = false;
-      for (size_t i = 0; i < single.size(); ++i) {
-        const std::string field = "post_processor.single[" + std::to_string(i) + "]";
-        const json& piece = r.object(single[i], field);
-        if (piece.size() == 1 && piece.contains("Sequence")) {
-          const json& seq = r.object(piece["Sequence"], field + ".Sequence");
-          if (sequence || r.string(r.at(seq, field + ".Sequence", "id"), field + ".Sequence.id") != "A")
-            r.fail(field, "a single-sequence template holds sequence \"A\" once");
-          sequence = true;
-        } else if (piece.size() == 1 && piece.contains("SpecialToken")) {
-          const json& special = r.object(piece["SpecialToken"], field + ".SpecialToken");
-          const std::string name = r.string(r.at(special, field + ".SpecialToken", "id"), field + ".SpecialToken.id");
-          if (!specials.contains(name))
-            r.fail(field, json_excerpt(json(name), 40) + " is not in post_processor.special_tokens");
-          const std::string sfield = "post_processor.special_tokens[" + json_excerpt(json(name), 40) + "].ids";
-          const json& ids = r.at(r.object(specials[name], sfield), sfield, "ids");
-          if (!ids.is_array()) r.fail(sfield, "expected a list of ids, found " + json_excerpt(ids));
-          for (const json& id : ids)
-            (sequence ? t.suffix_ids_ : t.prefix_ids_)
-                .push_back(static_cast<int32_t>(r.integer(id, sfield, 0, t.vocab_size() - 1)));
-        } else {
-          r.fail(field, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found " + json_excerpt(piece));
-        }
-      }
-      if (!sequence) r.fail("post_processor.single", "the template has no sequence \"A\"");
+      TemplateIds ids = read_template_processing(post, "'" + r.name + "': ", "post_processor", t.vocab_size(),
+                                                 [](int64_t) { return true; });
+      t.prefix_ids_ = std::move(ids.prefix);
+      t.suffix_ids_ = std::move(ids.suffix);
     } else {
       r.fail("post_processor.type", json_excerpt(json(kind), 40) +
                                         " is not supported (qkv implements \"TemplateProcessing\", \"BertProcessing\")");

@@ -4,6 +4,7 @@
 
 #include "io/json_strict.h"
 #include "model/bpe/bpe_impl.h"
+#include "model/template_processing.h"
 #include "qkv/error.h"
 
 namespace qkv::bpe {
@@ -367,38 +368,11 @@ void read_post_processor(const Reader& r, const json& post, BpeTokenizer::Impl& 
     if (type == "ByteLevel") continue;
     if (type != "TemplateProcessing") r.unsupported_type(*step, path);
     if (!impl.prefix.empty() || !impl.suffix.empty()) r.fail(path, "a second TemplateProcessing is not supported");
-    const json& specials = r.get(*step, path, "special_tokens");
-    if (!specials.is_object()) r.fail(path + ".special_tokens", "expected an object, found " + json_excerpt(specials));
-    const json& single = r.get(*step, path, "single");
-    if (!single.is_array()) r.fail(path + ".single", "expected an array, found " + json_excerpt(single));
-    bool sequence = false;
-    for (size_t i = 0; i < single.size(); ++i) {
-      const std::string item = path + ".single[" + std::to_string(i) + "]";
-      if (!single[i].is_object() || single[i].size() != 1)
-        r.fail(item, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found " + json_excerpt(single[i]));
-      if (single[i].contains("Sequence")) {
-        if (sequence || r.string(single[i]["Sequence"], item + ".Sequence", "id") != "A")
-          r.fail(item, "a single-sequence template holds sequence \"A\" once");
-        sequence = true;
-        continue;
-      }
-      if (!single[i].contains("SpecialToken"))
-        r.fail(item, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, found " + json_excerpt(single[i]));
-      const std::string name = r.string(single[i]["SpecialToken"], item + ".SpecialToken", "id");
-      const auto it = specials.find(name);
-      if (it == specials.end()) r.fail(item, json_excerpt(json(name), 40) + " is not in " + path + ".special_tokens");
-      const std::string entry = path + ".special_tokens[" + json_excerpt(json(name), 40) + "]";
-      const std::string ids_path = entry + ".ids";
-      const json& ids = r.get(*it, entry, "ids");
-      if (!ids.is_array() || ids.empty()) r.fail(ids_path, "expected a list of ids, found " + json_excerpt(ids));
-      for (const json& id : ids) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(impl.tokens.size()) ||
-            !impl.assigned[id.get<size_t>()])
-          r.fail(ids_path, json_excerpt(id) + " names no token (vocab_size " + std::to_string(impl.tokens.size()) + ")");
-        (sequence ? impl.suffix : impl.prefix).push_back(id.get<int32_t>());
-      }
-    }
-    if (!sequence) r.fail(path + ".single", "has no sequence \"A\"");
+    TemplateIds ids = read_template_processing(
+        *step, r.name + ": ", path, static_cast<int64_t>(impl.tokens.size()),
+        [&](int64_t id) { return static_cast<bool>(impl.assigned[static_cast<size_t>(id)]); });
+    impl.prefix = std::move(ids.prefix);
+    impl.suffix = std::move(ids.suffix);
   }
 }
 
