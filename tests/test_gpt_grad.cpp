@@ -164,17 +164,25 @@ TensorError tensor_error(const ParamInfo& p, const std::vector<float>& got,
   return e;
 }
 
-// (RoPE, Hkv, bias, Llama's block)
-using GradParam = std::tuple<bool, int64_t, bool, bool>;
+// The block around the attention.
+enum class Block { nanogpt, llama, post_norm };
+// (RoPE, Hkv, bias, block)
+using GradParam = std::tuple<bool, int64_t, bool, Block>;
 class GptGrad : public ::testing::TestWithParam<GradParam> {};
 
 // tiny(), and for Llama's block: RMSNorm, SwiGLU (F = 24), an untied head,
 // rope_theta 500000 with llama3 scaling, and a sliding window shorter than
-// the context; bias then means Llama's attention_bias and mlp_bias.
+// the context; bias then means Llama's attention_bias and mlp_bias. For
+// post-norm, BERT's block (norms after each residual sum, attention in both
+// directions) under a final norm and a head.
 GPTConfig config_of(const GradParam& param) {
-  const auto [rope, kv, bias, llama] = param;
+  const auto [rope, kv, bias, block] = param;
   GPTConfig c = tiny(rope, kv, bias);
-  if (llama) {
+  if (block == Block::post_norm) {
+    c.post_norm = true;
+    c.causal = false;
+  }
+  if (block == Block::llama) {
     c.rms_norm = c.swiglu = true;
     c.ffn = 24;
     c.tied_head = false;
@@ -186,9 +194,9 @@ GPTConfig config_of(const GradParam& param) {
 }
 
 std::string config_name(const ::testing::TestParamInfo<GptGrad::ParamType>& info) {
-  const auto [rope, kv, bias, llama] = info.param;
+  const auto [rope, kv, bias, block] = info.param;
   return std::string(rope ? "rope" : "wpe") + "_kv" + std::to_string(kv) + (bias ? "_bias" : "") +
-         (llama ? "_llama" : "");
+         (block == Block::llama ? "_llama" : block == Block::post_norm ? "_post_norm" : "");
 }
 
 TEST_P(GptGrad, BackwardMatchesFiniteDifferencesInFloat64) {
@@ -264,7 +272,7 @@ TEST_P(GptGrad, BackwardIgnoresWhatGradsHeld) {
 // rounds).
 TEST_P(GptGrad, Bf16GradientsFollowFloat64WithinBf16Rounding) {
   const GPTConfig cfg = config_of(GetParam());
-  const double tol = std::get<3>(GetParam()) ? 2e-1 : 5e-2;
+  const double tol = std::get<3>(GetParam()) == Block::llama ? 2e-1 : 5e-2;
   GPT64 m64(cfg);
   GPT m16(cfg);
   randomize(m16, 7);
@@ -297,13 +305,15 @@ TEST_P(GptGrad, Bf16GradientsFollowFloat64WithinBf16Rounding) {
   set_isa(saved);
 }
 
-// Training covers the decoders' blocks (above); an encoder's bidirectional
-// or post-norm block is refused by name, before any gradient is written.
-TEST(GptBackward, RefusesEncoderBlocks) {
-  for (const bool post_norm : {false, true}) {
+// Training covers the blocks above; BERT's token types and embedding norm
+// are refused by name, before any gradient is written.
+TEST(GptBackward, RefusesTokenTypesAndEmbeddingNorm) {
+  for (const bool types : {false, true}) {
     GPTConfig c = tiny(false, 4, true);
-    c.causal = post_norm;
-    c.post_norm = post_norm;
+    c.post_norm = true;
+    c.causal = false;
+    if (types) c.token_types = 2;
+    else c.embed_norm = true;
     GPT m(c);
     randomize(m, 3);
     const Batch b = random_batch(c.vocab, 4);
@@ -312,7 +322,8 @@ TEST(GptBackward, RefusesEncoderBlocks) {
       m.backward();
       ADD_FAILURE() << "backward ran on an encoder block";
     } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr("training runs pre-norm causal models with a final norm and a head"));
+      EXPECT_THAT(e.what(), HasSubstr("training runs language models with a final norm and a head, "
+                                      "without token types or an embedding norm"));
     }
   }
 }
@@ -359,11 +370,15 @@ TEST(GptComputeDtype, Bf16ForwardSeesWeightsWrittenAfterIt) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(4, 2, 1),
-                                            ::testing::Bool(), ::testing::Values(false)),
+                                            ::testing::Bool(), ::testing::Values(Block::nanogpt)),
                          config_name);
 INSTANTIATE_TEST_SUITE_P(Llama, GptGrad,
                          ::testing::Combine(::testing::Values(true), ::testing::Values(2, 1),
-                                            ::testing::Bool(), ::testing::Values(true)),
+                                            ::testing::Bool(), ::testing::Values(Block::llama)),
+                         config_name);
+INSTANTIATE_TEST_SUITE_P(PostNorm, GptGrad,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(2), ::testing::Bool(),
+                                            ::testing::Values(Block::post_norm)),
                          config_name);
 
 // The suite above runs the default GELU (exact); models trained before the

@@ -96,12 +96,10 @@ struct QKV_API GPTConfig {
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
   bool attn_biased() const { return bias || attn_bias; }  ///< c_attn and attn.c_proj have biases
   bool mlp_biased() const { return bias || mlp_bias; }    ///< c_fc and mlp.c_proj have biases
-  /// What backward() can train: a pre-norm causal language model with a
-  /// final norm (nanoGPT's, GPT-2's and Llama's blocks, any of the options
-  /// above); not the encoders' post-norm, token types or embedding norm.
-  bool trainable() const {
-    return !post_norm && causal && token_types == 0 && !embed_norm && final_norm && lm_head;
-  }
+  /// What backward() can train: a language model with a final norm, pre-
+  /// or post-norm, causal or not, with any of the options above (nanoGPT's,
+  /// GPT-2's and Llama's blocks); not BERT's token types or embedding norm.
+  bool trainable() const { return token_types == 0 && !embed_norm && final_norm && lm_head; }
   /// Throws qkv::Error naming the first inconsistent field.
   void validate() const;
 };

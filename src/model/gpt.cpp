@@ -327,7 +327,7 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
     l.k = Tensor(dt, {B, Hkv, Tn, hs});
     l.v = Tensor(dt, {B, Hkv, Tn, hs});
     l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
-    size_input(l.ln2, cfg.post_norm ? 0 : BT * C, bf16);
+    size_input(l.ln2, BT * C, bf16);
     l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
     l.fch.assign(BT * fc_out, T(0)), size_input(l.fch_gelu, BT * F, bf16);
     l.res3.assign(BT * C, T(0));
@@ -450,12 +450,13 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w16_at(l, fc_at), w(L.fc_b), BT, C, fc_out, mm);
     if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
     else gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
-    linear_from(la.res3.data(), la.fch_gelu, w(L.fc_proj_w), w16_at(l, fc_proj_at), w(L.fc_proj_b), BT,
-                F, C, mm);
-    nn::residual_forward(la.res3.data(), la.res3.data(), mlp_res, BT * C);
-    if (cfg_.post_norm)  // in place, as ln_e
-      nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res3.data(),
-                            w(L.ln2_w), w(L.ln2_b), BT, C, eps);
+    // Post-norm keeps the sum, ln_2's input, for the backward (in ln2.x).
+    T* sum = cfg_.post_norm ? la.ln2.x.data() : la.res3.data();
+    linear_from(sum, la.fch_gelu, w(L.fc_proj_w), w16_at(l, fc_proj_at), w(L.fc_proj_b), BT, F, C, mm);
+    nn::residual_forward(sum, sum, mlp_res, BT * C);
+    if (cfg_.post_norm)
+      nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), sum, w(L.ln2_w),
+                            w(L.ln2_b), BT, C, eps);
     x = la.res3.data();
   }
   W.hidden = x;
@@ -530,7 +531,8 @@ void BasicGPT<T>::backward() {
   if (!W.has_targets) throw Error("model: backward needs a forward with targets");
   // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
   if (!cfg_.trainable())
-    throw Error("model: training runs pre-norm causal models with a final norm and a head only");
+    throw Error("model: training runs language models with a final norm and a head, without token types "
+                "or an embedding norm");
   ensure_grads(W, cfg_);
   grads();
   widen_matrices();  // the input gradients' products read the float32 matrices
@@ -564,25 +566,49 @@ void BasicGPT<T>::backward() {
                    C, V, mm);
   const T* x_last = cfg_.layers ? a.layers.back().res3.data() : a.encoded.data();
   norm_back(W.dres.data(), W.lnf_w, W.lnf_b, x_last, a.lnf_mean.data(), a.lnf_rstd.data());
+  // The MLP's backward from dout [BT, C] to its input's gradient dinp
+  // (overwritten), block L's activations la.
+  auto mlp_back = [&](T* dinp, const T* dout, const typename Work::Layer& L,
+                      const typename Work::LayerActs& la, const typename Work::LinearIn& in) {
+    linear_back_from(W.dfch_gelu.data(), g(L.fc_proj_w), g(L.fc_proj_b), dout, la.fch_gelu, w(L.fc_proj_w),
+                     BT, F, C, mm);
+    if (cfg_.swiglu) nn::swiglu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT, F);
+    else nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * F, cfg_.gelu, kSet);
+    linear_back_from(dinp, g(L.fc_w), g(L.fc_b), W.dfch.data(), in, w(L.fc_w), BT, C, fc_out, mm);
+  };
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const typename Work::Layer& L = W.layer[l];
     auto& la = a.layers[l];
     const T* x = l ? a.layers[l - 1].res3.data() : a.encoded.data();
-    // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
-    linear_back_from(W.dfch_gelu.data(), g(L.fc_proj_w), g(L.fc_proj_b), W.dres.data(), la.fch_gelu,
-                     w(L.fc_proj_w), BT, F, C, mm);
-    if (cfg_.swiglu) nn::swiglu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT, F);
-    else nn::gelu_backward(W.dfch.data(), la.fch.data(), W.dfch_gelu.data(), BT * F, cfg_.gelu, kSet);
-    linear_back_from(W.dln.data(), g(L.fc_w), g(L.fc_b), W.dfch.data(), la.ln2, w(L.fc_w), BT, C,
-                     fc_out, mm);
-    norm_back(W.dres.data(), L.ln2_w, L.ln2_b, la.res2.data(), la.ln2_mean.data(), la.ln2_rstd.data());
-    // res2 = x + proj(attn(ln1(x))).
+    if (cfg_.post_norm) {
+      // y = ln_2(s), s = h + mlp(h), h = ln_1(r), r = x + proj(attn(x)): from
+      // dres = dL/dy to dL/dr, through dL/ds (dln) and dL/dh (datty).
+      zero(W.dln);
+      nn::layernorm_backward(W.dln.data(), g(L.ln2_w), g(L.ln2_b), W.dres.data(), la.ln2.x.data(),
+                             w(L.ln2_w), la.ln2_mean.data(), la.ln2_rstd.data(), BT, C);
+      mlp_back(W.datty.data(), W.dln.data(), L, la, la.ln1);
+      nn::residual_forward(W.datty.data(), W.datty.data(), W.dln.data(), BT * C);
+      zero(W.dres);
+      nn::layernorm_backward(W.dres.data(), g(L.ln1_w), g(L.ln1_b), W.datty.data(), la.res2.data(),
+                             w(L.ln1_w), la.ln1_mean.data(), la.ln1_rstd.data(), BT, C);
+    } else {
+      // res3 = res2 + mlp(ln2(res2)): dres flows to res2 directly and through the MLP.
+      mlp_back(W.dln.data(), W.dres.data(), L, la, la.ln2);
+      norm_back(W.dres.data(), L.ln2_w, L.ln2_b, la.res2.data(), la.ln2_mean.data(), la.ln2_rstd.data());
+    }
+    // res2 = x + proj(attn(c_attn(x))), x normalised first (pre-norm) or not.
     nn::linear_backward(W.datty.data(), g(L.attn_proj_w), g(L.attn_proj_b), W.dres.data(),
                         la.atty.data(), w(L.attn_proj_w), BT, C, C, mm, kSet, kSet);
     attention_backward(l);
-    linear_back_from(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), la.ln1, w(L.attn_w), BT,
-                     C, qkv_out, mm);
-    norm_back(W.dres.data(), L.ln1_w, L.ln1_b, x, la.ln1_mean.data(), la.ln1_rstd.data());
+    if (cfg_.post_norm) {
+      nn::linear_backward(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), x, w(L.attn_w), BT, C,
+                          qkv_out, mm, kSet, kSet);
+      nn::residual_forward(W.dres.data(), W.dres.data(), W.dln.data(), BT * C);
+    } else {
+      linear_back_from(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), la.ln1, w(L.attn_w), BT,
+                       C, qkv_out, mm);
+      norm_back(W.dres.data(), L.ln1_w, L.ln1_b, x, la.ln1_mean.data(), la.ln1_rstd.data());
+    }
   }
   nn::embedding_backward(g(W.wte), g(W.wpe), W.dres.data(), a.tokens.data(), B, Tn, C);
 }

@@ -36,8 +36,8 @@ struct BasicGPT<T>::Work {
   };
   // What one block's forward keeps for its backward.
   // Under post-norm (no bf16 LinearIns: the normalised rows are also the
-  // residual stream) ln1 holds ln_1(x + attention) and res3 the block's
-  // output, normalised in place; ln2 is unused.
+  // residual stream) ln1 holds ln_1(x + attention), ln2.x the MLP's sum
+  // before ln_2 and res3 the block's output, ln_2 of it.
   struct LayerActs {
     LinearIn ln1;                 // [BT, C]
     Vec ln1_mean, ln1_rstd;       // [BT], [BT]
