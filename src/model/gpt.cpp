@@ -162,7 +162,7 @@ void BasicGPT<T>::build_params() {
   // RMSNorm has a weight only; SwiGLU's c_fc makes the gate and the up projection.
   const bool norm_bias = cfg_.bias && !cfg_.rms_norm;
   const bool ab = cfg_.attn_biased(), mb = cfg_.mlp_biased();
-  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
+  const int64_t fc_out = fc_width(cfg_);
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     typename Work::Layer L;
@@ -312,7 +312,7 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
   // RMSNorm and SwiGLU write float32 only (their products still run in bf16).
   const bool bf16 = compute == DType::bf16 && !cfg.post_norm && !cfg.rms_norm && !cfg.swiglu;
   const int64_t BT = rows, C = cfg.embd, F = cfg.ffn_dim(), hs = cfg.head_dim();
-  const int64_t fc_out = cfg.swiglu ? 2 * F : F;
+  const int64_t fc_out = fc_width(cfg);
   const int64_t H = cfg.heads, Hkv = cfg.kv_heads, qkv_out = (H + 2 * Hkv) * hs;
   const DType dt = dtype_of<T>();
   a.B = B, a.Tn = Tn, a.rows = rows, a.compute = compute;
@@ -347,7 +347,7 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
   const int64_t BT = a.rows, C = cfg.embd, F = cfg.ffn_dim(), V = cfg.vocab, hs = cfg.head_dim();
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * hs;
   for (auto [v, n] : {std::pair{&w.dres, BT * C}, {&w.dln, BT * C}, {&w.dqkv, BT * qkv_out}, {&w.datty, BT * C},
-                      {&w.dfch, BT * (cfg.swiglu ? 2 * F : F)}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
+                      {&w.dfch, BT * fc_width(cfg)}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
     v->resize(static_cast<size_t>(n));
   const Shape dout{a.B, cfg.heads, a.Tn, hs};
   if (w.dout.shape() != dout) w.dout = Tensor(dtype_of<T>(), dout);
@@ -372,7 +372,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   const double eps = cfg_.norm_eps;
   // Block l's Linear weights in bf16 start at l * per_layer (bf16 compute).
-  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
+  const int64_t fc_out = fc_width(cfg_);
   const int64_t per_layer = qkv_out * C + C * C + fc_out * C + F * C;
   const bfloat16* w16 = nullptr;
   if (compute != DType::bf16) widen_matrices();  // float32 products need float32 matrices
@@ -529,7 +529,7 @@ void BasicGPT<T>::backward() {
   const ThreadScope threads(attn_opts_.threads);
   Work& W = *work_;
   if (!W.has_targets) throw Error("model: backward needs a forward with targets");
-  // has_targets implies an lm_head; the rest of the description must be nanoGPT's.
+  // has_targets implies an lm_head; BERT's token types and embedding norm have no backward.
   if (!cfg_.trainable())
     throw Error("model: training runs language models with a final norm and a head, without token types "
                 "or an embedding norm");
@@ -539,7 +539,7 @@ void BasicGPT<T>::backward() {
   auto& a = W.acts;
   const int64_t B = a.B, Tn = a.Tn, BT = B * Tn, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab;
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
-  const int64_t fc_out = cfg_.swiglu ? 2 * F : F;
+  const int64_t fc_out = fc_width(cfg_);
   // Each Linear's weight and bias gradients are overwritten by their only
   // producer (a tied wte's by the head first; the embedding adds to it last):
   // only the other parameters' gradients start from zero.

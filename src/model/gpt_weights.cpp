@@ -25,7 +25,7 @@ namespace {
 // buffer, elements).
 template <class Work>
 std::vector<std::pair<int64_t, int64_t>> bf16_matrices(const Work& W, const GPTConfig& cfg) {
-  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = cfg.swiglu ? 2 * F : F;
+  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = fc_width(cfg);
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
   std::vector<std::pair<int64_t, int64_t>> parts;
   for (const auto& L : W.layer)

@@ -18,6 +18,10 @@
 
 namespace qkv {
 
+// c_fc's output width: the MLP's hidden width, twice that for SwiGLU (the
+// gate's and the up projection's, stacked).
+inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() : c.ffn_dim(); }
+
 template <class T>
 struct BasicGPT<T>::Work {
   using Vec = std::vector<T>;
