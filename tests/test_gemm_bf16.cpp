@@ -191,6 +191,40 @@ TEST_P(GemmBf16, SameBitsForAnyThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// A long K with op(B) = Bᵀ (a Linear's weight) is summed in slices, each
+// panel's slice packed in turn, when beta = 0: the same bits as one sum
+// over the whole K, which beta = 1 runs (the bias in C); for any thread count
+// (which changes how the row blocks are shared when panels are few); and
+// within the reference's bound. K odd, three slices, columns short of a
+// panel, rows past the dot-product kernels', B in float32 and in bfloat16.
+TEST_P(GemmBf16, LongKInSlicesGivesTheBitsOfOneSum) {
+  std::mt19937 rng(37);
+  const int64_t M = 40, K = 4099;
+  const int saved = omp_get_max_threads();
+  for (int64_t N : {30, 130}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    const VecF A = random_vec(rng, M * K), B = random_vec(rng, N * K), bias = random_vec(rng, N);
+    std::vector<bfloat16> B16(B.size());
+    for (size_t i = 0; i < B.size(); ++i) B16[i] = bf16_from_float(B[i]);
+    VecF one_sum(M * N);  // the bias in C, beta = 1: what the bias gives (BiasIsBitwise... above)
+    for (int64_t i = 0; i < M; ++i) std::copy(bias.begin(), bias.end(), one_sum.begin() + i * N);
+    gemm_bf16(false, true, M, N, K, 0.5f, A.data(), K, B.data(), K, 1.0f, one_sum.data(), N);
+    for (int threads : {1, 2, 3, 8}) {
+      omp_set_num_threads(threads);
+      VecF got(M * N, std::numeric_limits<float>::quiet_NaN()), got16 = got;
+      gemm_bf16_bias(false, true, M, N, K, 0.5f, A.data(), K, B.data(), K, 0.0f, bias.data(),
+                     got.data(), N);
+      gemm_bf16_bias(false, true, M, N, K, 0.5f, A.data(), K, B16.data(), K, 0.0f, bias.data(),
+                     got16.data(), N);
+      EXPECT_EQ(std::memcmp(got.data(), one_sum.data(), got.size() * sizeof(float)), 0) << threads << " threads";
+      EXPECT_EQ(std::memcmp(got16.data(), one_sum.data(), got.size() * sizeof(float)), 0)
+          << "bf16 B, " << threads << " threads";
+    }
+    omp_set_num_threads(saved);
+    check(false, true, M, N, K, 1.0f, 0.0f, 3, rng);
+  }
+}
+
 // An operand given in bfloat16 gives the bits of passing the float32
 // values it was rounded from (which gemm_bf16 rounds the same way): every
 // transpose, K and leading dimensions even and odd (op(A) = A in place only

@@ -22,6 +22,9 @@ constexpr int kMR = 6;
 
 inline int64_t pairs(int64_t K) { return (K + 1) / 2; }
 
+// The parts of a K sum a tile call makes (PairGemmKernels::tile).
+constexpr int kSliceStarts = 1, kSliceEnds = 2, kWholeK = kSliceStarts | kSliceEnds;
+
 // The four packings of one operand type: float32 (rounded to nearest even)
 // or bfloat16 bit patterns (a Linear layer's input stored rounded by its
 // producer: no rounding, the words built from the halves as they are).
@@ -72,9 +75,14 @@ struct PairGemmKernels {
   //   a(r, p) = a[r * a_rs + p * a_ks]   (pairs of op(A); rows of the tile)
   //   b(p, j) = b[p * b_ks + j]          (pairs of op(B); kNR columns readable)
   // The K sum of each element runs in order p = 0 .. np - 1 in float32.
+  // `slice` (kWholeK, or the flags below) lets a caller cut a long K sum
+  // into slices, one call each: a slice that does not start it begins from
+  // the float32 sums left in C, one that does not end it stores its sums
+  // there as they are (no alpha, beta or bias). The additions, and so the
+  // bits, are those of one call over the whole K; beta must then be 0.
   void (*tile)(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
                int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias,
-               float* c, int64_t ldc);
+               float* c, int64_t ldc, int slice);
 };
 
 // The AMX path: blocks of C on tiles, from the pairs PairGemmKernels packs.

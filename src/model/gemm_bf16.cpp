@@ -33,6 +33,7 @@ using bf16gemm::pairs;
 // fresh pages costs more than the packing itself.
 struct Packs {
   std::vector<uint32_t> a, b;
+  std::vector<uint32_t> panel;  // a thread's slice of one panel of op(B) = Bᵀ
   std::vector<float> wa, wb;  // the widening path's rounded copies
 };
 Packs& packs() {
@@ -48,6 +49,10 @@ auto* grown(V& v, int64_t n) {
 // How many bytes of op(B)'s pairs on_avx512bf16 keeps in play while every
 // row block passes over them: half of a Zen 4 or Sapphire Rapids core's L2.
 constexpr int64_t kChunkBytes = 512 * 1024;
+// The most pairs of K one slice of a panel of op(B) = Bᵀ holds: kNR columns
+// of them, 256 KB, stay in a core's L2 beside the rows of op(A) streaming
+// past.
+constexpr int64_t kSlicePairs = 1024;
 
 float round_bf16(float x) { return bf16_to_float(bf16_from_float(x)); }
 // An operand's element as the bf16 value it rounds to (bfloat16: itself).
@@ -123,6 +128,71 @@ void pack_b_pairs(const PairPacking<TB>& pk, bool trans_b, int64_t N, int64_t K,
   for (int64_t p = np; p < rows; ++p) std::fill(b + p * Np, b + (p + 1) * Np, 0u);
 }
 
+// op(B) = B, packed whole into b [np][Np] (pack_b_pairs): C in chunks of
+// column panels whose op(B) pairs fit in half an L2 (kChunkBytes), each
+// chunk met by every row block of op(A) before the next: a weight of tens
+// of MB is then read from memory once, not once per row block. Work items
+// are (chunk, row block), a thread's a contiguous run of them. When op(B) is
+// one chunk (a small model's weights), that is row block by row block: a
+// thread's tiles are a contiguous band of C's rows; for op(A) = A the band
+// of A it packed (the same static split) and the rows the row-parallel
+// layers before it wrote on this core. A row block of op(A) stays in L1
+// across a chunk's panels. Inside the parallel region, after the packing.
+void chunks_of_b(const PairGemmKernels& k, int64_t M, int64_t N, int64_t np, float alpha,
+                 const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t Np,
+                 float beta, float* C, int64_t ldc, const float* bias) {
+  const int64_t mblocks = (M + kMR - 1) / kMR, panels = Np / kNR;
+  const int64_t per_chunk = std::clamp<int64_t>(kChunkBytes / (np * kNR * 4), 1, panels);
+  const int64_t chunks = (panels + per_chunk - 1) / per_chunk;
+#pragma omp for schedule(static)
+  for (int64_t t = 0; t < chunks * mblocks; ++t) {
+    const int64_t chunk = t / mblocks, i0 = (t % mblocks) * kMR;
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+    for (int64_t panel = chunk * per_chunk; panel < std::min(panels, (chunk + 1) * per_chunk); ++panel) {
+      const int64_t j0 = panel * kNR;
+      const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
+      k.tile(a + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
+             bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc, bf16gemm::kWholeK);
+    }
+  }
+}
+
+// op(B) = Bᵀ (B [N, K]: a Linear's weight, one output a row, read where it
+// lies): C in panels of kNR columns, work items (panel, band of row blocks),
+// a band all of M unless there are too few panels to share. A thread packs
+// its item's panel one slice of K at a time (kSlicePairs at most) into a
+// buffer of its own, [pairs][kNR] contiguous, which stays in L2 while the
+// band's row blocks pass over it; op(A)'s pairs stream past from L3. With
+// beta != 0 K is one slice (a slice that does not end the sum leaves it in
+// C). Inside the parallel region, after op(A)'s packing and a barrier.
+template <class TB>
+void panels_of_bt(const PairGemmKernels& k, int64_t M, int64_t N, int64_t K, float alpha,
+                  const pair_word* a, int64_t a_rs, int64_t a_ks, const TB* B, int64_t ldb,
+                  float beta, float* C, int64_t ldc, const float* bias) {
+  const int64_t np = pairs(K), mblocks = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
+  const int64_t slices = beta == 0.0f ? (np + kSlicePairs - 1) / kSlicePairs : 1;
+  const int64_t per_slice = (np + slices - 1) / slices;
+  const int64_t bands = std::clamp<int64_t>((2 * omp_get_num_threads() + panels - 1) / panels, 1, mblocks);
+  uint32_t* buf = grown(packs().panel, per_slice * kNR);
+#pragma omp for schedule(static)
+  for (int64_t t = 0; t < panels * bands; ++t) {
+    const int64_t j0 = (t / bands) * kNR, band = t % bands;
+    const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
+    for (int64_t s = 0; s < slices; ++s) {
+      const int64_t p0 = s * per_slice, sp = std::min(per_slice, np - p0);
+      const int part = (s == 0 ? bf16gemm::kSliceStarts : 0) | (s == slices - 1 ? bf16gemm::kSliceEnds : 0);
+      packing(k, B).gather_pairs(B + j0 * ldb + 2 * p0, ldb, cols, std::min(2 * sp, K - 2 * p0), 0,
+                                 kNR, buf, kNR);
+      for (int64_t blk = band * mblocks / bands; blk < (band + 1) * mblocks / bands; ++blk) {
+        const int64_t i0 = blk * kMR;
+        k.tile(a + i0 * a_rs + p0 * a_ks, a_rs, a_ks, static_cast<int>(std::min<int64_t>(kMR, M - i0)),
+               buf, kNR, sp, cols, alpha, beta, bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc,
+               part);
+      }
+    }
+  }
+}
+
 template <class TA, class TB>
 void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t M, int64_t N,
                    int64_t K, float alpha, const TA* A_, int64_t lda, const TB* B_, int64_t ldb,
@@ -137,8 +207,7 @@ void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t
   uint32_t* a = in_place ? nullptr : grown(pk.a, M * np);
   const pair_word* a_words = in_place ? reinterpret_cast<const pair_word*>(A) : a;
   const int64_t a_rs = trans_a ? 1 : in_place ? lda / 2 : np, a_ks = trans_a ? M : 1;
-  uint32_t* b = grown(pk.b, np * Np);  // op(B)'s pairs (pack_b_pairs)
-  const int64_t mblocks = (M + kMR - 1) / kMR;
+  uint32_t* b = trans_b ? nullptr : grown(pk.b, np * Np);  // op(B)'s pairs (pack_b_pairs)
 #pragma omp parallel
   {
     // Packing: rows (or pairs) split between the threads.
@@ -149,30 +218,12 @@ void on_avx512bf16(const PairGemmKernels& k, bool trans_a, bool trans_b, int64_t
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < M; ++r) packing(k, A).rows_to_pairs(A + r * lda, lda, 1, K, a + r * np, np);
     }
-    pack_b_pairs(packing(k, B), trans_b, N, K, B, ldb, b, Np, np);
-    // C in chunks of column panels whose op(B) pairs fit in half an L2
-    // (kChunkBytes), each chunk met by every row block of op(A) before the
-    // next: a real model's weight (tens of MB) is then read from memory once,
-    // not once per row block. Work items are (chunk, row block), a thread's
-    // a contiguous run of them. When op(B) is one chunk (a small model's
-    // weights), that is row block by row block: a thread's tiles are a
-    // contiguous band of C's rows; for op(A) = A the band of A it packed
-    // above (the same static split) and the rows the row-parallel layers
-    // before it wrote on this core. A row block of op(A) stays in L1 across
-    // a chunk's panels.
-    const int64_t panels = Np / kNR;
-    const int64_t per_chunk = std::clamp<int64_t>(kChunkBytes / (np * kNR * 4), 1, panels);
-    const int64_t chunks = (panels + per_chunk - 1) / per_chunk;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < chunks * mblocks; ++t) {
-      const int64_t chunk = t / mblocks, i0 = (t % mblocks) * kMR;
-      const int rows = static_cast<int>(std::min<int64_t>(kMR, M - i0));
-      for (int64_t panel = chunk * per_chunk; panel < std::min(panels, (chunk + 1) * per_chunk); ++panel) {
-        const int64_t j0 = panel * kNR;
-        const int cols = static_cast<int>(std::min<int64_t>(kNR, N - j0));
-        k.tile(a_words + i0 * a_rs, a_rs, a_ks, rows, b + j0, Np, np, cols, alpha, beta,
-               bias ? bias + j0 : nullptr, C + i0 * ldc + j0, ldc);
-      }
+    if (trans_b) {
+#pragma omp barrier
+      panels_of_bt(k, M, N, K, alpha, a_words, a_rs, a_ks, B, ldb, beta, C, ldc, bias);
+    } else {
+      pack_b_pairs(packing(k, B), false, N, K, B, ldb, b, Np, np);
+      chunks_of_b(k, M, N, np, alpha, a_words, a_rs, a_ks, b, Np, beta, C, ldc, bias);
     }
   }
 }

@@ -19,12 +19,16 @@ namespace {
 template <int R>
 void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b, int64_t b_ks,
                int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
-               int64_t ldc) {
+               int64_t ldc, int slice) {
   __m512 acc[R][4];
+  // A later slice of K goes on from the sums the one before it left in C.
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < 4; ++v)
+      acc[r][v] = (slice & kSliceStarts) || 16 * v >= cols
+                      ? _mm512_setzero_ps()
+                      : _mm512_maskz_loadu_ps(first_lanes(cols - 16 * v), c + r * ldc + 16 * v);
   for (int64_t p = 0; p < np; ++p) {
     const uint32_t* bp = b + p * b_ks;
     __m512bh bv[4];
@@ -37,6 +41,14 @@ void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
     }
+  }
+  if (!(slice & kSliceEnds)) {  // the raw float32 sums, for the next slice
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v)
+        if (16 * v < cols) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, first_lanes(cols - 16 * v), acc[r][v]);
+    return;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __m512 bv[4];
@@ -52,6 +64,34 @@ void tile_rows(const pair_word* a, int64_t a_rs, int64_t a_ks, const uint32_t* b
       store_c(c + r * ldc + 16 * v, first_lanes(cols - 16 * v), acc[r][v], va, vb, beta != 0.0f,
               bias != nullptr, bv[v]);
     }
+}
+
+// r[i] lane j -> r[j] lane i: a 16 x 16 transpose of 32-bit words in four
+// rounds of shuffles (pairs of words, then of quadwords, then two of
+// 128-bit chunks).
+void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {  // t[2i], t[2i+1]: rows 2i, 2i+1 interleaved
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + c], chunk l: column 4l + c of rows 4i .. 4i+3
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4l + c: chunk l of r[c], r[4+c], r[8+c], r[12+c]
+    const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+    t[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // The 16 pair words of columns w .. w+15 (mask m) of rows s0 (low halves)
@@ -173,15 +213,26 @@ void interleave_rows(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint
 
 void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t w0, int64_t w1,
                   uint32_t* dst, int64_t dst_ld) {
-  // Not on the training step's path (its bf16 operands are op(A) = A and
-  // op(B) = B): plain loops.
-  const int64_t wend = std::min(dst_ld, (w1 + 15) / 16 * 16);
-  for (int64_t p = 0; p < pairs(K); ++p)
-    for (int64_t w = w0; w < wend; ++w) {
-      const uint16_t* s = src + w * ld + 2 * p;
-      dst[p * dst_ld + w] = w >= std::min(W, w1) ? 0u
-                            : s[0] | (2 * p + 1 < K ? static_cast<uint32_t>(s[1]) << 16 : 0u);
+  // Sixteen rows by sixteen pairs at a time: each row's 16 pair words are one
+  // load (they lie side by side), and a transpose in registers turns them
+  // into 16 pair rows of 16 columns. Rows past W and pairs past K/2 load as 0.
+  const int64_t full = K / 2;  // pairs whose high half exists
+  for (int64_t w = w0; w < w1; w += 16) {
+    const int64_t left = std::min<int64_t>(W, w1) - w;
+    const __mmask16 store = first_lanes(dst_ld - w);
+    for (int64_t p = 0; p < full; p += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, full - p));
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < left ? _mm512_maskz_loadu_epi32(first_lanes(n), src + (w + i) * ld + 2 * p)
+                        : _mm512_setzero_si512();
+      transpose16(r);
+      for (int j = 0; j < n; ++j) _mm512_mask_storeu_epi32(dst + (p + j) * dst_ld + w, store, r[j]);
     }
+    if (full < pairs(K))  // K odd, the last pair: its high half is 0 (and past the row's end)
+      for (int64_t i = 0; i < 16 && w + i < dst_ld; ++i)
+        dst[full * dst_ld + w + i] = i < left ? src[(w + i) * ld + 2 * full] : 0u;
+  }
 }
 
 void transpose_pairs(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint32_t* dst,
@@ -191,14 +242,14 @@ void transpose_pairs(const uint16_t* src, int64_t ld, int64_t K, int64_t W, uint
 
 void tile(const pair_word* a, int64_t a_rs, int64_t a_ks, int rows, const uint32_t* b,
           int64_t b_ks, int64_t np, int cols, float alpha, float beta, const float* bias, float* c,
-          int64_t ldc) {
+          int64_t ldc, int slice) {
   switch (rows) {
-    case 1: return tile_rows<1>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
-    case 2: return tile_rows<2>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
-    case 3: return tile_rows<3>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
-    case 4: return tile_rows<4>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
-    case 5: return tile_rows<5>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
-    default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc);
+    case 1: return tile_rows<1>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
+    case 2: return tile_rows<2>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
+    case 3: return tile_rows<3>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
+    case 4: return tile_rows<4>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
+    case 5: return tile_rows<5>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
+    default: return tile_rows<kMR>(a, a_rs, a_ks, b, b_ks, np, cols, alpha, beta, bias, c, ldc, slice);
   }
 }
 
