@@ -525,6 +525,28 @@ TEST(NnFloat32, Gelu) {
   }
 }
 
+TEST(NnFloat32, SwiGlu) {
+  for (int64_t F : {1, 7, 16, 4097}) {
+    std::mt19937 rng(17);
+    SCOPED_TRACE("F " + std::to_string(F));
+    const int64_t BT = 3;
+    VecF inp = random_vec(rng, BT * 2 * F, -8.0, 8.0);
+    if (F > 8) {  // gates in the far tails, where e^-g over- and underflows
+      inp[0] = -20.0f; inp[1] = 20.0f; inp[2] = -100.0f; inp[3] = 100.0f; inp[4] = 0.0f; inp[5] = -1e-6f;
+    }
+    const VecD inp_d = to_double(inp);
+    Buf out = Buf::nan(BT * F);
+    nn::swiglu_forward(out.f.data(), inp.data(), BT, F);
+    nn::ref::swiglu_forward(out.plain.data(), inp.data(), BT, F);
+    nn::ref::swiglu_forward(out.d.data(), inp_d.data(), BT, F);
+    expect_close("out", out.f, out.d, out.plain);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inp[2] = {nan, 1.0f};
+  float out = 0.0f;
+  nn::swiglu_forward(&out, inp, 1, 1);
+  EXPECT_TRUE(std::isnan(out));
+}
+
 TEST(NnFloat32, GeluPropagatesNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (nn::Gelu form : {nn::Gelu::exact, nn::Gelu::tanh}) {

@@ -231,6 +231,11 @@ class BasicGPT {
   /// them in float32 (float32 compute, training, weights()): then they are
   /// widened, exactly, once, and it holds both.
   DType matrices_dtype() const { return matrices_in_bf16_ ? DType::bf16 : dtype_of<T>(); }
+  /// The bytes of bf16 weights read where the checkpoint's files, mapped
+  /// into memory, hold them (a bf16 checkpoint whose matrices are stored as
+  /// the model reads them: no copy, the memory is the system's file cache
+  /// and is shared); 0 when every weight is the model's own copy.
+  int64_t mapped_weight_bytes() const;
   /// Gradients, laid out as weights(); allocated (zeros) by the first call
   /// here or to backward(), so that a model only run never holds them.
   std::vector<T>& grads() {

@@ -147,6 +147,10 @@ QKV_API void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu
 template <class T>
 QKV_API void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                                int64_t Tn, int64_t C);
+/// The same from a bf16 token table (a checkpoint's, where it lies): each
+/// row widened to float32 exactly, then wpe added as above.
+QKV_API void embedding_forward(float* out, const int32_t* tokens, const bfloat16* wte, const float* wpe,
+                               int64_t B, int64_t Tn, int64_t C);
 /// dwte [V, C] and dwpe [maxT, C] += the gradients of embedding_forward's
 /// rows (dwpe may be null, as wpe).
 template <class T>

@@ -76,6 +76,9 @@ void bind_testing(nb::module_& m) {
         return std::string(model.gpt().matrices_dtype() == qkv::DType::bf16 ? "bf16" : "float32");
       },
       nb::arg("model"), "What the network holds its matrices in now: bf16 only, or float32.");
+  t.def(
+      "mapped_weight_bytes", [](qkv::Model& model) { return model.gpt().mapped_weight_bytes(); },
+      nb::arg("model"), "Bytes of weights read where the mapped checkpoint files hold them.");
 }
 
 }  // namespace qkvpy

@@ -13,7 +13,8 @@ namespace qkvpy {
 // Records the data pointers of the query, key and value handed to the op.
 void record_inputs(const qkv::TensorView& q, const qkv::TensorView& k, const qkv::TensorView& v);
 
-// _qkv._testing: input_copies(), last_pointers(), hidden_states_f64() and matrices_dtype().
+// _qkv._testing: input_copies(), last_pointers(), hidden_states_f64(),
+// matrices_dtype() and mapped_weight_bytes().
 void bind_testing(nanobind::module_& m);
 
 }  // namespace qkvpy

@@ -10,10 +10,16 @@
 #include <set>
 #include <tuple>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "io/files.h"
 #include "io/byte_source.h"
 #include "io/json_strict.h"
 #include "io/npy_header.h"  // quoted()
+#include "io/safetensors_map.h"
 
 namespace qkv {
 
@@ -422,6 +428,38 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   std::map<std::string, std::string> meta;
   with_file_source(path, [&](const ByteSource& src) { meta = read_header(src, path).metadata; });
   return meta;
+}
+
+SafetensorsMapping::SafetensorsMapping(const std::string& path) {
+  uint64_t size = 0;
+  with_file_source(path, [&](const ByteSource& src) {
+    const Header h = read_header(src, path, Dtypes::any);
+    for (const Entry& e : h.tensors) {
+      entries_.push_back({e.name, e.st, e.shape});
+      offset_[e.name] = h.data_start + e.begin;
+    }
+    size = src.size;
+  });
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
+  // MAP_POPULATE: the page tables made now, in one pass, rather than by a
+  // fault for every few pages the first forward touches.
+  void* p = same ? mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0) : MAP_FAILED;
+  const int err = errno;
+  close(fd);
+  if (!same) throw Error("'" + path + "': the file changed while it was being opened");
+  if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(err));
+  base_ = p;
+  size_ = size;
+}
+
+SafetensorsMapping::~SafetensorsMapping() { munmap(base_, size_); }
+
+const std::byte* SafetensorsMapping::data(const std::string& name) const {
+  const auto it = offset_.find(name);
+  return it == offset_.end() ? nullptr : static_cast<const std::byte*>(base_) + it->second;
 }
 
 }  // namespace qkv

@@ -263,18 +263,24 @@ void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
 // out [BT, OC] = inp [BT, C] · wᵀ + b, w [OC, C]; under bf16 compute with
 // w16, w rounded to bf16 (Work::weights16), which the GEMM reads instead.
 template <class T, class TI>
-void linear_to(T* out, const TI* inp, const T* w, const bfloat16* w16, const T* b, int64_t BT,
+void linear_to(T* out, const TI* inp, const T* w, const Bf16Matrix* w16, const T* b, int64_t BT,
                int64_t C, int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>)
-    if (w16)
-      return kernels::gemm_bf16_bias(false, true, BT, OC, C, 1.0f, inp, C, w16, C, 0.0f, b, out,
-                                     OC);
+    if (w16) {  // a GEMM for each run of rows: out's columns j0 .. j0 + rows - 1
+      int64_t j0 = 0;
+      for (const Bf16Run& run : *w16) {
+        kernels::gemm_bf16_bias(false, true, BT, run.rows, C, 1.0f, inp, C, run.at, C, 0.0f,
+                                b ? b + j0 : nullptr, out + j0, OC);
+        j0 += run.rows;
+      }
+      return;
+    }
   if constexpr (std::is_same_v<TI, bfloat16>) nn::linear_forward(out, inp, w, b, BT, C, OC);
   else nn::linear_forward(out, inp, w, b, BT, C, OC, nn::WeightLayout::out_in, matmul);
 }
 
 template <class In, class T>
-void linear_from(T* out, const In& in, const T* w, const bfloat16* w16, const T* b, int64_t BT,
+void linear_from(T* out, const In& in, const T* w, const Bf16Matrix* w16, const T* b, int64_t BT,
                  int64_t C, int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>)
     if (!in.x16.empty()) return linear_to(out, in.x16.data(), w, w16, b, BT, C, OC, matmul);
@@ -371,20 +377,19 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const int64_t BT = rows, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab, hs = cfg_.head_dim();
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   const double eps = cfg_.norm_eps;
-  // Block l's Linear weights in bf16 start at l * per_layer (bf16 compute).
   const int64_t fc_out = fc_width(cfg_);
-  const int64_t per_layer = qkv_out * C + C * C + fc_out * C + F * C;
-  const bfloat16* w16 = nullptr;
+  // The bf16 matrices (bf16 compute): block l's four from 4 l, then the head.
+  const Bf16Matrix* m16 = nullptr;
   if (compute != DType::bf16) widen_matrices();  // float32 products need float32 matrices
   if constexpr (std::is_same_v<T, float>) {
     if (compute == DType::bf16) {
-      if (weights_written_ || W.weights16.empty()) round_matrices();
+      if (weights_written_ || W.mats16.empty()) round_matrices();
       weights_written_ = false;
-      w16 = W.weights16.data();
+      m16 = W.mats16.data();
     }
   }
-  // The bf16 weight at `at` within block l's (null without bf16 compute).
-  auto w16_at = [&](int64_t l, int64_t at) { return w16 ? w16 + l * per_layer + at : nullptr; };
+  // Block l's bf16 matrix j: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj.
+  auto w16_at = [&](int64_t l, int j) { return m16 ? m16 + 4 * l + j : nullptr; };
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
       throw Error("model: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
@@ -398,12 +403,15 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on; each
   // packed sequence's from 0.
   const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
+  auto embed = [&](T* out, const int32_t* ids, int64_t nb, int64_t nt) {
+    if constexpr (std::is_same_v<T, float>)  // a table held in bf16 only (mapped) is read as it is
+      if (W.wte16) return nn::embedding_forward(out, ids, W.wte16, wpe, nb, nt, C);
+    nn::embedding_forward(out, ids, w(W.wte), wpe, nb, nt, C);
+  };
   if (packed) {
-    for (int64_t b = 0; b < B; ++b)
-      nn::embedding_forward(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b],
-                            w(W.wte), wpe, 1, a.lengths[b], C);
+    for (int64_t b = 0; b < B; ++b) embed(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b], 1, a.lengths[b]);
   } else {
-    nn::embedding_forward(a.encoded.data(), a.tokens.data(), w(W.wte), wpe, B, Tn, C);
+    embed(a.encoded.data(), a.tokens.data(), B, Tn);
   }
   if (W.wtt >= 0) {
     // Every token is of type 0 (one segment): its row is added to each.
@@ -430,8 +438,8 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     if (packed) packed_attention_forward(l);
     else attention_forward(l, pos0, cache);
     // res2 = x + attn proj: project into res2, then add the stream.
-    linear_to(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w16_at(l, qkv_out * C),
-              w(L.attn_proj_b), BT, C, C, mm);
+    linear_to(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w16_at(l, 1), w(L.attn_proj_b), BT,
+              C, C, mm);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     // The MLP's input, which post-norm also adds back.
     const typename Work::LinearIn* mlp_in = &la.ln2;
@@ -445,14 +453,12 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w), w(L.ln2_b),
               BT, C, eps, cfg_.rms_norm);
     }
-    // Block l's bf16 weights: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj.
-    const int64_t fc_at = qkv_out * C + C * C, fc_proj_at = fc_at + fc_out * C;
-    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w16_at(l, fc_at), w(L.fc_b), BT, C, fc_out, mm);
+    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w16_at(l, 2), w(L.fc_b), BT, C, fc_out, mm);
     if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
     else gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
     // Post-norm keeps the sum, ln_2's input, for the backward (in ln2.x).
     T* sum = cfg_.post_norm ? la.ln2.x.data() : la.res3.data();
-    linear_from(sum, la.fch_gelu, w(L.fc_proj_w), w16_at(l, fc_proj_at), w(L.fc_proj_b), BT, F, C, mm);
+    linear_from(sum, la.fch_gelu, w(L.fc_proj_w), w16_at(l, 3), w(L.fc_proj_b), BT, F, C, mm);
     nn::residual_forward(sum, sum, mlp_res, BT * C);
     if (cfg_.post_norm)
       nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), sum, w(L.ln2_w),
@@ -471,8 +477,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
-  // The head's bf16 copy follows the blocks' in weights16.
-  const bfloat16* head16 = w16 ? w16 + cfg_.layers * per_layer : nullptr;
+  const Bf16Matrix* head16 = m16 ? m16 + 4 * cfg_.layers : nullptr;
   linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), head16,
               static_cast<const T*>(nullptr), rows_out, C, V, mm);
 }

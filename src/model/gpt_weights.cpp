@@ -1,12 +1,14 @@
-// gpt_weights.cpp: the bf16 copy of a model's matrices (Work::weights16).
+// gpt_weights.cpp: the bf16 copy of a model's matrices (Work::mats16).
 //
 // Under bf16 compute every Linear layer's GEMM, and the head's, reads its
 // weight in bf16 from this copy: rounded once from the float32 weights
-// (round_matrices), or read straight from a bf16 checkpoint (GptLoader),
-// in which case the float32 copy is made only when something needs it
-// (widen_matrices).
+// into Work::weights16 (round_matrices), or straight from a bf16
+// checkpoint (GptLoader): read into weights16, or used where the file,
+// mapped into memory, holds it. Then the float32 copy is made only when
+// something needs it (widen_matrices).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <type_traits>
 #include <utility>
@@ -20,19 +22,50 @@ namespace qkv {
 
 namespace {
 
+// One matrix Work::weights16 holds: its parameter's offset in the flat
+// buffer, its rows and its row length.
+struct Part {
+  int64_t offset, rows, cols;
+  int64_t size() const { return rows * cols; }
+};
+
 // The matrices Work::weights16 holds, in its order: each block's four Linear
-// weights, then the head's matrix (wte when tied) as (offset in the flat
-// buffer, elements).
+// weights, then the head's matrix (wte when tied).
 template <class Work>
-std::vector<std::pair<int64_t, int64_t>> bf16_matrices(const Work& W, const GPTConfig& cfg) {
+std::vector<Part> bf16_matrices(const Work& W, const GPTConfig& cfg) {
   const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = fc_width(cfg);
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
-  std::vector<std::pair<int64_t, int64_t>> parts;
+  std::vector<Part> parts;
   for (const auto& L : W.layer)
-    parts.insert(parts.end(), {{L.attn_w, qkv_out * C}, {L.attn_proj_w, C * C}, {L.fc_w, fc_out * C},
-                               {L.fc_proj_w, C * F}});
-  if (cfg.lm_head) parts.emplace_back(cfg.tied_head ? W.wte : W.lm_head, cfg.vocab * C);
+    parts.insert(parts.end(), {{L.attn_w, qkv_out, C}, {L.attn_proj_w, C, C}, {L.fc_w, fc_out, C},
+                               {L.fc_proj_w, C, F}});
+  if (cfg.lm_head) parts.push_back({cfg.tied_head ? W.wte : W.lm_head, cfg.vocab, C});
   return parts;
+}
+
+// Work::weights16 sized for every part, and Work::mats16 one run into it
+// for each; returns where each part starts.
+template <class Work>
+std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
+  int64_t total = 0;
+  for (const Part& p : parts) total += p.size();
+  W.weights16.resize(static_cast<size_t>(total));
+  W.mats16.clear();
+  std::vector<bfloat16*> at;
+  bfloat16* next = W.weights16.data();
+  for (const Part& p : parts) {
+    at.push_back(next);
+    W.mats16.push_back({{next, p.rows}});
+    next += p.size();
+  }
+  return at;
+}
+
+// dst [n] = float(src [n]), exactly, in chunks split between the threads.
+void widen(const bfloat16* src, float* dst, int64_t n) {
+  nn::detail::for_chunks(n, [&](int64_t i, int64_t m) {
+    for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_to_float(src[x]);
+  });
 }
 
 }  // namespace
@@ -45,18 +78,17 @@ template <class T>
 void BasicGPT<T>::round_matrices() {
   if constexpr (std::is_same_v<T, float>) {
     Work& W = *work_;
-    const std::vector<std::pair<int64_t, int64_t>> parts = bf16_matrices(W, cfg_);
-    int64_t total = 0;
-    for (const auto& p : parts) total += p.second;
-    W.weights16.resize(static_cast<size_t>(total));
-    bfloat16* dst = W.weights16.data();
-    for (const auto& part : parts) {
-      const float* src = w_.data() + part.first;  // no lambda captures a structured binding (clang 14)
-      nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
-        for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_from_float(src[x]);
+    const std::vector<Part> parts = bf16_matrices(W, cfg_);
+    const std::vector<bfloat16*> at = own_matrices(W, parts);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const float* src = w_.data() + parts[i].offset;
+      bfloat16* dst = at[i];
+      nn::detail::for_chunks(parts[i].size(), [&](int64_t x0, int64_t m) {
+        for (int64_t x = x0; x < x0 + m; ++x) dst[x] = bf16_from_float(src[x]);
       });
-      dst += part.second;
     }
+    W.wte16 = nullptr;
+    W.mapped.clear();  // nothing reads the files any more
   }
 }
 
@@ -64,39 +96,49 @@ template <class T>
 void BasicGPT<T>::widen_matrices() {
   if (!matrices_in_bf16_) return;
   if constexpr (std::is_same_v<T, float>) {
-    // The exact inverse of round_matrices: weights16 stays valid.
-    const bfloat16* src = work_->weights16.data();
-    for (const auto& part : bf16_matrices(*work_, cfg_)) {
-      float* dst = w_.data() + part.first;
-      nn::detail::for_chunks(part.second, [&](int64_t i, int64_t m) {
-        for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_to_float(src[x]);
-      });
-      src += part.second;
+    // The exact inverse of rounding: mats16 stays valid.
+    Work& W = *work_;
+    const std::vector<Part> parts = bf16_matrices(W, cfg_);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      float* dst = w_.data() + parts[i].offset;
+      for (const Bf16Run& run : W.mats16[i]) {
+        widen(run.at, dst, run.rows * parts[i].cols);
+        dst += run.rows * parts[i].cols;
+      }
     }
+    if (W.wte16) widen(W.wte16, w_.data() + W.wte, cfg_.vocab * cfg_.embd);
+    W.wte16 = nullptr;  // the embedding reads the float32 table again
   }
   matrices_in_bf16_ = false;
+}
+
+template <class T>
+int64_t BasicGPT<T>::mapped_weight_bytes() const {
+  const Work& W = *work_;
+  if (W.mapped.empty()) return 0;
+  const std::vector<Part> parts = bf16_matrices(W, cfg_);
+  int64_t n = 0;
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (!(cfg_.tied_head && parts[i].offset == W.wte && W.wte16)) n += parts[i].size();  // counted once
+  if (W.wte16) n += cfg_.vocab * cfg_.embd;
+  return n * static_cast<int64_t>(sizeof(bfloat16));
 }
 
 float* GptLoader::weights(GPT& m) { return m.w_.data(); }
 
 std::set<int64_t> GptLoader::bf16_matrix_offsets(const GPT& m) {
   std::set<int64_t> out;
-  for (const auto& part : bf16_matrices(*m.work_, m.cfg_)) out.insert(part.first);
+  for (const Part& part : bf16_matrices(*m.work_, m.cfg_)) out.insert(part.offset);
   return out;
 }
 
 std::map<int64_t, bfloat16*> GptLoader::hold_matrices_in_bf16(GPT& m) {
   GPT::Work& W = *m.work_;
-  const auto parts = bf16_matrices(W, m.cfg_);
-  int64_t total = 0;
-  for (const auto& p : parts) total += p.second;
-  W.weights16.resize(static_cast<size_t>(total));
+  const std::vector<Part> parts = bf16_matrices(W, m.cfg_);
+  const std::vector<bfloat16*> at = own_matrices(W, parts);
   std::map<int64_t, bfloat16*> where;
-  bfloat16* at = W.weights16.data();
-  for (const auto& [offset, n] : parts) {
-    if (!(m.cfg_.tied_head && offset == W.wte)) where[offset] = at;
-    at += n;
-  }
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (!(m.cfg_.tied_head && parts[i].offset == W.wte)) where[parts[i].offset] = at[i];
   m.matrices_in_bf16_ = true;
   m.weights_written_ = false;
   return where;
@@ -113,10 +155,28 @@ void GptLoader::held_matrices_read(GPT& m) {
   });
 }
 
+void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, Bf16Matrix> runs, const bfloat16* wte16,
+                                     std::vector<std::shared_ptr<const void>> keep) {
+  GPT::Work& W = *m.work_;
+  W.mats16.clear();
+  for (const Part& part : bf16_matrices(W, m.cfg_)) {
+    Bf16Matrix& mat = runs.at(part.offset);
+    int64_t rows = 0;
+    for (const Bf16Run& run : mat) rows += run.rows;
+    if (rows != part.rows) throw Error("model: the bf16 runs of a matrix do not make its rows");
+    W.mats16.push_back(std::move(mat));
+  }
+  W.wte16 = wte16;
+  W.mapped = std::move(keep);
+  m.matrices_in_bf16_ = true;
+  m.weights_written_ = false;
+}
 
 template void BasicGPT<float>::round_matrices();
 template void BasicGPT<double>::round_matrices();
 template void BasicGPT<float>::widen_matrices();
+template int64_t BasicGPT<float>::mapped_weight_bytes() const;
+template int64_t BasicGPT<double>::mapped_weight_bytes() const;
 template void BasicGPT<double>::widen_matrices();
 
 }  // namespace qkv

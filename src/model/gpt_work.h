@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -21,6 +22,16 @@ namespace qkv {
 // c_fc's output width: the MLP's hidden width, twice that for SwiGLU (the
 // gate's and the up projection's, stacked).
 inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() : c.ffn_dim(); }
+
+// A bf16 matrix the GEMMs read ([out, in], rows of `in` elements) as runs of
+// consecutive rows, each contiguous in memory: one run in Work::weights16,
+// or one per checkpoint tensor where a mapped file holds them (a Llama's q,
+// k and v projections are three tensors of its file, its c_attn one matrix).
+struct Bf16Run {
+  const bfloat16* at;
+  int64_t rows;
+};
+using Bf16Matrix = std::vector<Bf16Run>;
 
 template <class T>
 struct BasicGPT<T>::Work {
@@ -92,6 +103,13 @@ struct BasicGPT<T>::Work {
   // nothing (gemm_bf16 gives the same bits either way). Rounded again when
   // the weights may have been written (BasicGPT::weights_written_).
   std::vector<bfloat16, ZeroedAllocator<bfloat16>> weights16;  // sized once: not written twice
+  // The bf16 matrices the forward reads, in weights16's order (each block's
+  // four, then the head's): runs into weights16, or into `mapped` files.
+  std::vector<Bf16Matrix> mats16;
+  // wte in bf16 where a mapped file holds it (its float32 copy unwritten
+  // while matrices_in_bf16_): the embedding widens the rows it looks up.
+  const bfloat16* wte16 = nullptr;
+  std::vector<std::shared_ptr<const void>> mapped;  // kept alive with the model
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
   const T* hidden = nullptr;  // [BT, C]: the last run's final hidden states
@@ -119,6 +137,12 @@ struct GptLoader {
   static std::map<int64_t, bfloat16*> hold_matrices_in_bf16(GPT& m);
   // After the reader has filled everything: a tied head's bf16 copy.
   static void held_matrices_read(GPT& m);
+  // Makes m hold its matrices in bf16 only, read where files mapped in
+  // memory hold them: `runs` by ParamInfo offset for every matrix (a tied
+  // head: wte's offset), and wte16 (or null) wte itself, whose float32
+  // copy is then left unwritten too. `keep` owns the mappings.
+  static void hold_matrices_mapped(GPT& m, std::map<int64_t, Bf16Matrix> runs, const bfloat16* wte16,
+                                   std::vector<std::shared_ptr<const void>> keep);
 };
 
 }  // namespace qkv

@@ -70,12 +70,15 @@ def gpt2_folder(path, tokenizer, dtype="float32", headless=False, seed=0, **conf
     return model
 
 
-def check_bf16_weights_held(bf16_dir, tmp_path, prompts):
+def check_bf16_weights_held(bf16_dir, tmp_path, prompts, mapped):
     """A folder of BF16 weights is held in bf16 and computes in it by
     default (its matrices are not widened to float32 by generation); the
     same values in a float32 file (converted exactly) give the same bf16
     text, and the same float32 logits once the bf16 model widens its
-    matrices: so every matrix landed where it belongs, both ways."""
+    matrices: so every matrix landed where it belongs, both ways. With
+    `mapped`, every 2-D tensor of the file (the matrices, the head, the
+    embedding table) is read where the mapped file holds it; without (GPT-2's
+    [in, out] Conv1D weights, transposed), none is."""
     import shutil
 
     import numpy as np
@@ -93,6 +96,9 @@ def check_bf16_weights_held(bf16_dir, tmp_path, prompts):
     texts = [m16.generate(p, tokens=32, temperature=0.0) for p in prompts]
     assert texts == [m32.generate(p, tokens=32, temperature=0.0, dtype="bf16") for p in prompts]
     assert _qkv._testing.matrices_dtype(m16._m) == "bf16"  # bf16 compute: nothing widened
+    in_file = sum(t.numel() * 2 for t in tensors.values() if t.dim() == 2)
+    assert _qkv._testing.mapped_weight_bytes(m16._m) == (in_file if mapped else 0)
+    assert _qkv._testing.mapped_weight_bytes(m32._m) == 0
     r = run_qkv("sample", "--model", bf16_dir, "--prompt", prompts[0], "--tokens", 32, "--temperature", 0)
     assert r.returncode == 0, r.stderr
     assert r.stdout == prompts[0] + texts[0] + "\n"

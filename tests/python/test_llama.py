@@ -243,7 +243,7 @@ def test_bf16_folder_keeps_its_weights_in_bf16(tokenizer, tmp_path):
     # q, k and v of two key/value groups stacked, gate and up stacked, biases, an untied head
     path = tmp_path / "llama"
     llama_folder(path, tokenizer, dtype="bfloat16", num_key_value_heads=2, attention_bias=True)
-    check_bf16_weights_held(path, tmp_path, PROMPTS)
+    check_bf16_weights_held(path, tmp_path, PROMPTS, mapped=True)
 
 
 # name -> (config.json edit, what the message must contain)

@@ -6,13 +6,16 @@
 #include <bit>
 #include <cmath>
 #include <type_traits>
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "io/files.h"
 #include "io/json_strict.h"
+#include "io/safetensors_map.h"
 #include "model/gpt_work.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
@@ -157,6 +160,14 @@ int64_t first_non_finite(const X* x, int64_t n) {
   return first < n ? first : -1;
 }
 
+// The rows of parameter p each of its sources holds: stacked sources split
+// them evenly (q, k and v of one width), or as arch.source_rows says.
+std::vector<int64_t> source_rows(const Architecture& arch, const ParamInfo& p) {
+  const size_t n = arch.weights.at(p.name).size();
+  if (const auto given = arch.source_rows.find(p.name); given != arch.source_rows.end()) return given->second;
+  return std::vector<int64_t>(n, p.shape[0] / static_cast<int64_t>(n));
+}
+
 }  // namespace
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
@@ -178,8 +189,56 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       hold16 = hold16 && d != dtype_of_tensor.end() && d->second == "BF16";
     }
   }
+  // Held in bf16, the matrices are used where the files hold them, mapped
+  // into memory (no copy: start-up costs the page tables, and the weights'
+  // memory is the file cache's), when each source is a BF16 tensor stored
+  // as the model reads it (not GPT-2's [in, out] Conv1D weights). wte too,
+  // when it is one such tensor: the embedding widens the rows it looks up.
+  std::vector<std::shared_ptr<const void>> maps;
+  std::map<std::string, const bfloat16*> in_file;  // BF16 tensors where the mappings hold them
+  std::map<int64_t, Bf16Matrix> runs;              // by parameter offset
+  const bfloat16* wte16 = nullptr;
+  if (hold16) {
+    bool mappable = true;
+    for (const ParamInfo& p : gpt->params())
+      mappable = mappable && !(matrices.count(p.offset) && arch.transposed.count(p.name));
+    for (size_t f = 0; mappable && f < files.size(); ++f) {
+      auto m = std::make_shared<const SafetensorsMapping>(files[f]);
+      for (const SafetensorsEntry& e : m->entries()) {
+        const std::byte* at = m->data(e.name);
+        if (e.dtype == "BF16" && reinterpret_cast<uintptr_t>(at) % alignof(bfloat16) == 0)
+          in_file[e.name] = reinterpret_cast<const bfloat16*>(at);
+      }
+      maps.push_back(std::move(m));
+    }
+    for (const ParamInfo& p : gpt->params()) {
+      const auto it = arch.weights.find(p.name);
+      if (!mappable || it == arch.weights.end()) continue;
+      const bool is_wte = p.name == "transformer.wte.weight";
+      if (!matrices.count(p.offset) && !is_wte) continue;
+      const std::vector<int64_t> rows = source_rows(arch, p);
+      Bf16Matrix mat;
+      for (size_t i = 0; i < it->second.size(); ++i) {
+        const auto f = in_file.find(it->second[i]);
+        if (f == in_file.end()) break;
+        mat.push_back({f->second, rows[i]});
+      }
+      if (mat.size() != it->second.size()) {
+        mappable = mappable && !matrices.count(p.offset);  // wte alone may stay float32
+        continue;
+      }
+      if (is_wte && mat.size() == 1) wte16 = mat[0].at;
+      if (matrices.count(p.offset)) runs[p.offset] = std::move(mat);
+    }
+    if (!mappable) {
+      runs.clear();
+      wte16 = nullptr;
+      maps.clear();
+    }
+  }
   std::map<int64_t, bfloat16*> held;  // by parameter offset: where its bf16 values go
-  if (hold16) held = GptLoader::hold_matrices_in_bf16(*gpt);
+  if (!maps.empty()) GptLoader::hold_matrices_mapped(*gpt, runs, wte16, maps);
+  else if (hold16) held = GptLoader::hold_matrices_in_bf16(*gpt);
 
   // Where each source tensor goes: its parameter, and its rows there, in
   // float32 (dst) or bf16 (dst16).
@@ -189,6 +248,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     int64_t count = 0;  // its elements
     float* dst = nullptr;
     bfloat16* dst16 = nullptr;
+    const bfloat16* mapped = nullptr;  // used where the file holds it: nothing to read
     bool filled = false;
     std::vector<float> stored = {};  // a transposed parameter as the file has it, [in, out]
   };
@@ -197,11 +257,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   for (const ParamInfo& p : gpt->params()) {
     const auto it = arch.weights.find(p.name);
     if (it == arch.weights.end()) throw Error("model: no checkpoint tensor is mapped to " + p.name);
-    // Stacked sources split the rows evenly (q, k and v of one width), or
-    // as source_rows says.
     const size_t n = it->second.size();
-    std::vector<int64_t> rows(n, p.shape[0] / static_cast<int64_t>(n));
-    if (const auto given = arch.source_rows.find(p.name); given != arch.source_rows.end()) rows = given->second;
+    const std::vector<int64_t> rows = source_rows(arch, p);
     if (arch.transposed.count(p.name) && (n != 1 || p.shape.size() != 2))
       throw Error("model: a transposed parameter is one [in, out] matrix, not " + p.name);
     const int64_t row_size = p.size / p.shape[0];
@@ -210,7 +267,9 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     for (size_t i = 0; i < n; ++i) {
       Slot& s = slots[it->second[i]];
       s = Slot{.param = &p, .rows = rows[i], .count = rows[i] * row_size};
-      if (h != held.end()) s.dst16 = h->second + at * row_size;
+      const bool mapped = runs.count(p.offset) || (wte16 && p.name == "transformer.wte.weight");
+      if (mapped) s.mapped = in_file.at(it->second[i]);
+      else if (h != held.end()) s.dst16 = h->second + at * row_size;
       else s.dst = w + p.offset + at * row_size;
       at += rows[i];
     }
@@ -231,6 +290,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
         throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
       s.filled = true;
+      if (s.mapped) return {};
       if (transposed) {
         s.stored.resize(static_cast<size_t>(s.count));
         return {s.stored.data(), nullptr};
@@ -256,11 +316,13 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   // Checked per checkpoint tensor (the slots cover every parameter), so the
   // error names the tensor and element the user can find in the file.
   for (const auto& [name, s] : slots) {
-    const int64_t bad = s.dst16 ? first_non_finite(s.dst16, s.count) : first_non_finite(s.dst, s.count);
+    const int64_t bad = s.mapped  ? first_non_finite(s.mapped, s.count)
+                        : s.dst16 ? first_non_finite(s.dst16, s.count)
+                                  : first_non_finite(s.dst, s.count);
     if (bad >= 0)
       throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " + std::to_string(bad));
   }
-  GptLoader::held_matrices_read(*gpt);
+  if (maps.empty()) GptLoader::held_matrices_read(*gpt);
   return gpt;
 }
 

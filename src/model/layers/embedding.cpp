@@ -107,6 +107,17 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
     ref::embedding_forward(out, tokens, wte, wpe, B, Tn, C);
 }
 
+void embedding_forward(float* out, const int32_t* tokens, const bfloat16* wte, const float* wpe,
+                       int64_t B, int64_t Tn, int64_t C) {
+#pragma omp parallel for schedule(static) if (B * Tn * C >= detail::kParallelMin)
+  for (int64_t r = 0; r < B * Tn; ++r) {
+    const bfloat16* e = wte + static_cast<int64_t>(tokens[r]) * C;
+    const float* p = wpe ? wpe + (r % Tn) * C : nullptr;
+    float* y = out + r * C;
+    for (int64_t c = 0; c < C; ++c) y[c] = p ? bf16_to_float(e[c]) + p[c] : bf16_to_float(e[c]);
+  }
+}
+
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                         int64_t Tn, int64_t C) {

@@ -52,6 +52,11 @@ template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t N, Gelu form,
                    Grad dinp_mode = Grad::accumulate);
 
+// SwiGLU: out [BT, F] = silu(g) · u with silu(g) = g / (1 + e^-g), g =
+// inp[:, :F], u = inp[:, F:] (inp [BT, 2F]); in double, rounded once.
+template <class T>
+void swiglu_forward(T* out, const T* inp, int64_t BT, int64_t F);
+
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                        int64_t Tn, int64_t C);

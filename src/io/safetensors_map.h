@@ -1,0 +1,44 @@
+// io/safetensors_map.h: a safetensors file mapped into memory, so that a
+// model uses its tensors where they lie instead of copying them.
+//
+// The mapping is read-only and private: its pages are the system's file
+// cache (no copy, nothing zeroed; a cold file is read from disk as the
+// mapping is made), and they are shared with any other process mapping the
+// same file. The header is checked as strictly as every safetensors reader
+// here checks it. A file truncated by another program while mapped makes a
+// later read of the lost pages fail (SIGBUS), as with any mapped file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/export.h"
+#include "qkv/safetensors.h"
+
+namespace qkv {
+
+class QKV_API SafetensorsMapping {
+ public:
+  // Maps the file at `path`; errors name it (a missing file, a bad header,
+  // a file that cannot be mapped).
+  explicit SafetensorsMapping(const std::string& path);
+  ~SafetensorsMapping();
+  SafetensorsMapping(const SafetensorsMapping&) = delete;
+  SafetensorsMapping& operator=(const SafetensorsMapping&) = delete;
+
+  // The first byte of tensor `name`'s data, or null when the file has none.
+  const std::byte* data(const std::string& name) const;
+  // The tensors, as the header lists them.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, uint64_t> offset_;  // from the file's first byte
+};
+
+}  // namespace qkv
