@@ -1,8 +1,8 @@
-// A bf16 checkpoint's matrices read where the mapped file holds them
-// (model/hf/hf_folder.cpp, model/gpt_weights.cpp): the same logits as the
-// model's own bf16 copy of the same values, the float32 weights widened
-// from the mapping, and a model whose weights are written computing with
-// them (its own copy then) without ever writing to the file.
+// A checkpoint's matrices read where the mapped file holds them
+// (model/hf/mapped_weights.cpp, model/gpt_weights.cpp), in bf16 and in
+// float32: the same logits as the model's own copy of the same values,
+// under float32 and bf16 compute, and a model whose weights are written
+// computing with them (its own copy then) without ever writing the file.
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -74,38 +74,49 @@ std::vector<float> logits_of(GPT& m, const std::vector<int32_t>& ids) {
   return {m.logits(), m.logits() + ids.size() * m.config().vocab};
 }
 
-TEST(HfMapped, Bf16MatricesAreReadWhereTheFileHoldsThem) {
+TEST(HfMapped, MatricesAreReadWhereTheFileHoldsThem) {
   const Folder bf16("bf16", DType::bf16), f32("f32", DType::f32);
-  auto mapped = bf16.load(), own = f32.load();
+  auto m16 = bf16.load(), m32 = f32.load(), own = f32.load();
+  own->weights();  // the model's own float32 copy, taken from the mapping
   // Every 2-D tensor: the matrices, the head and the embedding table.
   const int64_t matrices = 11 * 8 + 8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 16 * 8 + 16 * 8 + 8 * 16 + 11 * 8;
-  EXPECT_EQ(mapped->mapped_weight_bytes(), 2 * matrices);
+  EXPECT_EQ(m16->mapped_weight_bytes(), 2 * matrices);
+  EXPECT_EQ(m32->mapped_weight_bytes(), 4 * matrices);
   EXPECT_EQ(own->mapped_weight_bytes(), 0);
-  EXPECT_EQ(mapped->matrices_dtype(), DType::bf16);
+  EXPECT_EQ(m16->matrices_dtype(), DType::bf16);
+  EXPECT_EQ(m32->matrices_dtype(), DType::f32);
   const std::vector<int32_t> ids = {1, 5, 9, 2, 10, 0};
-  mapped->set_compute_dtype(DType::bf16);
-  own->set_compute_dtype(DType::bf16);
-  EXPECT_EQ(logits_of(*mapped, ids), logits_of(*own, ids));  // bit for bit
-  // Float32 compute widens the mapped values: exactly the float32 file's.
-  mapped->set_compute_dtype(DType::f32);
-  own->set_compute_dtype(DType::f32);
-  EXPECT_EQ(logits_of(*mapped, ids), logits_of(*own, ids));
-  EXPECT_EQ(mapped->matrices_dtype(), DType::f32);
-  // bf16 compute still reads the matrices from the file; the embedding now
-  // reads the float32 table.
-  EXPECT_EQ(mapped->mapped_weight_bytes(), 2 * (matrices - 11 * 8));
-  // Written weights: bf16 compute rounds them into the model's own copy
-  // (the file, mapped read-only, is never written) and uses them.
-  for (GPT* m : {mapped.get(), own.get()}) {
+  // Float32 compute, bit for bit: the mapped float32 file, its copy, and the
+  // bf16 file's values widened (the same values).
+  const std::vector<float> f32_logits = logits_of(*own, ids);
+  EXPECT_EQ(logits_of(*m32, ids), f32_logits);
+  EXPECT_EQ(logits_of(*m16, ids), f32_logits);
+  EXPECT_EQ(m16->matrices_dtype(), DType::f32);
+  // bf16 still reads the matrices from the file; the embedding now reads
+  // the float32 table.
+  EXPECT_EQ(m16->mapped_weight_bytes(), 2 * (matrices - 11 * 8));
+  // bf16 compute: the bf16 file where it lies, and the float32 file's
+  // values rounded from where that file lies, bit for bit.
+  for (GPT* m : {m16.get(), m32.get(), own.get()}) m->set_compute_dtype(DType::bf16);
+  const std::vector<float> bf16_logits = logits_of(*own, ids);
+  EXPECT_NE(bf16_logits, f32_logits);
+  EXPECT_EQ(logits_of(*m16, ids), bf16_logits);
+  EXPECT_EQ(logits_of(*m32, ids), bf16_logits);
+  EXPECT_EQ(m32->mapped_weight_bytes(), 4 * matrices);  // float32 compute would read it again
+  // Written weights: the model's own copy (the files, mapped read-only, are
+  // never written), which bf16 compute rounds again.
+  for (GPT* m : {m16.get(), m32.get(), own.get()})
     for (float& w : m->weights()) w *= 0.5f;
-    m->set_compute_dtype(DType::bf16);
-  }
-  const std::vector<float> halved = logits_of(*mapped, ids);
-  EXPECT_EQ(halved, logits_of(*own, ids));
-  EXPECT_EQ(mapped->mapped_weight_bytes(), 0);
-  mapped.reset();  // the file outlives the model unchanged, and is readable again
-  auto again = bf16.load();
-  EXPECT_EQ(again->mapped_weight_bytes(), 2 * matrices);
+  const std::vector<float> halved = logits_of(*own, ids);
+  EXPECT_NE(halved, bf16_logits);
+  EXPECT_EQ(logits_of(*m16, ids), halved);
+  EXPECT_EQ(logits_of(*m32, ids), halved);
+  EXPECT_EQ(m16->mapped_weight_bytes(), 0);
+  EXPECT_EQ(m32->mapped_weight_bytes(), 0);
+  m16.reset();  // the files outlive the models unchanged
+  m32.reset();
+  EXPECT_EQ(logits_of(*bf16.load(), ids), f32_logits);
+  EXPECT_EQ(logits_of(*f32.load(), ids), f32_logits);
 }
 
 }  // namespace

@@ -231,10 +231,11 @@ class BasicGPT {
   /// them in float32 (float32 compute, training, weights()): then they are
   /// widened, exactly, once, and it holds both.
   DType matrices_dtype() const { return matrices_in_bf16_ ? DType::bf16 : dtype_of<T>(); }
-  /// The bytes of bf16 weights read where the checkpoint's files, mapped
-  /// into memory, hold them (a bf16 checkpoint whose matrices are stored as
-  /// the model reads them: no copy, the memory is the system's file cache
-  /// and is shared); 0 when every weight is the model's own copy.
+  /// The bytes of weights read where the checkpoint's files, mapped into
+  /// memory, hold them (a float32 or bf16 checkpoint whose matrices are
+  /// stored as the model reads them: no copy, the memory is the system's
+  /// file cache and is shared); 0 when every weight is the model's own copy.
+  /// weights() and training make the model's own copy.
   int64_t mapped_weight_bytes() const;
   /// Gradients, laid out as weights(); allocated (zeros) by the first call
   /// here or to backward(), so that a model only run never holds them.
@@ -344,7 +345,8 @@ class BasicGPT {
   friend struct GptLoader;  // reads checkpoints into w_ and Work::weights16 (src/model/gpt_work.h)
   /// Work::weights16 rounded from w_'s matrices (src/model/gpt_weights.cpp).
   void round_matrices();
-  /// Fills w_'s matrices from Work::weights16 when only those hold them.
+  /// Fills w_'s matrices (and wte) from where they are held instead: bf16
+  /// copies, or a mapped float32 checkpoint.
   void widen_matrices();
   /// Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
@@ -358,8 +360,11 @@ class BasicGPT {
   DType compute_ = DType::f32;
   /// The weights may have changed since bf16 compute last rounded them.
   bool weights_written_ = true;
-  /// The matrices are in Work::weights16 only; w_'s copy of them is unwritten.
+  /// The matrices are in Work::mats16 only; w_'s copy of them is unwritten.
   bool matrices_in_bf16_ = false;
+  /// The matrices (and wte) are read where a mapped float32 checkpoint holds
+  /// them (Work::mats32); w_'s copy of them is unwritten.
+  bool matrices_mapped_ = false;
   std::unique_ptr<Work> work_;  ///< heavy and address-stable
 };
 

@@ -202,7 +202,10 @@ template <class T>
 void BasicGPT<T>::init(uint64_t seed) {
   NumpyGenerator rng(seed);
   weights_written_ = true;
-  matrices_in_bf16_ = false;  // every weight is written below
+  matrices_in_bf16_ = matrices_mapped_ = false;  // every weight is written below
+  work_->wte16 = nullptr;
+  work_->wte32 = nullptr;
+  work_->mats32.clear();
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
     T* x = w_.data() + p.offset;
@@ -260,31 +263,56 @@ void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
   nn::gelu_forward(out.x.data(), inp, N, form);
 }
 
-// out [BT, OC] = inp [BT, C] · wᵀ + b, w [OC, C]; under bf16 compute with
-// w16, w rounded to bf16 (Work::weights16), which the GEMM reads instead.
+// A Linear layer's weight [OC, C]: in the flat buffer (w); or, when set,
+// as the GEMM reads it instead: rounded to bf16 (bf16 compute, Work::mats16)
+// or where a mapped float32 checkpoint holds it (Work::mats32).
+template <class T>
+struct LinearWeight {
+  const T* w;
+  const Bf16Matrix* w16 = nullptr;
+  const RowRuns<T>* w32 = nullptr;
+};
+
+// out [BT, OC] = inp [BT, C] · wᵀ + b, one GEMM for each run of w's rows
+// (out's columns j0 .. j0 + rows - 1).
 template <class T, class TI>
-void linear_to(T* out, const TI* inp, const T* w, const Bf16Matrix* w16, const T* b, int64_t BT,
-               int64_t C, int64_t OC, nn::Matmul matmul) {
-  if constexpr (std::is_same_v<T, float>)
-    if (w16) {  // a GEMM for each run of rows: out's columns j0 .. j0 + rows - 1
-      int64_t j0 = 0;
-      for (const Bf16Run& run : *w16) {
+void linear_to(T* out, const TI* inp, const LinearWeight<T>& lw, const T* b, int64_t BT, int64_t C,
+               int64_t OC, nn::Matmul matmul) {
+  if constexpr (std::is_same_v<T, float>) {
+    int64_t j0 = 0;
+    if (lw.w16) {
+      for (const Bf16Run& run : *lw.w16) {
         kernels::gemm_bf16_bias(false, true, BT, run.rows, C, 1.0f, inp, C, run.at, C, 0.0f,
                                 b ? b + j0 : nullptr, out + j0, OC);
         j0 += run.rows;
       }
       return;
     }
+    if constexpr (std::is_same_v<TI, float>)
+      if (lw.w32) {  // float32 compute: the float32 Linear's sums (the bias written first)
+        for (const RowRun<float>& run : *lw.w32) {
+          if (b) {
+#pragma omp parallel for schedule(static) if (BT * run.rows >= nn::detail::kParallelMin)
+            for (int64_t r = 0; r < BT; ++r) std::copy_n(b + j0, run.rows, out + r * OC + j0);
+          }
+          kernels::sgemm(false, true, BT, run.rows, C, 1.0f, inp, C, run.at, C, b ? 1.0f : 0.0f,
+                         out + j0, OC);
+          j0 += run.rows;
+        }
+        return;
+      }
+  }
+  const T* w = lw.w;
   if constexpr (std::is_same_v<TI, bfloat16>) nn::linear_forward(out, inp, w, b, BT, C, OC);
   else nn::linear_forward(out, inp, w, b, BT, C, OC, nn::WeightLayout::out_in, matmul);
 }
 
 template <class In, class T>
-void linear_from(T* out, const In& in, const T* w, const Bf16Matrix* w16, const T* b, int64_t BT,
-                 int64_t C, int64_t OC, nn::Matmul matmul) {
+void linear_from(T* out, const In& in, const LinearWeight<T>& lw, const T* b, int64_t BT, int64_t C,
+                 int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>)
-    if (!in.x16.empty()) return linear_to(out, in.x16.data(), w, w16, b, BT, C, OC, matmul);
-  linear_to(out, in.x.data(), w, w16, b, BT, C, OC, matmul);
+    if (!in.x16.empty()) return linear_to(out, in.x16.data(), lw, b, BT, C, OC, matmul);
+  linear_to(out, in.x.data(), lw, b, BT, C, OC, matmul);
 }
 
 
@@ -378,18 +406,24 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
   const double eps = cfg_.norm_eps;
   const int64_t fc_out = fc_width(cfg_);
-  // The bf16 matrices (bf16 compute): block l's four from 4 l, then the head.
+  // The matrices as the GEMMs read them, block l's four from 4 l, then the
+  // head: bf16 (bf16 compute), or mapped float32.
   const Bf16Matrix* m16 = nullptr;
-  if (compute != DType::bf16) widen_matrices();  // float32 products need float32 matrices
+  const RowRuns<T>* m32 = matrices_mapped_ ? W.mats32.data() : nullptr;
+  if (compute != DType::bf16 && !matrices_mapped_) widen_matrices();  // float32 products need float32 matrices
   if constexpr (std::is_same_v<T, float>) {
     if (compute == DType::bf16) {
       if (weights_written_ || W.mats16.empty()) round_matrices();
       weights_written_ = false;
       m16 = W.mats16.data();
+      m32 = nullptr;
     }
   }
-  // Block l's bf16 matrix j: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj.
-  auto w16_at = [&](int64_t l, int j) { return m16 ? m16 + 4 * l + j : nullptr; };
+  // Block l's matrix j: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj;
+  // j = 0 of block `layers` is the head.
+  auto lw = [&](int64_t l, int j, int64_t offset) {
+    return LinearWeight<T>{w(offset), m16 ? m16 + 4 * l + j : nullptr, m32 ? m32 + 4 * l + j : nullptr};
+  };
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
       throw Error("model: token id " + std::to_string(tokens[i]) + " outside the vocabulary [0, " +
@@ -403,10 +437,11 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on; each
   // packed sequence's from 0.
   const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
+  // A table held only where a mapped file holds it (bf16 or float32) is read there.
   auto embed = [&](T* out, const int32_t* ids, int64_t nb, int64_t nt) {
-    if constexpr (std::is_same_v<T, float>)  // a table held in bf16 only (mapped) is read as it is
+    if constexpr (std::is_same_v<T, float>)
       if (W.wte16) return nn::embedding_forward(out, ids, W.wte16, wpe, nb, nt, C);
-    nn::embedding_forward(out, ids, w(W.wte), wpe, nb, nt, C);
+    nn::embedding_forward(out, ids, W.wte32 ? W.wte32 : w(W.wte), wpe, nb, nt, C);
   };
   if (packed) {
     for (int64_t b = 0; b < B; ++b) embed(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b], 1, a.lengths[b]);
@@ -428,18 +463,17 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     auto& la = W.layer_acts(l);
     if (cfg_.post_norm) {
       // x = ln_1(x + attn(x)); x = ln_2(x + mlp(x)).
-      linear_to(la.qkv.data(), x, w(L.attn_w), w16_at(l, 0), w(L.attn_b), BT, C, qkv_out, mm);
+      linear_to(la.qkv.data(), x, lw(l, 0, L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
     } else {
       norm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), x, w(L.ln1_w), w(L.ln1_b), BT, C, eps,
               cfg_.rms_norm);
-      linear_from(la.qkv.data(), la.ln1, w(L.attn_w), w16_at(l, 0), w(L.attn_b), BT, C, qkv_out,
-                  mm);
+      linear_from(la.qkv.data(), la.ln1, lw(l, 0, L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
     }
     if (packed) packed_attention_forward(l);
     else attention_forward(l, pos0, cache);
     // res2 = x + attn proj: project into res2, then add the stream.
-    linear_to(la.res2.data(), la.atty.data(), w(L.attn_proj_w), w16_at(l, 1), w(L.attn_proj_b), BT,
-              C, C, mm);
+    linear_to(la.res2.data(), la.atty.data(), lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
+              mm);
     nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
     // The MLP's input, which post-norm also adds back.
     const typename Work::LinearIn* mlp_in = &la.ln2;
@@ -453,12 +487,12 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w), w(L.ln2_b),
               BT, C, eps, cfg_.rms_norm);
     }
-    linear_from(la.fch.data(), *mlp_in, w(L.fc_w), w16_at(l, 2), w(L.fc_b), BT, C, fc_out, mm);
+    linear_from(la.fch.data(), *mlp_in, lw(l, 2, L.fc_w), w(L.fc_b), BT, C, fc_out, mm);
     if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
     else gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
     // Post-norm keeps the sum, ln_2's input, for the backward (in ln2.x).
     T* sum = cfg_.post_norm ? la.ln2.x.data() : la.res3.data();
-    linear_from(sum, la.fch_gelu, w(L.fc_proj_w), w16_at(l, 3), w(L.fc_proj_b), BT, F, C, mm);
+    linear_from(sum, la.fch_gelu, lw(l, 3, L.fc_proj_w), w(L.fc_proj_b), BT, F, C, mm);
     nn::residual_forward(sum, sum, mlp_res, BT * C);
     if (cfg_.post_norm)
       nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), sum, w(L.ln2_w),
@@ -477,8 +511,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
-  const Bf16Matrix* head16 = m16 ? m16 + 4 * cfg_.layers : nullptr;
-  linear_from(W.logits.data(), a.lnf, w(cfg_.tied_head ? W.wte : W.lm_head), head16,
+  linear_from(W.logits.data(), a.lnf, lw(cfg_.layers, 0, cfg_.tied_head ? W.wte : W.lm_head),
               static_cast<const T*>(nullptr), rows_out, C, V, mm);
 }
 

@@ -61,12 +61,9 @@ std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
   return at;
 }
 
-// dst [n] = float(src [n]), exactly, in chunks split between the threads.
-void widen(const bfloat16* src, float* dst, int64_t n) {
-  nn::detail::for_chunks(n, [&](int64_t i, int64_t m) {
-    for (int64_t x = i; x < i + m; ++x) dst[x] = bf16_to_float(src[x]);
-  });
-}
+// An element of a held matrix as float32, exactly.
+float as_float(bfloat16 x) { return bf16_to_float(x); }
+float as_float(float x) { return x; }
 
 }  // namespace
 
@@ -81,35 +78,60 @@ void BasicGPT<T>::round_matrices() {
     const std::vector<Part> parts = bf16_matrices(W, cfg_);
     const std::vector<bfloat16*> at = own_matrices(W, parts);
     for (size_t i = 0; i < parts.size(); ++i) {
-      const float* src = w_.data() + parts[i].offset;
+      // From w_, or from the mapped float32 file's runs.
+      RowRuns<float> runs = {{w_.data() + parts[i].offset, parts[i].rows}};
+      if (matrices_mapped_) runs = W.mats32[i];
       bfloat16* dst = at[i];
-      nn::detail::for_chunks(parts[i].size(), [&](int64_t x0, int64_t m) {
-        for (int64_t x = x0; x < x0 + m; ++x) dst[x] = bf16_from_float(src[x]);
-      });
+      for (const RowRun<float>& run : runs) {
+        const float* src = run.at;
+        nn::detail::for_chunks(run.rows * parts[i].cols, [&](int64_t x0, int64_t m) {
+          for (int64_t x = x0; x < x0 + m; ++x) dst[x] = bf16_from_float(src[x]);
+        });
+        dst += run.rows * parts[i].cols;
+      }
     }
     W.wte16 = nullptr;
-    W.mapped.clear();  // nothing reads the files any more
+    if (!matrices_mapped_) W.mapped.clear();  // nothing reads the files any more
   }
 }
 
 template <class T>
 void BasicGPT<T>::widen_matrices() {
-  if (!matrices_in_bf16_) return;
+  if (!matrices_in_bf16_ && !matrices_mapped_) return;
   if constexpr (std::is_same_v<T, float>) {
-    // The exact inverse of rounding: mats16 stays valid.
     Work& W = *work_;
     const std::vector<Part> parts = bf16_matrices(W, cfg_);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      float* dst = w_.data() + parts[i].offset;
-      for (const Bf16Run& run : W.mats16[i]) {
-        widen(run.at, dst, run.rows * parts[i].cols);
-        dst += run.rows * parts[i].cols;
+    // From bf16 copies, the exact inverse of rounding (mats16 stays valid),
+    // or copied from the mapped float32 file (which is then let go).
+    auto fill = [&](const auto& mats, const auto* wte) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        float* dst = w_.data() + parts[i].offset;
+        for (const auto& run : mats[i]) {
+          const auto* src = run.at;
+          nn::detail::for_chunks(run.rows * parts[i].cols, [&](int64_t x0, int64_t m) {
+            for (int64_t x = x0; x < x0 + m; ++x) dst[x] = as_float(src[x]);
+          });
+          dst += run.rows * parts[i].cols;
+        }
       }
+      if (wte) {
+        float* dst = w_.data() + W.wte;
+        nn::detail::for_chunks(cfg_.vocab * cfg_.embd, [&](int64_t x0, int64_t m) {
+          for (int64_t x = x0; x < x0 + m; ++x) dst[x] = as_float(wte[x]);
+        });
+      }
+    };
+    if (matrices_in_bf16_) fill(W.mats16, W.wte16);
+    if (matrices_mapped_) {
+      fill(W.mats32, W.wte32);
+      W.mats32.clear();
+      W.wte32 = nullptr;
+      W.mapped.clear();  // bf16 copies, if any, are the model's own (round_matrices)
     }
-    if (W.wte16) widen(W.wte16, w_.data() + W.wte, cfg_.vocab * cfg_.embd);
     W.wte16 = nullptr;  // the embedding reads the float32 table again
   }
   matrices_in_bf16_ = false;
+  matrices_mapped_ = false;
 }
 
 template <class T>
@@ -117,11 +139,15 @@ int64_t BasicGPT<T>::mapped_weight_bytes() const {
   const Work& W = *work_;
   if (W.mapped.empty()) return 0;
   const std::vector<Part> parts = bf16_matrices(W, cfg_);
-  int64_t n = 0;
-  for (size_t i = 0; i < parts.size(); ++i)
-    if (!(cfg_.tied_head && parts[i].offset == W.wte && W.wte16)) n += parts[i].size();  // counted once
-  if (W.wte16) n += cfg_.vocab * cfg_.embd;
-  return n * static_cast<int64_t>(sizeof(bfloat16));
+  auto bytes = [&](size_t elem, bool mats, const void* wte) {
+    int64_t n = 0;
+    for (size_t i = 0; mats && i < parts.size(); ++i)
+      if (!(cfg_.tied_head && parts[i].offset == W.wte && wte)) n += parts[i].size();  // counted once
+    if (wte) n += cfg_.vocab * cfg_.embd;
+    return n * static_cast<int64_t>(elem);
+  };
+  if (matrices_mapped_) return bytes(sizeof(T), true, W.wte32);
+  return bytes(sizeof(bfloat16), true, W.wte16);
 }
 
 float* GptLoader::weights(GPT& m) { return m.w_.data(); }
@@ -155,22 +181,35 @@ void GptLoader::held_matrices_read(GPT& m) {
   });
 }
 
-void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, Bf16Matrix> runs, const bfloat16* wte16,
+template <class E>
+void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs, const E* wte,
                                      std::vector<std::shared_ptr<const void>> keep) {
   GPT::Work& W = *m.work_;
-  W.mats16.clear();
+  std::vector<RowRuns<E>> mats;
   for (const Part& part : bf16_matrices(W, m.cfg_)) {
-    Bf16Matrix& mat = runs.at(part.offset);
+    RowRuns<E>& mat = runs.at(part.offset);
     int64_t rows = 0;
-    for (const Bf16Run& run : mat) rows += run.rows;
-    if (rows != part.rows) throw Error("model: the bf16 runs of a matrix do not make its rows");
-    W.mats16.push_back(std::move(mat));
+    for (const RowRun<E>& run : mat) rows += run.rows;
+    if (rows != part.rows) throw Error("model: the runs of a mapped matrix do not make its rows");
+    mats.push_back(std::move(mat));
   }
-  W.wte16 = wte16;
   W.mapped = std::move(keep);
-  m.matrices_in_bf16_ = true;
+  if constexpr (std::is_same_v<E, bfloat16>) {
+    W.mats16 = std::move(mats);
+    W.wte16 = wte;
+    m.matrices_in_bf16_ = true;
+  } else {
+    W.mats32 = std::move(mats);
+    W.wte32 = wte;
+    m.matrices_mapped_ = true;
+  }
   m.weights_written_ = false;
 }
+
+template void GptLoader::hold_matrices_mapped(GPT&, std::map<int64_t, RowRuns<bfloat16>>, const bfloat16*,
+                                              std::vector<std::shared_ptr<const void>>);
+template void GptLoader::hold_matrices_mapped(GPT&, std::map<int64_t, RowRuns<float>>, const float*,
+                                              std::vector<std::shared_ptr<const void>>);
 
 template void BasicGPT<float>::round_matrices();
 template void BasicGPT<double>::round_matrices();

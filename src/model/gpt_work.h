@@ -23,15 +23,20 @@ namespace qkv {
 // gate's and the up projection's, stacked).
 inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() : c.ffn_dim(); }
 
-// A bf16 matrix the GEMMs read ([out, in], rows of `in` elements) as runs of
-// consecutive rows, each contiguous in memory: one run in Work::weights16,
-// or one per checkpoint tensor where a mapped file holds them (a Llama's q,
-// k and v projections are three tensors of its file, its c_attn one matrix).
-struct Bf16Run {
-  const bfloat16* at;
+// A matrix the GEMMs read ([out, in], rows of `in` elements) as runs of
+// consecutive rows, each contiguous in memory: one run in the model's own
+// buffer, or one per checkpoint tensor where a mapped file holds them (a
+// Llama's q, k and v projections are three tensors of its file, its c_attn
+// one matrix).
+template <class E>
+struct RowRun {
+  const E* at;
   int64_t rows;
 };
-using Bf16Matrix = std::vector<Bf16Run>;
+template <class E>
+using RowRuns = std::vector<RowRun<E>>;
+using Bf16Run = RowRun<bfloat16>;
+using Bf16Matrix = RowRuns<bfloat16>;
 
 template <class T>
 struct BasicGPT<T>::Work {
@@ -109,6 +114,10 @@ struct BasicGPT<T>::Work {
   // wte in bf16 where a mapped file holds it (its float32 copy unwritten
   // while matrices_in_bf16_): the embedding widens the rows it looks up.
   const bfloat16* wte16 = nullptr;
+  // The same for a float32 checkpoint mapped as it is (matrices_mapped_):
+  // the matrices, in mats16's order, and wte, read where the file holds them.
+  std::vector<RowRuns<T>> mats32;
+  const T* wte32 = nullptr;
   std::vector<std::shared_ptr<const void>> mapped;  // kept alive with the model
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
@@ -137,11 +146,14 @@ struct GptLoader {
   static std::map<int64_t, bfloat16*> hold_matrices_in_bf16(GPT& m);
   // After the reader has filled everything: a tied head's bf16 copy.
   static void held_matrices_read(GPT& m);
-  // Makes m hold its matrices in bf16 only, read where files mapped in
-  // memory hold them: `runs` by ParamInfo offset for every matrix (a tied
+  // Makes m hold its matrices in bf16 only (E = bfloat16), read where files
+  // mapped in memory hold them: `runs` by ParamInfo offset for every matrix (a tied
   // head: wte's offset), and wte16 (or null) wte itself, whose float32
   // copy is then left unwritten too. `keep` owns the mappings.
-  static void hold_matrices_mapped(GPT& m, std::map<int64_t, Bf16Matrix> runs, const bfloat16* wte16,
+  // The same for a float32 file (E = float): its matrices and wte are read
+  // where it lies under float32 compute, rounded from there for bf16.
+  template <class E>
+  static void hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs, const E* wte,
                                    std::vector<std::shared_ptr<const void>> keep);
 };
 

@@ -76,7 +76,7 @@ def check_bf16_weights_held(bf16_dir, tmp_path, prompts, mapped):
     same values in a float32 file (converted exactly) give the same bf16
     text, and the same float32 logits once the bf16 model widens its
     matrices: so every matrix landed where it belongs, both ways. With
-    `mapped`, every 2-D tensor of the file (the matrices, the head, the
+    `mapped`, every 2-D tensor of either file (the matrices, the head, the
     embedding table) is read where the mapped file holds it; without (GPT-2's
     [in, out] Conv1D weights, transposed), none is."""
     import shutil
@@ -98,7 +98,7 @@ def check_bf16_weights_held(bf16_dir, tmp_path, prompts, mapped):
     assert _qkv._testing.matrices_dtype(m16._m) == "bf16"  # bf16 compute: nothing widened
     in_file = sum(t.numel() * 2 for t in tensors.values() if t.dim() == 2)
     assert _qkv._testing.mapped_weight_bytes(m16._m) == (in_file if mapped else 0)
-    assert _qkv._testing.mapped_weight_bytes(m32._m) == 0
+    assert _qkv._testing.mapped_weight_bytes(m32._m) == (2 * in_file if mapped else 0)  # float32: 4 bytes
     r = run_qkv("sample", "--model", bf16_dir, "--prompt", prompts[0], "--tokens", 32, "--temperature", 0)
     assert r.returncode == 0, r.stderr
     assert r.stdout == prompts[0] + texts[0] + "\n"

@@ -15,8 +15,8 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
-#include "io/safetensors_map.h"
 #include "model/gpt_work.h"
+#include "model/hf/mapped_weights.h"
 #include "qkv/error.h"
 #include "qkv/safetensors.h"
 
@@ -160,14 +160,6 @@ int64_t first_non_finite(const X* x, int64_t n) {
   return first < n ? first : -1;
 }
 
-// The rows of parameter p each of its sources holds: stacked sources split
-// them evenly (q, k and v of one width), or as arch.source_rows says.
-std::vector<int64_t> source_rows(const Architecture& arch, const ParamInfo& p) {
-  const size_t n = arch.weights.at(p.name).size();
-  if (const auto given = arch.source_rows.find(p.name); given != arch.source_rows.end()) return given->second;
-  return std::vector<int64_t>(n, p.shape[0] / static_cast<int64_t>(n));
-}
-
 }  // namespace
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
@@ -176,68 +168,34 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   std::map<std::string, std::string> dtype_of_tensor;  // the checkpoint's, by name
   for (const std::string& f : files)
     for (const SafetensorsEntry& e : safetensors_entries(f)) dtype_of_tensor[e.name] = e.dtype;
-  // A bf16 checkpoint's matrices stay bf16 (half the memory; the bf16 GEMMs
-  // read them as they are) when every source of every one of them is BF16.
+  // The matrices' sources' one dtype ("" when they differ). A bf16
+  // checkpoint's matrices stay bf16 (half the memory; the bf16 GEMMs read
+  // them as they are), used where the mapped files hold them when they can
+  // be (mapped_weights.h), else copied; a float32 one's are mapped the same
+  // way, when they can be.
   const std::set<int64_t> matrices = GptLoader::bf16_matrix_offsets(*gpt);
-  bool hold16 = !matrices.empty();
+  std::string common;
+  bool first = true;
   for (const ParamInfo& p : gpt->params()) {
     if (!matrices.count(p.offset)) continue;
     const auto it = arch.weights.find(p.name);
     if (it == arch.weights.end()) continue;  // refused below
     for (const std::string& source : it->second) {
       const auto d = dtype_of_tensor.find(source);
-      hold16 = hold16 && d != dtype_of_tensor.end() && d->second == "BF16";
+      const std::string dt = d == dtype_of_tensor.end() ? "" : d->second;
+      if (first) common = dt;
+      else if (dt != common) common = "";
+      first = false;
     }
   }
-  // Held in bf16, the matrices are used where the files hold them, mapped
-  // into memory (no copy: start-up costs the page tables, and the weights'
-  // memory is the file cache's), when each source is a BF16 tensor stored
-  // as the model reads it (not GPT-2's [in, out] Conv1D weights). wte too,
-  // when it is one such tensor: the embedding widens the rows it looks up.
-  std::vector<std::shared_ptr<const void>> maps;
-  std::map<std::string, const bfloat16*> in_file;  // BF16 tensors where the mappings hold them
-  std::map<int64_t, Bf16Matrix> runs;              // by parameter offset
-  const bfloat16* wte16 = nullptr;
-  if (hold16) {
-    bool mappable = true;
-    for (const ParamInfo& p : gpt->params())
-      mappable = mappable && !(matrices.count(p.offset) && arch.transposed.count(p.name));
-    for (size_t f = 0; mappable && f < files.size(); ++f) {
-      auto m = std::make_shared<const SafetensorsMapping>(files[f]);
-      for (const SafetensorsEntry& e : m->entries()) {
-        const std::byte* at = m->data(e.name);
-        if (e.dtype == "BF16" && reinterpret_cast<uintptr_t>(at) % alignof(bfloat16) == 0)
-          in_file[e.name] = reinterpret_cast<const bfloat16*>(at);
-      }
-      maps.push_back(std::move(m));
-    }
-    for (const ParamInfo& p : gpt->params()) {
-      const auto it = arch.weights.find(p.name);
-      if (!mappable || it == arch.weights.end()) continue;
-      const bool is_wte = p.name == "transformer.wte.weight";
-      if (!matrices.count(p.offset) && !is_wte) continue;
-      const std::vector<int64_t> rows = source_rows(arch, p);
-      Bf16Matrix mat;
-      for (size_t i = 0; i < it->second.size(); ++i) {
-        const auto f = in_file.find(it->second[i]);
-        if (f == in_file.end()) break;
-        mat.push_back({f->second, rows[i]});
-      }
-      if (mat.size() != it->second.size()) {
-        mappable = mappable && !matrices.count(p.offset);  // wte alone may stay float32
-        continue;
-      }
-      if (is_wte && mat.size() == 1) wte16 = mat[0].at;
-      if (matrices.count(p.offset)) runs[p.offset] = std::move(mat);
-    }
-    if (!mappable) {
-      runs.clear();
-      wte16 = nullptr;
-      maps.clear();
-    }
-  }
+  const bool hold16 = common == "BF16";
+  MappedWeights<bfloat16> map16;
+  MappedWeights<float> map32;
+  if (hold16) map16 = map_weights<bfloat16>(*gpt, arch, matrices, files);
+  else if (common == "F32") map32 = map_weights<float>(*gpt, arch, matrices, files);
   std::map<int64_t, bfloat16*> held;  // by parameter offset: where its bf16 values go
-  if (!maps.empty()) GptLoader::hold_matrices_mapped(*gpt, runs, wte16, maps);
+  if (!map16.empty()) GptLoader::hold_matrices_mapped(*gpt, map16.runs, map16.wte, map16.keep);
+  else if (!map32.empty()) GptLoader::hold_matrices_mapped(*gpt, map32.runs, map32.wte, map32.keep);
   else if (hold16) held = GptLoader::hold_matrices_in_bf16(*gpt);
 
   // Where each source tensor goes: its parameter, and its rows there, in
@@ -248,7 +206,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     int64_t count = 0;  // its elements
     float* dst = nullptr;
     bfloat16* dst16 = nullptr;
-    const bfloat16* mapped = nullptr;  // used where the file holds it: nothing to read
+    const bfloat16* mapped16 = nullptr;  // used where the file holds it: nothing to read
+    const float* mapped32 = nullptr;
     bool filled = false;
     std::vector<float> stored = {};  // a transposed parameter as the file has it, [in, out]
   };
@@ -267,8 +226,9 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     for (size_t i = 0; i < n; ++i) {
       Slot& s = slots[it->second[i]];
       s = Slot{.param = &p, .rows = rows[i], .count = rows[i] * row_size};
-      const bool mapped = runs.count(p.offset) || (wte16 && p.name == "transformer.wte.weight");
-      if (mapped) s.mapped = in_file.at(it->second[i]);
+      const bool is_wte = p.name == "transformer.wte.weight";
+      if (map16.runs.count(p.offset) || (map16.wte && is_wte)) s.mapped16 = map16.in_file.at(it->second[i]);
+      else if (map32.runs.count(p.offset) || (map32.wte && is_wte)) s.mapped32 = map32.in_file.at(it->second[i]);
       else if (h != held.end()) s.dst16 = h->second + at * row_size;
       else s.dst = w + p.offset + at * row_size;
       at += rows[i];
@@ -290,7 +250,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
         throw Error("'" + file + "': tensor " + e.name + " is " + e.dtype + "; weights must be F32, F16 or BF16");
       s.filled = true;
-      if (s.mapped) return {};
+      if (s.mapped16 || s.mapped32) return {};
       if (transposed) {
         s.stored.resize(static_cast<size_t>(s.count));
         return {s.stored.data(), nullptr};
@@ -316,13 +276,14 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   // Checked per checkpoint tensor (the slots cover every parameter), so the
   // error names the tensor and element the user can find in the file.
   for (const auto& [name, s] : slots) {
-    const int64_t bad = s.mapped  ? first_non_finite(s.mapped, s.count)
-                        : s.dst16 ? first_non_finite(s.dst16, s.count)
-                                  : first_non_finite(s.dst, s.count);
+    const int64_t bad = s.mapped16 ? first_non_finite(s.mapped16, s.count)
+                        : s.mapped32 ? first_non_finite(s.mapped32, s.count)
+                        : s.dst16    ? first_non_finite(s.dst16, s.count)
+                                     : first_non_finite(s.dst, s.count);
     if (bad >= 0)
       throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " + std::to_string(bad));
   }
-  if (maps.empty()) GptLoader::held_matrices_read(*gpt);
+  if (map16.empty()) GptLoader::held_matrices_read(*gpt);
   return gpt;
 }
 
