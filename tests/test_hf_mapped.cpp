@@ -90,6 +90,11 @@ TEST(HfMapped, MatricesAreReadWhereTheFileHoldsThem) {
   // bf16 file's values widened (the same values).
   const std::vector<float> f32_logits = logits_of(*own, ids);
   EXPECT_EQ(logits_of(*m32, ids), f32_logits);
+  for (int threads : {1, 3, 8}) {  // columns shared out across the q, k and v runs every way
+    m32->set_threads(threads);
+    EXPECT_EQ(logits_of(*m32, ids), f32_logits) << threads << " threads";
+  }
+  m32->set_threads(0);
   EXPECT_EQ(logits_of(*m16, ids), f32_logits);
   EXPECT_EQ(m16->matrices_dtype(), DType::f32);
   // bf16 still reads the matrices from the file; the embedding now reads

@@ -11,6 +11,7 @@
 
 #include "model/gemm.h"
 #include "model/gpt_work.h"
+#include "model/linear_runs.h"
 #include "model/layers/nn_common.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
@@ -273,34 +274,14 @@ struct LinearWeight {
   const RowRuns<T>* w32 = nullptr;
 };
 
-// out [BT, OC] = inp [BT, C] · wᵀ + b, one GEMM for each run of w's rows
-// (out's columns j0 .. j0 + rows - 1).
+// out [BT, OC] = inp [BT, C] · wᵀ + b.
 template <class T, class TI>
 void linear_to(T* out, const TI* inp, const LinearWeight<T>& lw, const T* b, int64_t BT, int64_t C,
                int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>) {
-    int64_t j0 = 0;
-    if (lw.w16) {
-      for (const Bf16Run& run : *lw.w16) {
-        kernels::gemm_bf16_bias(false, true, BT, run.rows, C, 1.0f, inp, C, run.at, C, 0.0f,
-                                b ? b + j0 : nullptr, out + j0, OC);
-        j0 += run.rows;
-      }
-      return;
-    }
+    if (lw.w16) return linear_runs(out, inp, *lw.w16, b, BT, C, OC);
     if constexpr (std::is_same_v<TI, float>)
-      if (lw.w32) {  // float32 compute: the float32 Linear's sums (the bias written first)
-        for (const RowRun<float>& run : *lw.w32) {
-          if (b) {
-#pragma omp parallel for schedule(static) if (BT * run.rows >= nn::detail::kParallelMin)
-            for (int64_t r = 0; r < BT; ++r) std::copy_n(b + j0, run.rows, out + r * OC + j0);
-          }
-          kernels::sgemm(false, true, BT, run.rows, C, 1.0f, inp, C, run.at, C, b ? 1.0f : 0.0f,
-                         out + j0, OC);
-          j0 += run.rows;
-        }
-        return;
-      }
+      if (lw.w32) return linear_runs(out, inp, *lw.w32, b, BT, C, OC);
   }
   const T* w = lw.w;
   if constexpr (std::is_same_v<TI, bfloat16>) nn::linear_forward(out, inp, w, b, BT, C, OC);

@@ -1,0 +1,74 @@
+// linear_runs.cpp: a Linear layer's forward over a weight in runs of rows
+// (contract in linear_runs.h).
+#include "model/linear_runs.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/gemm_dot_kernels.h"
+#include "model/gemm.h"
+#include "model/gemm_common.h"
+#include "model/layers/nn_common.h"
+
+namespace qkv {
+namespace {
+
+// Columns [j0, j0 + n) of out from rows w [n, C] of the weight.
+template <class TI, class E>
+void piece(float* out, const TI* inp, const E* w, const float* b, int64_t BT, int64_t C, int64_t OC,
+           int64_t j0, int64_t n) {
+  if constexpr (std::is_same_v<E, bfloat16>) {
+    kernels::gemm_bf16_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, b ? b + j0 : nullptr,
+                            out + j0, OC);
+  } else {
+    if (b) {
+#pragma omp parallel for schedule(static) if (BT * n >= nn::detail::kParallelMin)
+      for (int64_t r = 0; r < BT; ++r) std::copy_n(b + j0, n, out + r * OC + j0);
+    }
+    kernels::sgemm(false, true, BT, n, C, 1.0f, inp, C, w, C, b ? 1.0f : 0.0f, out + j0, OC);
+  }
+}
+
+template <class TI, class E>
+void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, int64_t BT, int64_t C,
+                int64_t OC) {
+  if (BT > kernels::kDotRowsMax || w.size() == 1) {  // one GEMM a run, each threaded itself
+    int64_t j0 = 0;
+    for (const RowRun<E>& run : w) {
+      piece(out, inp, run.at, b, BT, C, OC, j0, run.rows);
+      j0 += run.rows;
+    }
+    return;
+  }
+#pragma omp parallel
+  {
+    const auto [lo, hi] = kernels::dot_range(OC, omp_get_thread_num(), omp_get_num_threads());
+    int64_t j0 = 0;
+    for (const RowRun<E>& run : w) {
+      const int64_t s = std::max(lo, j0), e = std::min(hi, j0 + run.rows);
+      if (s < e) piece(out, inp, run.at + (s - j0) * C, b, BT, C, OC, s, e - s);
+      j0 += run.rows;
+    }
+  }
+}
+
+}  // namespace
+
+void linear_runs(float* out, const float* inp, const RowRuns<bfloat16>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC) {
+  run_pieces(out, inp, w, b, BT, C, OC);
+}
+
+void linear_runs(float* out, const bfloat16* inp, const RowRuns<bfloat16>& w, const float* b,
+                 int64_t BT, int64_t C, int64_t OC) {
+  run_pieces(out, inp, w, b, BT, C, OC);
+}
+
+void linear_runs(float* out, const float* inp, const RowRuns<float>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC) {
+  run_pieces(out, inp, w, b, BT, C, OC);
+}
+
+}  // namespace qkv

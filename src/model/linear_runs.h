@@ -1,0 +1,27 @@
+// linear_runs.h: a Linear layer's forward with its weight [OC, C] given as
+// runs of rows (model/gpt_work.h's RowRuns: a bf16 copy, or the tensors of a
+// mapped checkpoint, where a Llama's q, k and v are three).
+#pragma once
+
+#include <cstdint>
+
+#include "model/gpt_work.h"
+
+namespace qkv {
+
+// out [BT, OC] = inp [BT, C] · wᵀ + b (b [OC] or null), w's runs stacked
+// making its OC rows: gemm_bf16 for a bf16 weight (inp float32 or bf16), or
+// float32 sgemm with the bias written first (the float32 Linear's sums).
+// Few rows (BT <= kDotRowsMax: a decoded token, a short text) run in one
+// parallel region whose threads each take a contiguous range of the
+// columns across the runs, each GEMM call inside it on its thread alone:
+// one fork and join for the matrix, not one per run, and the bits of one
+// GEMM over a single stacked weight (each element one thread's K sum).
+void linear_runs(float* out, const float* inp, const RowRuns<bfloat16>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC);
+void linear_runs(float* out, const bfloat16* inp, const RowRuns<bfloat16>& w, const float* b,
+                 int64_t BT, int64_t C, int64_t OC);
+void linear_runs(float* out, const float* inp, const RowRuns<float>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC);
+
+}  // namespace qkv
