@@ -191,6 +191,26 @@ TEST_P(GemmBf16, SameBitsForAnyThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// A panel of op(B) = Bᵀ packed past the weight's last row (gemm_bf16 packs
+// whole panels of 64 columns, N = 20 here): the blocks of 16 rows wholly
+// past W are zeros, read from nowhere (a sanitizer run checks the latter).
+TEST(GemmBf16Packing, GatherPairsPastTheLastRowStoresZeros) {
+  if (detected_isa() < Isa::avx512bf16) GTEST_SKIP() << "AVX512-BF16 not on this CPU";
+  std::mt19937 rng(36);
+  const int64_t W = 20, K = 37, ld = K, np = kernels::bf16gemm::pairs(K), dst_ld = 64;
+  const VecF src = random_vec(rng, W * ld);
+  const std::vector<uint16_t> src16 = bf16_bits(src);
+  std::vector<uint32_t> got(np * dst_ld, 0xdeadbeefu), got16 = got;
+  pairs_of(Isa::avx512bf16).from_f32.gather_pairs(src.data(), ld, W, K, 0, dst_ld, got.data(), dst_ld);
+  pairs_of(Isa::avx512bf16).from_bf16.gather_pairs(src16.data(), ld, W, K, 0, dst_ld, got16.data(), dst_ld);
+  for (int64_t p = 0; p < np; ++p)
+    for (int64_t w = 0; w < dst_ld; ++w) {
+      const uint32_t want = w < W ? pair_of(src16[w * ld + 2 * p], 2 * p + 1 < K ? src16[w * ld + 2 * p + 1] : 0) : 0u;
+      ASSERT_EQ(got[p * dst_ld + w], want) << "pair " << p << " row " << w;
+      ASSERT_EQ(got16[p * dst_ld + w], want) << "bf16 source, pair " << p << " row " << w;
+    }
+}
+
 // A long K with op(B) = Bᵀ (a Linear's weight) is summed in slices, each
 // panel's slice packed in turn, when beta = 0: the same bits as one sum
 // over the whole K, which beta = 1 runs (the bias in C); for any thread count

@@ -173,7 +173,7 @@ void gather_pairs(const float* src, int64_t ld, int64_t W, int64_t K, int64_t w0
   // L1 while p walks along them (p outermost re-read each line from L2 for
   // every pair it holds).
   for (int64_t w = w0; w < w1; w += 16) {
-    const int64_t left = std::min<int64_t>(W, w1) - w;
+    const int64_t left = std::max<int64_t>(0, std::min<int64_t>(W, w1) - w);  // rows to read: 0 past W
     const __mmask8 m0 = left >= 8 ? __mmask8(0xff) : static_cast<__mmask8>((1u << left) - 1u);
     const __mmask8 m1 = left >= 16 ? __mmask8(0xff) : left <= 8 ? __mmask8(0) : static_cast<__mmask8>((1u << (left - 8)) - 1u);
     const __mmask16 store = first_lanes(dst_ld - w);
@@ -218,7 +218,7 @@ void gather_pairs(const uint16_t* src, int64_t ld, int64_t W, int64_t K, int64_t
   // into 16 pair rows of 16 columns. Rows past W and pairs past K/2 load as 0.
   const int64_t full = K / 2;  // pairs whose high half exists
   for (int64_t w = w0; w < w1; w += 16) {
-    const int64_t left = std::min<int64_t>(W, w1) - w;
+    const int64_t left = std::max<int64_t>(0, std::min<int64_t>(W, w1) - w);  // rows to read: 0 past W
     const __mmask16 store = first_lanes(dst_ld - w);
     for (int64_t p = 0; p < full; p += 16) {
       const int n = static_cast<int>(std::min<int64_t>(16, full - p));
