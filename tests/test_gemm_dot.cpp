@@ -8,7 +8,10 @@
 // share); the rule is gemm_check.h's.
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <limits>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -156,6 +159,36 @@ TEST_P(GemmDot, Bf16KernelAddsTheBiasAfterTheSum) {
   dot_kernels()->bf16(M, N, K, 0.5f, a.data(), K, b.data(), K, 0.0f, bias.data(), got.data(), N);
   dot_kernels()->bf16(M, N, K, 0.5f, a.data(), K, b.data(), K, 1.0f, nullptr, want.data(), N);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+// sgemm_bias with beta = 0 gives the bits of the bias in C and beta = 1 (C
+// starts NaN: never read), on the dot-product kernels (few rows, from
+// avx512 up) and on oneDNN (many rows, op(B) = B, below avx512); with beta
+// = 0.5, those of the GEMM without bias, then the bias added.
+TEST_P(GemmDot, SgemmBiasIsBitwiseTheBiasInCWithBetaOne) {
+  std::mt19937 rng(55);
+  for (bool tb : {false, true})
+    for (auto [M, N, K] : {std::array<int64_t, 3>{1, 150, 391}, {16, 47, 100}, {kDotRowsMax, 7, 33},
+                           {100, 130, 77}, {1, 1, 0}}) {
+      SCOPED_TRACE((tb ? "NT M " : "NN M ") + std::to_string(M) + " N " + std::to_string(N) +
+                   " K " + std::to_string(K));
+      const VecF A = random_vec(rng, M * K), B = random_vec(rng, K * N), bias = random_vec(rng, N);
+      const VecF C0 = random_vec(rng, M * N);
+      const int64_t ldb = tb ? std::max<int64_t>(K, 1) : N, lda = std::max<int64_t>(K, 1);
+      VecF got(M * N, std::numeric_limits<float>::quiet_NaN()), want(M * N);
+      for (int64_t i = 0; i < M; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * N);
+      kernels::sgemm_bias(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, bias.data(),
+                          got.data(), N);
+      sgemm(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, want.data(), N);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      VecF got_b = C0, want_b = C0;
+      kernels::sgemm_bias(false, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, bias.data(),
+                          got_b.data(), N);
+      sgemm(false, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, want_b.data(), N);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) want_b[i * N + j] += bias[j];
+      ASSERT_EQ(std::memcmp(got_b.data(), want_b.data(), got_b.size() * sizeof(float)), 0);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, GemmDot, ::testing::ValuesIn(all_isas()), test::isa_test_name);

@@ -31,14 +31,14 @@ constexpr int64_t kDotRowsMax = 32;
 constexpr int64_t kDotBlockColumns = 6;
 
 struct GemmDotKernels {
-  // C[i][j] = alpha · Σ_k A[i][k] B[j][k] + beta · C[i][j] for i < M, j < N,
-  // in float32 (beta = 0 never reads C). Rows lda, ldb, ldc apart.
+  // C[i][j] = alpha · Σ_k A[i][k] B[j][k] + beta · C[i][j], then + bias[j]
+  // (bias null: none), rounded separately, for i < M, j < N, in float32
+  // (beta = 0 never reads C). Rows lda, ldb, ldc apart.
   void (*f32)(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+              const float* B, int64_t ldb, float beta, const float* bias, float* C, int64_t ldc);
   // The same with A and B bfloat16 bit patterns, the products of each pair
-  // of k summed by vdpbf16ps in float32 (bf16 denormals count as 0), and
-  // then + bias[j] (bias null: none), rounded separately. Null below
-  // avx512bf16.
+  // of k summed by vdpbf16ps in float32 (bf16 denormals count as 0). Null
+  // below avx512bf16.
   void (*bf16)(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, const float* bias, float* C,
                int64_t ldc);
@@ -49,7 +49,7 @@ struct GemmDotKernels {
 extern const GemmDotKernels gemm_dot_avx512;
 extern const GemmDotKernels gemm_dot_avx512bf16;
 void gemm_dot_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                         int64_t ldc);
+                         int64_t lda, const float* B, int64_t ldb, float beta, const float* bias,
+                         float* C, int64_t ldc);
 
 }  // namespace qkv::kernels

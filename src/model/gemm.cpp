@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/isa_kernels.h"
+#include "model/layers/nn_common.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
 
@@ -31,18 +32,70 @@ int64_t panel_size(int64_t dim) {
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
 }
 
-// C = alpha · A · Bᵀ + beta · C on the dot-product kernels, C's columns
-// cut into one contiguous range per thread (whole register blocks), so
-// each thread's B streams in one piece and its fetches run ahead across
+// C = alpha · A · Bᵀ + beta · C (+ bias) on the dot-product kernels, C's
+// columns cut into one contiguous range per thread (whole register blocks),
+// so each thread's B streams in one piece and its fetches run ahead across
 // it. Each element is one call's whole K sum, whatever the cut.
 void dot_columns(const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 const float* bias, float* C, int64_t ldc) {
 #pragma omp parallel
   {
     const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
-    if (lo < hi) dot.f32(M, hi - lo, K, alpha, A, lda, B + lo * ldb, ldb, beta, C + lo, ldc);
+    if (lo < hi)
+      dot.f32(M, hi - lo, K, alpha, A, lda, B + lo * ldb, ldb, beta, bias ? bias + lo : nullptr,
+              C + lo, ldc);
   }
+}
+
+// C = alpha · op(A) · op(B) + beta · C on oneDNN, in the fixed panels above.
+void on_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  const bool split_m = M >= N;
+  const int64_t dim = split_m ? M : N;
+  const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  int status = dnnl_success;  // the worst status of any panel (an enum cannot be reduced)
+  // Inside this region oneDNN sees omp_in_parallel() and runs each call on
+  // the calling thread. With one panel the region still runs (one thread
+  // works) so that oneDNN never threads, and splits K, on its own.
+#pragma omp parallel for schedule(static) reduction(max : status)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t lo = p * panel, n = std::min(panel, dim - lo);
+    int s;
+    if (split_m)  // rows lo..lo+n of op(A) and C
+      s = dnnl_sgemm(ta, tb, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+                     C + lo * ldc, ldc);
+    else  // columns lo..lo+n of op(B) and C
+      s = dnnl_sgemm(ta, tb, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+                     C + lo, ldc);
+    status = std::max(status, s);
+  }
+  if (status != dnnl_success)
+    throw Error("sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(status)));
+}
+
+// sgemm and sgemm_bias (bias null: none).
+void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+         int64_t lda, const float* B, int64_t ldb, float beta, const float* bias, float* C,
+         int64_t ldc) {
+  check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
+  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) {
+    if (bias) add_bias(M, N, bias, C, ldc);
+    return;
+  }
+  if (!trans_a && trans_b && M <= kDotRowsMax)
+    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot)
+      return dot_columns(*dot, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
+  if (bias && beta == 0.0f) {  // the bias as C and beta = 1: the same bits, one pass fewer
+#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
+    for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+    return on_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+  }
+  on_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (bias) add_bias(M, N, bias, C, ldc);
 }
 
 }  // namespace
@@ -84,34 +137,19 @@ bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float b
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc) {
-  check_gemm_args("sgemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  // oneDNN returns at once for K = 0 without scaling C; BLAS scales it.
-  if (gemm_without_products(M, N, K, alpha, beta, C, ldc)) return;
-  if (!trans_a && trans_b && M <= kDotRowsMax)
-    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot)
-      return dot_columns(*dot, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  const bool split_m = M >= N;
-  const int64_t dim = split_m ? M : N;
-  const int64_t panel = panel_size(dim), panels = (dim + panel - 1) / panel;
-  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  int status = dnnl_success;  // the worst status of any panel (an enum cannot be reduced)
-  // Inside this region oneDNN sees omp_in_parallel() and runs each call on
-  // the calling thread. With one panel the region still runs (one thread
-  // works) so that oneDNN never threads, and splits K, on its own.
-#pragma omp parallel for schedule(static) reduction(max : status)
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t lo = p * panel, n = std::min(panel, dim - lo);
-    int s;
-    if (split_m)  // rows lo..lo+n of op(A) and C
-      s = dnnl_sgemm(ta, tb, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
-                     C + lo * ldc, ldc);
-    else  // columns lo..lo+n of op(B) and C
-      s = dnnl_sgemm(ta, tb, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
-                     C + lo, ldc);
-    status = std::max(status, s);
-  }
-  if (status != dnnl_success)
-    throw Error("sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(status)));
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, nullptr, C, ldc);
+}
+
+void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                const float* bias, float* C, int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
+}
+
+void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
+#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
 
 void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -34,6 +34,15 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc);
 
+// sgemm, then every row of C adds bias [N]: C = alpha · op(A) · op(B) + beta ·
+// C + bias. With beta = 0 (a Linear layer's forward) that is bitwise what
+// writing the bias into C and calling sgemm with beta = 1 gives, without
+// that pass over C and its threads on the dot-product kernels, which add
+// the bias as they store each sum.
+void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                const float* bias, float* C, int64_t ldc);
+
 // The same contract in plain loops: each output's K products summed in double
 // in order k = 0..K-1, then alpha · sum + beta · C rounded to float once.
 // For tests; about 1 GFLOP/s.

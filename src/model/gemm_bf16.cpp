@@ -69,13 +69,7 @@ void rounded_op(bool trans, int64_t R, int64_t Cn, const T* X, int64_t ld, float
       dst[r * Cn + c] = rounded(trans ? X[c * ld + r] : X[r * ld + c]);
 }
 
-// C[i][j] += bias[j] for every row.
-void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
-#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
-}
-
+// The operands rounded, then widened back for sgemm (CPUs without AVX512-BF16).
 template <class TA, class TB>
 void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
              const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
@@ -85,14 +79,7 @@ void widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float 
   float* b = grown(p.wb, K * N);
   rounded_op(trans_a, M, K, A, lda, a);
   rounded_op(trans_b, K, N, B, ldb, b);
-  if (bias && beta == 0.0f) {  // the bias as C and beta = 1, as Linear did before the bias
-#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
-    for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
-    sgemm(false, false, M, N, K, alpha, a, K, b, N, 1.0f, C, ldc);
-    return;
-  }
-  sgemm(false, false, M, N, K, alpha, a, K, b, N, beta, C, ldc);
-  if (bias) add_bias(M, N, bias, C, ldc);
+  sgemm_bias(false, false, M, N, K, alpha, a, K, b, N, beta, bias, C, ldc);
 }
 
 // A float32 operand's elements as they are; a bfloat16 one's as bit patterns

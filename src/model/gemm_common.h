@@ -22,4 +22,7 @@ bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float b
 // thread with none.
 std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads);
 
+// C [M, N] (rows ldc apart) += bias [N] on every row.
+void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc);
+
 }  // namespace qkv::kernels

@@ -10,7 +10,6 @@
 #include "core/gemm_dot_kernels.h"
 #include "model/gemm.h"
 #include "model/gemm_common.h"
-#include "model/layers/nn_common.h"
 
 namespace qkv {
 namespace {
@@ -19,16 +18,11 @@ namespace {
 template <class TI, class E>
 void piece(float* out, const TI* inp, const E* w, const float* b, int64_t BT, int64_t C, int64_t OC,
            int64_t j0, int64_t n) {
-  if constexpr (std::is_same_v<E, bfloat16>) {
-    kernels::gemm_bf16_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, b ? b + j0 : nullptr,
-                            out + j0, OC);
-  } else {
-    if (b) {
-#pragma omp parallel for schedule(static) if (BT * n >= nn::detail::kParallelMin)
-      for (int64_t r = 0; r < BT; ++r) std::copy_n(b + j0, n, out + r * OC + j0);
-    }
-    kernels::sgemm(false, true, BT, n, C, 1.0f, inp, C, w, C, b ? 1.0f : 0.0f, out + j0, OC);
-  }
+  const float* bias = b ? b + j0 : nullptr;
+  if constexpr (std::is_same_v<E, bfloat16>)
+    kernels::gemm_bf16_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, bias, out + j0, OC);
+  else
+    kernels::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, bias, out + j0, OC);
 }
 
 template <class TI, class E>

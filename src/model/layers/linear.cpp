@@ -89,31 +89,20 @@ Gemm gemm_for(Matmul m) {
   return m == Matmul::bf16 ? static_cast<Gemm>(kernels::gemm_bf16) : kernels::sgemm;
 }
 
-// out = inp · W + bias on sgemm, which has no bias: it is written first and
-// the GEMM adds onto it (beta = 1), so out is swept once by us and once by
-// the GEMM, not twice after it.
-void fast_forward_f32(float* out, const float* inp, const float* weight, const float* bias,
-                      int64_t BT, int64_t C, int64_t OC, bool out_in, int64_t ldw) {
-  if (bias) {
-#pragma omp parallel for schedule(static) if (BT * OC >= detail::kParallelMin)
-    for (int64_t r = 0; r < BT; ++r) std::copy(bias, bias + OC, out + r * OC);
-  }
-  kernels::sgemm(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, bias ? 1.0f : 0.0f, out, OC);
-}
-
 // out [BT, OC] = inp [BT, C] · W + bias [OC]; inp float32 or (Matmul::bf16
-// only) bfloat16.
+// only) bfloat16. The bias is the GEMM's own (added as each sum is stored
+// on the few-row kernels; written first, with beta = 1, on the others).
 template <class TI>
 void fast_forward(float* out, const TI* inp, const float* weight, const float* bias,
                   int64_t BT, int64_t C, int64_t OC, WeightLayout layout, Matmul matmul) {
   const bool out_in = layout == WeightLayout::out_in;
   const int64_t ldw = out_in ? C : OC;
-  if (matmul == Matmul::bf16) {  // the bias added in the micro-tiles' store
+  if (matmul == Matmul::bf16) {
     kernels::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
     return;
   }
   if constexpr (std::is_same_v<TI, float>)
-    fast_forward_f32(out, inp, weight, bias, BT, C, OC, out_in, ldw);
+    kernels::sgemm_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
 }
 
 // dinp [BT, C] += dout [BT, OC] · weight [OC, C]

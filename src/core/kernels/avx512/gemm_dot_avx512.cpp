@@ -21,9 +21,9 @@ struct F32 {
 }  // namespace
 
 void gemm_dot_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                         int64_t ldc) {
-  dot::gemm<F32>(M, N, K, alpha, A, lda, B, ldb, beta, nullptr, C, ldc);
+                         int64_t lda, const float* B, int64_t ldb, float beta, const float* bias,
+                         float* C, int64_t ldc) {
+  dot::gemm<F32>(M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
 }
 
 constinit const GemmDotKernels gemm_dot_avx512{gemm_dot_f32_avx512, nullptr};
