@@ -7,6 +7,7 @@
 #include <cmath>
 #include <type_traits>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
+#include "io/safetensors_map.h"
 #include "model/gpt_work.h"
 #include "model/hf/mapped_weights.h"
 #include "qkv/error.h"
@@ -24,6 +26,43 @@ namespace qkv::hf {
 namespace {
 
 using nlohmann::json;
+
+// A tensor [in, out] of the file (F32, F16 or BF16 bytes where they lie)
+// into dst [out, in] as float32, or dst16 as bf16 (exact: the tensor is
+// BF16 then), in 32 x 32 tiles split between the threads: a tile's reads
+// and writes stay in L1. Read from the mapped file, not a copy: a copy's
+// fresh pages cost more to touch than the transposition itself.
+void transpose_into(const std::byte* src, const std::string& dtype, int64_t in, int64_t out, float* dst,
+                    bfloat16* dst16) {
+  auto run = [&](auto value) {
+    constexpr int64_t kTile = 32;
+    const int64_t tiles_o = (out + kTile - 1) / kTile, tiles_i = (in + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t to = 0; to < tiles_o; ++to)
+      for (int64_t ti = 0; ti < tiles_i; ++ti) {
+        const int64_t o1 = std::min(out, (to + 1) * kTile), i1 = std::min(in, (ti + 1) * kTile);
+        for (int64_t o = to * kTile; o < o1; ++o)
+          for (int64_t i = ti * kTile; i < i1; ++i) {
+            const float x = value(i * out + o);
+            if (dst16) dst16[o * in + i] = bf16_from_float(x);
+            else dst[o * in + i] = x;
+          }
+      }
+  };
+  auto bits16 = [src](int64_t x) {
+    uint16_t b;
+    std::memcpy(&b, src + 2 * x, 2);
+    return b;
+  };
+  if (dtype == "F32")
+    run([src](int64_t x) {
+      float v;
+      std::memcpy(&v, src + 4 * x, 4);
+      return v;
+    });
+  else if (dtype == "BF16") run([&](int64_t x) { return bf16_to_float(bfloat16{bits16(x)}); });
+  else run([&](int64_t x) { return float_from_half(bits16(x)); });
+}
 
 // The weights files: model.safetensors, or the shards its index lists (in
 // the index's order of first mention).
@@ -209,7 +248,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     const bfloat16* mapped16 = nullptr;  // used where the file holds it: nothing to read
     const float* mapped32 = nullptr;
     bool filled = false;
-    std::vector<float> stored = {};  // a transposed parameter as the file has it, [in, out]
+    const SafetensorsEntry* transposed = nullptr;  // [in, out] in the file: read from its mapping
   };
   std::map<std::string, Slot> slots;
   float* w = GptLoader::weights(*gpt);
@@ -236,6 +275,7 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     if (at != p.shape[0]) throw Error("model: the sources of " + p.name + " do not make its rows");
   }
   for (const std::string& file : files) {
+    std::vector<SafetensorsEntry> to_transpose;  // this file's [in, out] tensors
     read_safetensors_into(file, [&](const SafetensorsEntry& e) -> SafetensorsTarget {
       const auto it = slots.find(e.name);
       if (it == slots.end()) return {};  // unused (a pooler, position ids)
@@ -252,24 +292,17 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       s.filled = true;
       if (s.mapped16 || s.mapped32) return {};
       if (transposed) {
-        s.stored.resize(static_cast<size_t>(s.count));
-        return {s.stored.data(), nullptr};
+        to_transpose.push_back(e);
+        return {};
       }
       return {s.dst, s.dst16};
     });
-  }
-  // [in, out] as stored -> [out, in], one parameter at a time (rounding a
-  // held one to bf16 is exact: it came from BF16).
-  for (auto& [name, s] : slots) {
-    if (s.stored.empty()) continue;
-    const int64_t out = s.param->shape[0], in = s.param->shape[1];
-    for (int64_t i = 0; i < in; ++i)
-      for (int64_t o = 0; o < out; ++o) {
-        const float x = s.stored[static_cast<size_t>(i * out + o)];
-        if (s.dst16) s.dst16[o * in + i] = bf16_from_float(x);
-        else s.dst[o * in + i] = x;
-      }
-    std::vector<float>().swap(s.stored);
+    if (to_transpose.empty()) continue;
+    const SafetensorsMapping mapped(file);
+    for (const SafetensorsEntry& e : to_transpose) {
+      const Slot& s = slots.at(e.name);
+      transpose_into(mapped.data(e.name), e.dtype, s.param->shape[1], s.param->shape[0], s.dst, s.dst16);
+    }
   }
   for (const auto& [name, s] : slots)
     if (!s.filled) throw Error("'" + dir + "': the checkpoint has no tensor " + name);
