@@ -5,6 +5,7 @@
 // computing with them (its own copy then) without ever writing the file.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/safetensors_map.h"
 #include "model/hf/hf_folder.h"
 #include "qkv/gpt.h"
 #include "qkv/safetensors.h"
@@ -122,6 +124,25 @@ TEST(HfMapped, MatricesAreReadWhereTheFileHoldsThem) {
   m32.reset();
   EXPECT_EQ(logits_of(*bf16.load(), ids), f32_logits);
   EXPECT_EQ(logits_of(*f32.load(), ids), f32_logits);
+}
+
+// A tensor's pages let go (release) are read again from the file with the
+// same values, mapped at once or as first read.
+TEST(HfMapped, ReleasedPagesReadTheSameValues) {
+  const Folder f("release", DType::f32);
+  const std::string file = (f.dir / "model.safetensors").string();
+  const std::map<std::string, Tensor> want = read_safetensors(file);
+  for (bool populate : {true, false}) {
+    const SafetensorsMapping m(file, populate);
+    for (const SafetensorsEntry& e : m.entries()) {
+      const Tensor& t = want.at(e.name);
+      const auto* at = reinterpret_cast<const float*>(m.data(e.name));
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(at[i], t.data<float>()[i]) << e.name;
+        m.release(e.name);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -430,13 +430,14 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   return meta;
 }
 
-SafetensorsMapping::SafetensorsMapping(const std::string& path) {
+SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) {
   uint64_t size = 0;
   with_file_source(path, [&](const ByteSource& src) {
     const Header h = read_header(src, path, Dtypes::any);
     for (const Entry& e : h.tensors) {
       entries_.push_back({e.name, e.st, e.shape});
       offset_[e.name] = h.data_start + e.begin;
+      bytes_[e.name] = e.end - e.begin;
     }
     size = src.size;
   });
@@ -446,7 +447,8 @@ SafetensorsMapping::SafetensorsMapping(const std::string& path) {
   const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
   // MAP_POPULATE: the page tables made now, in one pass, rather than by a
   // fault for every few pages the first forward touches.
-  void* p = same ? mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0) : MAP_FAILED;
+  const int flags = MAP_PRIVATE | (populate ? MAP_POPULATE : 0);
+  void* p = same ? mmap(nullptr, size, PROT_READ, flags, fd, 0) : MAP_FAILED;
   const int err = errno;
   close(fd);
   if (!same) throw Error("'" + path + "': the file changed while it was being opened");
@@ -456,6 +458,14 @@ SafetensorsMapping::SafetensorsMapping(const std::string& path) {
 }
 
 SafetensorsMapping::~SafetensorsMapping() { munmap(base_, size_); }
+
+void SafetensorsMapping::release(const std::string& name) const {
+  const auto it = offset_.find(name);
+  if (it == offset_.end()) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t lo = it->second / page * page, hi = std::min<uint64_t>(size_, it->second + bytes_.at(name));
+  if (hi > lo) madvise(static_cast<std::byte*>(base_) + lo, hi - lo, MADV_DONTNEED);  // advice: no error to report
+}
 
 const std::byte* SafetensorsMapping::data(const std::string& name) const {
   const auto it = offset_.find(name);

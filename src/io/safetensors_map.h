@@ -22,15 +22,21 @@ namespace qkv {
 
 class QKV_API SafetensorsMapping {
  public:
-  // Maps the file at `path`; errors name it (a missing file, a bad header,
-  // a file that cannot be mapped).
-  explicit SafetensorsMapping(const std::string& path);
+  // Maps the file at `path`, its page tables made at once (populate) or as
+  // pages are first read; errors name it (a missing file, a bad header, a
+  // file that cannot be mapped).
+  explicit SafetensorsMapping(const std::string& path, bool populate = true);
   ~SafetensorsMapping();
   SafetensorsMapping(const SafetensorsMapping&) = delete;
   SafetensorsMapping& operator=(const SafetensorsMapping&) = delete;
 
   // The first byte of tensor `name`'s data, or null when the file has none.
   const std::byte* data(const std::string& name) const;
+  // Tensor `name`'s pages (and any others sharing them) leave this
+  // process's memory; they stay in the file cache, and a later read maps
+  // them again. For a tensor read once, so that reading a whole file does
+  // not hold all of it at once.
+  void release(const std::string& name) const;
   // The tensors, as the header lists them.
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
 
@@ -39,6 +45,7 @@ class QKV_API SafetensorsMapping {
   size_t size_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, uint64_t> offset_;  // from the file's first byte
+  std::map<std::string, uint64_t> bytes_;
 };
 
 }  // namespace qkv

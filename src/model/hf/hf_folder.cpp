@@ -298,10 +298,13 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       return {s.dst, s.dst16};
     });
     if (to_transpose.empty()) continue;
-    const SafetensorsMapping mapped(file);
+    // Each tensor's pages mapped as it is read and let go after, so that
+    // the whole file is never part of this process's memory at once.
+    const SafetensorsMapping mapped(file, /*populate=*/false);
     for (const SafetensorsEntry& e : to_transpose) {
       const Slot& s = slots.at(e.name);
       transpose_into(mapped.data(e.name), e.dtype, s.param->shape[1], s.param->shape[0], s.dst, s.dst16);
+      mapped.release(e.name);
     }
   }
   for (const auto& [name, s] : slots)
