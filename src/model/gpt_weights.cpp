@@ -45,14 +45,24 @@ std::vector<Part> bf16_matrices(const Work& W, const GPTConfig& cfg) {
 
 // Work::weights16 sized for every part, and Work::mats16 one run into it
 // for each; returns where each part starts.
+// Laid out once: a bf16 training step rounds into the same runs.
 template <class Work>
 std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
   int64_t total = 0;
   for (const Part& p : parts) total += p.size();
-  W.weights16.resize(static_cast<size_t>(total));
-  W.mats16.clear();
+  bool laid_out = W.weights16.size() == static_cast<size_t>(total) && W.mats16.size() == parts.size();
   std::vector<bfloat16*> at;
   bfloat16* next = W.weights16.data();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    at.push_back(next);
+    laid_out = laid_out && W.mats16[i].size() == 1 && W.mats16[i][0].at == next;
+    next += parts[i].size();
+  }
+  if (laid_out) return at;
+  W.weights16.resize(static_cast<size_t>(total));
+  W.mats16.clear();
+  at.clear();
+  next = W.weights16.data();
   for (const Part& p : parts) {
     at.push_back(next);
     W.mats16.push_back({{next, p.rows}});
@@ -114,7 +124,7 @@ void BasicGPT<T>::widen_matrices() {
           dst += run.rows * parts[i].cols;
         }
       }
-      if (wte) {
+      if (wte && !(cfg_.lm_head && cfg_.tied_head)) {  // a tied head is wte, written above
         float* dst = w_.data() + W.wte;
         nn::detail::for_chunks(cfg_.vocab * cfg_.embd, [&](int64_t x0, int64_t m) {
           for (int64_t x = x0; x < x0 + m; ++x) dst[x] = as_float(wte[x]);
