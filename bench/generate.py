@@ -205,6 +205,17 @@ def ensure_folder(ctx, a, name, dtype):
     return path
 
 
+def warm_file_cache(folder):
+    """Reads every file of the folder once (not timed), so that each
+    contender's load times its start-up from the file cache, as a model used
+    again would find it, not the disk after the other models evicted it."""
+    for f in sorted(folder.iterdir()):
+        if f.is_file():
+            with open(f, "rb") as src:
+                while src.read(1 << 24):
+                    pass
+
+
 def prompt_text(tok, text, tokens):
     """The longest start of `text` (whole lines) of at most `tokens` tokens."""
     lines, out = text.splitlines(keepends=True), ""
@@ -343,6 +354,7 @@ def bench_one(ctx, a, name, dtype):
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
+    warm_file_cache(folder)
     workers = {c: Worker(ctx, "bench/generate.py", c, partial(make_contender, c, folder, dtype, a.threads),
                          ALL_CPUS) for c in CONTENDERS}
     for w in workers.values():  # warm-up: buffers allocated, bf16 weights rounded, threads started

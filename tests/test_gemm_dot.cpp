@@ -76,14 +76,16 @@ TEST_P(GemmDot, SgemmOnFewRowsMatchesReference) {
 }
 
 // Each element's bits depend on K and its operands alone: the same for any
-// thread count, and for a row computed alone (M = 1, another block shape
-// and share of the columns) as among 16 or 32.
+// thread count and any columns around it, and from 2 rows up for rows
+// computed in pairs (another block shape and share of the columns) as among
+// 16 or 32. One row (a decoded token) has its own order (two chains of
+// vectors), the same for any thread count and any columns around it.
 TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
   std::mt19937 rng(52);
   const int64_t N = 150, K = 391;
   const VecF A = random_vec(rng, kDotRowsMax * K), B = random_vec(rng, N * K);
   const int saved = omp_get_max_threads();
-  for (int64_t M : std::initializer_list<int64_t>{16, kDotRowsMax}) {
+  for (int64_t M : std::initializer_list<int64_t>{1, 16, kDotRowsMax}) {
     VecF first;
     for (int threads : {1, 2, 3, 8}) {
       omp_set_num_threads(threads);
@@ -95,10 +97,17 @@ TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
     }
     if (!dot_kernels()) continue;  // oneDNN's blocking is its own
     omp_set_num_threads(2);
-    for (int64_t i = 0; i < M; ++i) {
-      VecF row(N);
-      sgemm(false, true, 1, N, K, 1.0f, A.data() + i * K, K, B.data(), K, 0.0f, row.data(), N);
-      ASSERT_EQ(std::memcmp(row.data(), first.data() + i * N, N * sizeof(float)), 0) << "row " << i;
+    const int64_t j0 = 5, n = 7;  // a few columns alone
+    VecF part(M * n);
+    sgemm(false, true, M, n, K, 1.0f, A.data(), K, B.data() + j0 * K, K, 0.0f, part.data(), n);
+    for (int64_t i = 0; i < M; ++i)
+      ASSERT_EQ(std::memcmp(part.data() + i * n, first.data() + i * N + j0, n * sizeof(float)), 0)
+          << "M " << M << ", row " << i << " of columns " << j0 << ".." << j0 + n;
+    for (int64_t i = 0; M > 1 && i + 1 < M; i += 2) {
+      VecF pair(2 * N);
+      sgemm(false, true, 2, N, K, 1.0f, A.data() + i * K, K, B.data(), K, 0.0f, pair.data(), N);
+      ASSERT_EQ(std::memcmp(pair.data(), first.data() + i * N, 2 * N * sizeof(float)), 0)
+          << "rows " << i << ", " << i + 1 << " of " << M;
     }
   }
   omp_set_num_threads(saved);

@@ -10,8 +10,10 @@
 // Each C element is one call's sum of its K products: 16 lanes (32 for
 // bf16 pairs) each sum the k of their residue in order, then the lanes are
 // added in a fixed tree. So an element's bits depend on K and its operands
-// alone, never on M, N, which block of C a call covers or which thread
-// makes it.
+// alone, never on N, which block of C a call covers or which thread makes
+// it, nor on M from 2 rows up. One row (M = 1, a decoded token) sums each
+// lane's vectors in two chains, even and odd, added before the tree: bits
+// of its own, the same for any N and thread count.
 #pragma once
 
 #include <cstdint>

@@ -42,6 +42,13 @@ inline void reduce4(const __m512 v[4], float s[4]) {
   for (int q = 0; q < 4; ++q) s[q] = lanes[4 * q];
 }
 
+// C's element c = alpha · sum + beta · c (beta = 0: c is not read), then + bias.
+inline void store(float sum, float alpha, float beta, const float* bias, float& c) {
+  float y = alpha * sum;
+  if (beta != 0.0f) y = std::fma(beta, c, y);
+  c = bias ? y + *bias : y;
+}
+
 // Ops: the element type E, the k one vector holds (kWidth), a vector of
 // them (full, or the first n with 0 after), and acc += the products.
 // `next` (or null): rows of B a later block reads, those of bit j set in
@@ -81,12 +88,32 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
     reduce4(four, sums + 4 * g);
   }
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < J; ++j) {
-      float& c = C[i * ldc + j];
-      float y = alpha * sums[i * J + j];
-      if (beta != 0.0f) y = std::fma(beta, c, y);
-      c = bias ? y + bias[j] : y;
-    }
+    for (int j = 0; j < J; ++j) store(sums[i * J + j], alpha, beta, bias ? bias + j : nullptr, C[i * ldc + j]);
+}
+
+// One row of A against one row of B (a decoded token's product with a
+// weight row): the vectors of k summed in two chains, even and odd, added
+// at the end. One chain waits out a multiply-add's latency at every vector
+// and reads float32 weights below the memory bandwidth.
+template <class Ops>
+void row(int64_t K, float alpha, const typename Ops::E* A, const typename Ops::E* B, float beta,
+         const float* bias, float& c) {
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t k = 0, v = 0;
+  for (; k + 2 * Ops::kWidth <= K; k += 2 * Ops::kWidth) {
+    acc[0] = Ops::mac(acc[0], Ops::load(A + k, Ops::kWidth), Ops::load(B + k, Ops::kWidth));
+    acc[1] = Ops::mac(acc[1], Ops::load(A + k + Ops::kWidth, Ops::kWidth),
+                      Ops::load(B + k + Ops::kWidth, Ops::kWidth));
+  }
+  for (; k < K; k += Ops::kWidth, ++v) {  // at most two vectors left, the last maybe partial
+    const int64_t n = K - k < Ops::kWidth ? K - k : Ops::kWidth;
+    acc[v] = Ops::mac(acc[v], Ops::load(A + k, n), Ops::load(B + k, n));
+  }
+  const __m512 four[4] = {_mm512_add_ps(acc[0], acc[1]), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                          _mm512_setzero_ps()};
+  float sums[4];
+  reduce4(four, sums);
+  store(sums[0], alpha, beta, bias, c);
 }
 
 template <class Ops>
@@ -110,22 +137,21 @@ constexpr std::array<Block<Ops>, kR * kJ> block_table(std::integer_sequence<int,
 // and the sums reduced in registers 1340-1510; spread over the passes
 // 1220-1370.
 //
-// One row of A (a decoded token) reads B one row after another, with no
-// fetches: a single stream the hardware prefetchers follow from page to
-// page. kJ rows read side by side are kJ streams one row length apart,
-// and those do not reach the memory bandwidth a plain read does. Measured
-// over TinyLlama's bf16 weights (2.07 GB mapped from the file, 2 threads,
-// Zen 5, alternated): kJ rows at once 50-56 GB/s, one row 66-72, a plain
-// sum of the same bytes 79.
+// One row of A (a decoded token) reads B one row after another (row()),
+// with no fetches: a single stream the hardware prefetchers follow from
+// page to page. kJ rows read side by side are kJ streams one row length
+// apart, and those do not reach the memory bandwidth a plain read does.
+// Measured over TinyLlama's bf16 weights (2.07 GB mapped from the file, 2
+// threads, Zen 5, alternated): kJ rows at once 50-56 GB/s, one row 66-72, a
+// plain sum of the same bytes 79; over its float32 weights (4.14 GB), one
+// row in one chain 67-70 GB/s, in two chains 76-80, the plain sum 80.
 template <class Ops>
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::E* A, int64_t lda,
           const typename Ops::E* B, int64_t ldb, float beta, const float* bias, float* C,
           int64_t ldc) {
   static constexpr auto blocks = block_table<Ops>(std::make_integer_sequence<int, kR * kJ>{});
   if (M == 1) {
-    for (int64_t j = 0; j < N; ++j)
-      block<Ops, 1, 1>(K, alpha, A, lda, B + j * ldb, ldb, nullptr, 0u, beta,
-                       bias ? bias + j : nullptr, C + j, ldc);
+    for (int64_t j = 0; j < N; ++j) row<Ops>(K, alpha, A, B + j * ldb, beta, bias ? bias + j : nullptr, C[j]);
     return;
   }
   const int64_t passes = (M + kR - 1) / kR;
