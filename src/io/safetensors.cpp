@@ -436,8 +436,7 @@ SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) {
     const Header h = read_header(src, path, Dtypes::any);
     for (const Entry& e : h.tensors) {
       entries_.push_back({e.name, e.st, e.shape});
-      offset_[e.name] = h.data_start + e.begin;
-      bytes_[e.name] = e.end - e.begin;
+      span_[e.name] = {h.data_start + e.begin, e.end - e.begin};
     }
     size = src.size;
   });
@@ -460,16 +459,17 @@ SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) {
 SafetensorsMapping::~SafetensorsMapping() { munmap(base_, size_); }
 
 void SafetensorsMapping::release(const std::string& name) const {
-  const auto it = offset_.find(name);
-  if (it == offset_.end()) return;
+  const auto it = span_.find(name);
+  if (it == span_.end()) return;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t lo = it->second / page * page, hi = std::min<uint64_t>(size_, it->second + bytes_.at(name));
+  const uint64_t lo = it->second.offset / page * page;
+  const uint64_t hi = std::min<uint64_t>(size_, it->second.offset + it->second.bytes);
   if (hi > lo) madvise(static_cast<std::byte*>(base_) + lo, hi - lo, MADV_DONTNEED);  // advice: no error to report
 }
 
 const std::byte* SafetensorsMapping::data(const std::string& name) const {
-  const auto it = offset_.find(name);
-  return it == offset_.end() ? nullptr : static_cast<const std::byte*>(base_) + it->second;
+  const auto it = span_.find(name);
+  return it == span_.end() ? nullptr : static_cast<const std::byte*>(base_) + it->second.offset;
 }
 
 }  // namespace qkv

@@ -44,8 +44,10 @@ class QKV_API SafetensorsMapping {
   void* base_ = nullptr;
   size_t size_ = 0;
   std::vector<SafetensorsEntry> entries_;
-  std::map<std::string, uint64_t> offset_;  // from the file's first byte
-  std::map<std::string, uint64_t> bytes_;
+  struct Span {
+    uint64_t offset, bytes;  // from the file's first byte
+  };
+  std::map<std::string, Span> span_;
 };
 
 }  // namespace qkv

@@ -44,13 +44,15 @@ std::vector<Part> bf16_matrices(const Work& W, const GPTConfig& cfg) {
 }
 
 // Work::weights16 sized for every part, and Work::mats16 one run into it
-// for each; returns where each part starts.
-// Laid out once: a bf16 training step rounds into the same runs.
+// for each; returns where each part starts. Laid out once (resizing to the
+// same size keeps the buffer): a bf16 training step rounds into the same
+// runs.
 template <class Work>
 std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
   int64_t total = 0;
   for (const Part& p : parts) total += p.size();
-  bool laid_out = W.weights16.size() == static_cast<size_t>(total) && W.mats16.size() == parts.size();
+  W.weights16.resize(static_cast<size_t>(total));
+  bool laid_out = W.mats16.size() == parts.size();
   std::vector<bfloat16*> at;
   bfloat16* next = W.weights16.data();
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -59,15 +61,8 @@ std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
     next += parts[i].size();
   }
   if (laid_out) return at;
-  W.weights16.resize(static_cast<size_t>(total));
   W.mats16.clear();
-  at.clear();
-  next = W.weights16.data();
-  for (const Part& p : parts) {
-    at.push_back(next);
-    W.mats16.push_back({{next, p.rows}});
-    next += p.size();
-  }
+  for (size_t i = 0; i < parts.size(); ++i) W.mats16.push_back({{at[i], parts[i].rows}});
   return at;
 }
 

@@ -248,7 +248,6 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     const bfloat16* mapped16 = nullptr;  // used where the file holds it: nothing to read
     const float* mapped32 = nullptr;
     bool filled = false;
-    const SafetensorsEntry* transposed = nullptr;  // [in, out] in the file: read from its mapping
   };
   std::map<std::string, Slot> slots;
   float* w = GptLoader::weights(*gpt);
