@@ -5,7 +5,7 @@
 // the paths that have it (gemm_bf16 itself on few rows: test_gemm_bf16.cpp's
 // cases with M <= 13, and the thread counts here). Sizes around the kernels' blocks (4 rows of A, 6
 // rows of B, 16 float32 or 32 bf16 k a vector, 48 columns a thread's
-// share); the rule is gemm_check.h's.
+// share); the rule is gemm_check.h's. And the same for B stored [K, N].
 #include <omp.h>
 
 #include <algorithm>
@@ -151,6 +151,80 @@ TEST_P(GemmDot, Bf16KernelMatchesReference) {
                          variant % 2, rng);
         if (HasFatalFailure()) return;
       }
+}
+
+// B stored [K, N] (op(B) = B, GPT-2's Conv1D weights as their files hold
+// them): sgemm and gemm_bf16 on few rows take the [K, N] kernels from avx512
+// (bf16: avx512bf16) up. Sizes around their blocks: 16 float32 or 32 bf16
+// columns a unit, 4 (bf16: 2) units a block of 4 rows, 8 (4) units for one
+// row, 32 columns a thread's share, pairs of k for bf16.
+TEST_P(GemmDot, WeightStoredKByNMatchesReference) {
+  std::mt19937 rng(56);
+  int variant = 0;
+  for (int64_t M : std::initializer_list<int64_t>{1, 2, 3, 4, 5, 16, kDotRowsMax})
+    for (int64_t N : {1, 15, 16, 33, 64, 127, 129, 300})
+      for (int64_t K : {1, 2, 17, 64, 101}) {
+        const float alpha = variant % 2 ? 0.5f : 1.0f, beta = variant % 3 ? 0.0f : 0.25f;
+        const int64_t pad = variant % 4 == 3 ? 5 : 0;
+        ++variant;
+        test::check_gemm(sgemm, sgemm_ref, false, false, M, N, K, alpha, beta, pad, rng);
+        test::check_gemm(static_cast<test::GemmFn>(kernels::gemm_bf16), kernels::gemm_bf16_ref, false, false, M, N,
+                         K, alpha, beta,
+                         pad, rng);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Each element of C against B [K, N] is one lane's sum in order of k: the
+// same bits for any thread count, any columns around it and any rows, with
+// a bf16 weight in float32 or bf16, and the bias after the sum.
+TEST_P(GemmDot, WeightStoredKByNSameBitsForAnyThreadCountColumnsAndRows) {
+  std::mt19937 rng(57);
+  const int64_t N = 301, K = 391;
+  const VecF A = random_vec(rng, kDotRowsMax * K), B = random_vec(rng, K * N), bias = random_vec(rng, N);
+  std::vector<bfloat16> B16(B.size());
+  for (size_t i = 0; i < B.size(); ++i) B16[i] = bf16_from_float(B[i]);
+  const int saved = omp_get_max_threads();
+  for (bool bf16 : {false, true}) {
+    auto gemm = [&](int64_t M, int64_t n, int64_t j0, int64_t row, const float* b, VecF& C) {
+      if (bf16)
+        kernels::gemm_bf16_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B16.data() + j0, N, 0.0f,
+                                b, C.data(), n);
+      else
+        kernels::sgemm_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B.data() + j0, N, 0.0f, b,
+                            C.data(), n);
+    };
+    VecF first;
+    for (int threads : {1, 2, 3, 8}) {
+      omp_set_num_threads(threads);
+      VecF C(kDotRowsMax * N);
+      gemm(kDotRowsMax, N, 0, 0, bias.data(), C);
+      if (first.empty()) first = C;
+      else ASSERT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0)
+               << (bf16 ? "bf16, " : "float32, ") << threads << " threads";
+    }
+    omp_set_num_threads(2);
+    if (bf16) {  // the float32 weight, rounded as the kernel reads it: the same bits
+      VecF C(kDotRowsMax * N);
+      kernels::gemm_bf16_bias(false, false, kDotRowsMax, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                              bias.data(), C.data(), N);
+      EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0);
+    }
+    const kernels::GemmDotKernels* dot = dot_kernels();
+    const bool kernel = dot && (bf16 ? dot->bf16_kn != nullptr : dot->f32_kn != nullptr);
+    if (!kernel) continue;  // oneDNN's blocking is its own
+    for (int64_t M : {1, 2, 5}) {
+      const int64_t row = 3, j0 = 37, n = 70;  // a few rows and columns alone
+      VecF part(M * n), plain(M * n);
+      gemm(M, n, j0, row, bias.data() + j0, part);
+      for (int64_t i = 0; i < M; ++i)
+        ASSERT_EQ(std::memcmp(part.data() + i * n, first.data() + (row + i) * N + j0, n * sizeof(float)), 0)
+            << (bf16 ? "bf16, " : "float32, ") << M << " rows";
+      gemm(M, n, j0, row, nullptr, plain);
+      for (int64_t x = 0; x < M * n; ++x) ASSERT_EQ(part[x], plain[x] + bias[j0 + x % n]) << x;
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // The bias lands after the rounded sum, as gemm_bf16_bias adds it: the bits

@@ -44,6 +44,16 @@ struct GemmDotKernels {
   void (*bf16)(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, const float* bias, float* C,
                int64_t ldc);
+  // The same two against B stored [K, N] (a weight one input per row, as
+  // GPT-2's Conv1D keeps it): C[i][j] = alpha · Σ_k A[i][k] B[k][j] + ...
+  // (kernels/gemm_kn_blocks.h). Each element's K sum runs in order of k
+  // (bf16: of pairs of k, one vdpbf16ps each) in one lane: its bits depend
+  // on K and its operands alone, for any M, N and thread.
+  void (*f32_kn)(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, const float* bias, float* C, int64_t ldc);
+  void (*bf16_kn)(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                  const uint16_t* B, int64_t ldb, float beta, const float* bias, float* C,
+                  int64_t ldc);
 };
 
 // The tables of the two files above (a path's IsaKernels points at one),
@@ -53,5 +63,8 @@ extern const GemmDotKernels gemm_dot_avx512bf16;
 void gemm_dot_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                          int64_t lda, const float* B, int64_t ldb, float beta, const float* bias,
                          float* C, int64_t ldc);
+void gemm_kn_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, const float* bias,
+                        float* C, int64_t ldc);
 
 }  // namespace qkv::kernels

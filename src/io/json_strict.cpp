@@ -1,6 +1,5 @@
 #include "io/json_strict.h"
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -39,48 +38,93 @@ std::string clean_message(const std::string& what) {
   return out;
 }
 
+// Builds the document from nlohmann's SAX events, checking depth and keys on
+// the way. (nlohmann's own callback parser does the same checks but rescans
+// the enclosing container after every object it closes: quadratic in, say, a
+// tokenizer.json's tens of thousands of added tokens.)
+class StrictBuilder {
+ public:
+  using json = nlohmann::json;
+  explicit StrictBuilder(int max_depth) : max_depth_(max_depth) {}
+  json take() { return std::move(root_); }
+
+  bool null() { return put(nullptr); }
+  bool boolean(bool v) { return put(v); }
+  bool number_integer(json::number_integer_t v) { return put(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(v); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return put(v); }
+  bool string(json::string_t& v) { return put(std::move(v)); }
+  bool binary(json::binary_t& v) { return put(json::binary(std::move(v))); }
+  bool start_object(size_t) { return open(json::value_t::object); }
+  bool start_array(size_t) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    json& object = *open_.back().value;
+    if (object.contains(k))
+      throw Error("duplicate key " + quoted(k, 60) +
+                  (open_.size() > 1 ? " (inside " + quoted(open_.back().name, 60) + ")" : ""));
+    slot_ = &object[k];
+    last_key_ = std::move(k);
+    return true;
+  }
+  [[noreturn]] bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
+    throw Error("not valid JSON" + clean_message(e.what()));
+  }
+
+ private:
+  // An open object or array, and the key it sits under (for the message).
+  struct Open {
+    json* value;
+    std::string name;
+  };
+
+  // Places a value where the document is: the root, an array's next element
+  // or the slot of the key just read. Returns where it went.
+  template <class V>
+  json* place(V&& v) {
+    if (open_.empty()) {
+      root_ = json(std::forward<V>(v));
+      return &root_;
+    }
+    json& parent = *open_.back().value;
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<V>(v));
+      return &parent.back();
+    }
+    *slot_ = json(std::forward<V>(v));
+    return slot_;
+  }
+  template <class V>
+  bool put(V&& v) {
+    place(std::forward<V>(v));
+    return true;
+  }
+  bool open(json::value_t type) {
+    if (static_cast<int>(open_.size()) >= max_depth_)
+      throw Error("JSON nested deeper than " + std::to_string(max_depth_) + " levels");
+    open_.push_back({place(type), last_key_});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  int max_depth_;
+  json root_;
+  std::vector<Open> open_;
+  json* slot_ = nullptr;
+  std::string last_key_;
+};
+
 }  // namespace
 
 nlohmann::json parse_json_strict(std::string_view text, int max_depth) {
-  using nlohmann::json;
-  // One entry per open object: the keys seen so far and the key under which
-  // the object itself sits (for the message).
-  struct Open {
-    std::set<std::string> keys;
-    std::string name;
-  };
-  std::vector<Open> objects;
-  std::string last_key;
-  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth >= max_depth)
-          throw Error("JSON nested deeper than " + std::to_string(max_depth) + " levels");
-        if (event == json::parse_event_t::object_start) objects.push_back({{}, last_key});
-        break;
-      case json::parse_event_t::object_end:
-        objects.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        last_key = parsed.get<std::string>();
-        Open& o = objects.back();
-        if (!o.keys.insert(last_key).second)
-          throw Error("duplicate key " + quoted(last_key, 60) +
-                      (objects.size() > 1 ? " (inside " + quoted(o.name, 60) + ")" : ""));
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    throw Error("not valid JSON" + clean_message(e.what()));
-  }
+  StrictBuilder builder(max_depth);
+  nlohmann::json::sax_parse(text.begin(), text.end(), &builder, nlohmann::json::input_format_t::json,
+                            /*strict=*/true, /*ignore_comments=*/false);
+  return builder.take();
 }
 
 std::string json_excerpt(const nlohmann::json& j, size_t limit) {

@@ -44,6 +44,14 @@ void* alloc_zeroed(size_t bytes) {
   throw std::bad_alloc();
 }
 
+void written_sparsely(void* p, size_t bytes) noexcept {
+#ifdef __linux__
+  if (bytes >= kMapAtLeast) madvise(p, mapped_bytes(bytes), MADV_NOHUGEPAGE);  // advice, as above
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 void free_zeroed(void* p, size_t bytes) noexcept {
   if (!p) return;
 #ifdef __linux__

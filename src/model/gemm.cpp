@@ -32,19 +32,22 @@ int64_t panel_size(int64_t dim) {
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
 }
 
-// C = alpha · A · Bᵀ + beta · C (+ bias) on the dot-product kernels, C's
-// columns cut into one contiguous range per thread (whole register blocks),
-// so each thread's B streams in one piece and its fetches run ahead across
-// it. Each element is one call's whole K sum, whatever the cut.
-void dot_columns(const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                 const float* bias, float* C, int64_t ldc) {
+// C = alpha · A · op(B) + beta · C (+ bias) on the dot-product kernels (B
+// [N, K]) or their [K, N] counterparts, C's columns cut into one contiguous
+// range per thread (whole register blocks), so each thread's B streams in
+// one piece and its fetches run ahead across it. Each element is one
+// call's whole K sum, whatever the cut.
+void dot_columns(const GemmDotKernels& dot, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                 float beta, const float* bias, float* C, int64_t ldc) {
+  const auto kernel = trans_b ? dot.f32 : dot.f32_kn;
+  const int64_t block = trans_b ? kDotBlockColumns : kKnBlockColumns;
 #pragma omp parallel
   {
-    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads(), block);
     if (lo < hi)
-      dot.f32(M, hi - lo, K, alpha, A, lda, B + lo * ldb, ldb, beta, bias ? bias + lo : nullptr,
-              C + lo, ldc);
+      kernel(M, hi - lo, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+             bias ? bias + lo : nullptr, C + lo, ldc);
   }
 }
 
@@ -86,9 +89,9 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (bias) add_bias(M, N, bias, C, ldc);
     return;
   }
-  if (!trans_a && trans_b && M <= kDotRowsMax)
-    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot)
-      return dot_columns(*dot, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
+  if (!trans_a && M <= kDotRowsMax)
+    if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot; dot && (trans_b || dot->f32_kn))
+      return dot_columns(*dot, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
   if (bias && beta == 0.0f) {  // the bias as C and beta = 1: the same bits, one pass fewer
 #pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
     for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
@@ -100,10 +103,10 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
 
 }  // namespace
 
-std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads) {
-  const int64_t blocks = (N + kDotBlockColumns - 1) / kDotBlockColumns;
-  const int64_t lo = blocks * t / threads * kDotBlockColumns;
-  const int64_t hi = blocks * (t + 1) / threads * kDotBlockColumns;
+std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads, int64_t block) {
+  const int64_t blocks = (N + block - 1) / block;
+  const int64_t lo = blocks * t / threads * block;
+  const int64_t hi = blocks * (t + 1) / threads * block;
   return {std::min(lo, N), std::min(hi, N)};
 }
 

@@ -25,10 +25,11 @@ namespace qkv::kernels {
 // into fixed panels that depend on the shape only, and each panel is one
 // single-threaded oneDNN call, so no K sum is ever split between threads
 // (oneDNN's own threading splits K for wide machines, which changes bits).
-// With op(A) = A, op(B) = Bᵀ and at most kDotRowsMax rows (core/
-// gemm_dot_kernels.h: a Linear's forward on a short text, a decoded token),
-// from avx512 up the dot-product kernels run instead, their columns split
-// between the threads, each element one thread's whole K sum.
+// With op(A) = A and at most kDotRowsMax rows (core/gemm_dot_kernels.h: a
+// Linear's forward on a short text, a decoded token), from avx512 up the
+// dot-product kernels run instead (op(B) = Bᵀ, or their [K, N] counterparts
+// for op(B) = B), their columns split between the threads, each element
+// one thread's whole K sum.
 // Throws qkv::Error on negative sizes or leading dimensions too small.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,

@@ -279,27 +279,31 @@ const uint16_t* bf16_rows(const PairGemmKernels& k, const T* X, int64_t ld, int6
 }
 
 // Few rows against op(B) = Bᵀ (B [N, K]: a Linear's weight, one output a
-// row) on the dot-product kernel: A's and B's rows as bf16 (rounded once
+// row) on the dot-product kernel, or against op(B) = B (B [K, N], one input
+// a row) on its [K, N] counterpart: A's and B's rows as bf16 (rounded once
 // here unless given in bfloat16), C's columns cut as sgemm's dot_columns
 // cuts them, each element one thread's K sum.
 template <class TA, class TB>
-void on_dot(const PairGemmKernels& k, const GemmDotKernels& dot, int64_t M, int64_t N, int64_t K,
-            float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta, float* C,
-            int64_t ldc, const float* bias) {
+void on_dot(const PairGemmKernels& k, const GemmDotKernels& dot, bool trans_b, int64_t M, int64_t N,
+            int64_t K, float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb, float beta,
+            float* C, int64_t ldc, const float* bias) {
   Packs& pk = packs();
-  const int64_t np = pairs(K);
-  if constexpr (!std::is_same_v<TA, bfloat16>) grown(pk.a, M * np);
-  if constexpr (!std::is_same_v<TB, bfloat16>) grown(pk.b, N * np);
+  // B's rows: N of K elements, or K of N.
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  if constexpr (!std::is_same_v<TA, bfloat16>) grown(pk.a, M * pairs(K));
+  if constexpr (!std::is_same_v<TB, bfloat16>) grown(pk.b, b_rows * pairs(b_cols));
+  const auto kernel = trans_b ? dot.bf16 : dot.bf16_kn;
+  const int64_t block = trans_b ? kDotBlockColumns : kKnBlockColumns;
 #pragma omp parallel
   {
     int64_t a_ld = 0, b_ld = 0;
     const uint16_t* a = bf16_rows(k, A, lda, M, K, pk.a, a_ld);
-    const uint16_t* b = bf16_rows(k, B, ldb, N, K, pk.b, b_ld);
+    const uint16_t* b = bf16_rows(k, B, ldb, b_rows, b_cols, pk.b, b_ld);
 #pragma omp barrier
-    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads());
+    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads(), block);
     if (lo < hi)
-      dot.bf16(M, hi - lo, K, alpha, a, a_ld, b + lo * b_ld, b_ld, beta, bias ? bias + lo : nullptr,
-               C + lo, ldc);
+      kernel(M, hi - lo, K, alpha, a, a_ld, trans_b ? b + lo * b_ld : b + lo, b_ld, beta,
+             bias ? bias + lo : nullptr, C + lo, ldc);
   }
 }
 
@@ -315,8 +319,8 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     return;
   }
   const IsaKernels& k = isa_kernels(active_isa());
-  if (!trans_a && trans_b && M <= kDotRowsMax && k.gemm_dot && k.gemm_dot->bf16)
-    on_dot(*k.gemm_pairs, *k.gemm_dot, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  if (!trans_a && M <= kDotRowsMax && k.gemm_dot && (trans_b ? k.gemm_dot->bf16 : k.gemm_dot->bf16_kn))
+    on_dot(*k.gemm_pairs, *k.gemm_dot, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   else if (k.gemm_amx)
     on_amx(*k.gemm_pairs, *k.gemm_amx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
            ldc, bias);

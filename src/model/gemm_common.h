@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/gemm_dot_kernels.h"
+
 namespace qkv::kernels {
 
 // Throws qkv::Error, prefixed with `fn`, on negative sizes or leading
@@ -18,9 +20,11 @@ bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float b
                            int64_t ldc);
 
 // Thread t's columns [lo, hi) of N among `threads` for the dot-product
-// kernels: contiguous, whole blocks of kDotBlockColumns, empty for a
-// thread with none.
-std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads);
+// kernels: contiguous, whole blocks of `block` columns (kDotBlockColumns
+// for B [N, K], kKnBlockColumns for B [K, N]), empty for a thread with none.
+std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads,
+                                       int64_t block = kDotBlockColumns);
+constexpr int64_t kKnBlockColumns = 32;
 
 // C [M, N] (rows ldc apart) += bias [N] on every row.
 void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc);

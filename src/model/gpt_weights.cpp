@@ -6,6 +6,7 @@
 // checkpoint (GptLoader): read into weights16, or used where the file,
 // mapped into memory, holds it. Then the float32 copy is made only when
 // something needs it (widen_matrices).
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,6 +71,28 @@ std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
 float as_float(bfloat16 x) { return bf16_to_float(x); }
 float as_float(float x) { return x; }
 
+// dst [run.rows, cols] = the run's rows, each element through `convert`,
+// split between the threads; a run stored [cols, rows] (kn) is transposed
+// in 32 x 32 tiles, whose reads and writes stay in L1.
+template <class S, class D, class F>
+void copy_rows(const RowRun<S>& run, int64_t cols, D* dst, F convert) {
+  if (!run.kn) {
+    nn::detail::for_chunks(run.rows * cols, [&](int64_t x0, int64_t m) {
+      for (int64_t x = x0; x < x0 + m; ++x) dst[x] = convert(run.at[x]);
+    });
+    return;
+  }
+  constexpr int64_t kTile = 32;
+  const int64_t tiles_o = (run.rows + kTile - 1) / kTile, tiles_i = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t to = 0; to < tiles_o; ++to)
+    for (int64_t ti = 0; ti < tiles_i; ++ti) {
+      const int64_t o1 = std::min(run.rows, (to + 1) * kTile), i1 = std::min(cols, (ti + 1) * kTile);
+      for (int64_t o = to * kTile; o < o1; ++o)
+        for (int64_t i = ti * kTile; i < i1; ++i) dst[o * cols + i] = convert(run(o, i, cols));
+    }
+}
+
 }  // namespace
 
 // Work::weights16 from the float32 weights, rounded to nearest even, in
@@ -88,10 +111,7 @@ void BasicGPT<T>::round_matrices() {
       if (matrices_mapped_) runs = W.mats32[i];
       bfloat16* dst = at[i];
       for (const RowRun<float>& run : runs) {
-        const float* src = run.at;
-        nn::detail::for_chunks(run.rows * parts[i].cols, [&](int64_t x0, int64_t m) {
-          for (int64_t x = x0; x < x0 + m; ++x) dst[x] = bf16_from_float(src[x]);
-        });
+        copy_rows(run, parts[i].cols, dst, [](float x) { return bf16_from_float(x); });
         dst += run.rows * parts[i].cols;
       }
     }
@@ -112,10 +132,7 @@ void BasicGPT<T>::widen_matrices() {
       for (size_t i = 0; i < parts.size(); ++i) {
         float* dst = w_.data() + parts[i].offset;
         for (const auto& run : mats[i]) {
-          const auto* src = run.at;
-          nn::detail::for_chunks(run.rows * parts[i].cols, [&](int64_t x0, int64_t m) {
-            for (int64_t x = x0; x < x0 + m; ++x) dst[x] = as_float(src[x]);
-          });
+          copy_rows(run, parts[i].cols, dst, [](auto x) { return as_float(x); });
           dst += run.rows * parts[i].cols;
         }
       }
@@ -167,6 +184,7 @@ std::map<int64_t, bfloat16*> GptLoader::hold_matrices_in_bf16(GPT& m) {
   GPT::Work& W = *m.work_;
   const std::vector<Part> parts = bf16_matrices(W, m.cfg_);
   const std::vector<bfloat16*> at = own_matrices(W, parts);
+  written_sparsely(m.w_.data(), m.w_.size() * sizeof(float));
   std::map<int64_t, bfloat16*> where;
   for (size_t i = 0; i < parts.size(); ++i)
     if (!(m.cfg_.tied_head && parts[i].offset == W.wte)) where[parts[i].offset] = at[i];
@@ -199,6 +217,7 @@ void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs,
     mats.push_back(std::move(mat));
   }
   W.mapped = std::move(keep);
+  written_sparsely(m.w_.data(), m.w_.size() * sizeof(float));
   if constexpr (std::is_same_v<E, bfloat16>) {
     W.mats16 = std::move(mats);
     W.wte16 = wte;

@@ -27,14 +27,24 @@ inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() 
 // consecutive rows, each contiguous in memory: one run in the model's own
 // buffer, or one per checkpoint tensor where a mapped file holds them (a
 // Llama's q, k and v projections are three tensors of its file, its c_attn
-// one matrix).
+// one matrix). A run of a mapped file may hold its rows transposed (kn, a
+// GPT-2 Conv1D weight stored [in, out]): element (o, i) at at[i * rows + o].
 template <class E>
 struct RowRun {
   const E* at;
   int64_t rows;
+  bool kn = false;
+  // Element (o, i) of the run, for a matrix whose rows hold `in` elements.
+  const E& operator()(int64_t o, int64_t i, int64_t in) const { return kn ? at[i * rows + o] : at[o * in + i]; }
 };
 template <class E>
 using RowRuns = std::vector<RowRun<E>>;
+
+// Memory from alloc_zeroed(bytes) of which only scattered parts will be
+// written from here on (a model's float32 buffer whose matrices are held
+// elsewhere: its norms and biases lie between them): backed by 4 KiB pages,
+// so that each small write makes 4 KiB resident, not a 2 MiB page.
+void written_sparsely(void* p, size_t bytes) noexcept;
 using Bf16Run = RowRun<bfloat16>;
 using Bf16Matrix = RowRuns<bfloat16>;
 

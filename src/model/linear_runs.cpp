@@ -14,15 +14,19 @@
 namespace qkv {
 namespace {
 
-// Columns [j0, j0 + n) of out from rows w [n, C] of the weight.
+// Columns [j0, j0 + n) of out from rows r0 .. r0 + n of a run: w [n, C]
+// from its row r0, or for a run stored [C, rows] (kn) wᵀ [C, n] from its
+// column r0.
 template <class TI, class E>
-void piece(float* out, const TI* inp, const E* w, const float* b, int64_t BT, int64_t C, int64_t OC,
-           int64_t j0, int64_t n) {
+void piece(float* out, const TI* inp, const RowRun<E>& run, int64_t r0, const float* b, int64_t BT,
+           int64_t C, int64_t OC, int64_t j0, int64_t n) {
   const float* bias = b ? b + j0 : nullptr;
+  const E* w = run.kn ? run.at + r0 : run.at + r0 * C;
+  const int64_t ldw = run.kn ? run.rows : C;
   if constexpr (std::is_same_v<E, bfloat16>)
-    kernels::gemm_bf16_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, bias, out + j0, OC);
+    kernels::gemm_bf16_bias(false, !run.kn, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
   else
-    kernels::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, w, C, 0.0f, bias, out + j0, OC);
+    kernels::sgemm_bias(false, !run.kn, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
 }
 
 template <class TI, class E>
@@ -31,7 +35,7 @@ void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, 
   if (BT > kernels::kDotRowsMax || w.size() == 1) {  // one GEMM a run, each threaded itself
     int64_t j0 = 0;
     for (const RowRun<E>& run : w) {
-      piece(out, inp, run.at, b, BT, C, OC, j0, run.rows);
+      piece(out, inp, run, 0, b, BT, C, OC, j0, run.rows);
       j0 += run.rows;
     }
     return;
@@ -42,7 +46,7 @@ void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, 
     int64_t j0 = 0;
     for (const RowRun<E>& run : w) {
       const int64_t s = std::max(lo, j0), e = std::min(hi, j0 + run.rows);
-      if (s < e) piece(out, inp, run.at + (s - j0) * C, b, BT, C, OC, s, e - s);
+      if (s < e) piece(out, inp, run, s - j0, b, BT, C, OC, s, e - s);
       j0 += run.rows;
     }
   }

@@ -169,7 +169,7 @@ def test_tokens_are_spelled_as_the_tokenizer_file_spells_them(pair, tokenizer):
 
 
 def test_bf16_folder_keeps_its_weights_in_bf16(tokenizer, tmp_path):
-    # Conv1D matrices transposed as they are read, the head tied to wte
+    # Conv1D matrices read [in, out] where the file holds them, the head tied to wte
     path = tmp_path / "gpt2"
     gpt2_folder(path, tokenizer, dtype="bfloat16")
-    check_bf16_weights_held(path, tmp_path, PROMPTS, mapped=False)
+    check_bf16_weights_held(path, tmp_path, PROMPTS, mapped=True)

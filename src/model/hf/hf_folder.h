@@ -32,7 +32,8 @@ struct Architecture {
   GPTConfig config;
   WeightMap weights;        // by qkv's parameter names (ParamInfo::name)
   // Parameters the checkpoint stores [in, out] (GPT-2's Conv1D), where
-  // qkv's Linear weights are [out, in]: transposed as they are read.
+  // Stored [in, out] where qkv's Linear weights are [out, in]: transposed
+  // as they are read into the model, read as they lie where mapped.
   std::set<std::string> transposed;
   // Stacked parameters whose sources have different row counts (GQA's q, k
   // and v): the rows of each source, in order; others split evenly.

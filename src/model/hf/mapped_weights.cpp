@@ -21,8 +21,6 @@ MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std
                              const std::vector<std::string>& files) {
   const char* dtype = std::is_same_v<E, bfloat16> ? "BF16" : "F32";
   MappedWeights<E> out;
-  for (const ParamInfo& p : gpt.params())
-    if (matrices.count(p.offset) && arch.transposed.count(p.name)) return {};
   for (const std::string& file : files) {
     auto m = std::make_shared<const SafetensorsMapping>(file);
     for (const SafetensorsEntry& e : m->entries()) {
@@ -42,7 +40,7 @@ MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std
     for (size_t i = 0; i < it->second.size(); ++i) {
       const auto f = out.in_file.find(it->second[i]);
       if (f == out.in_file.end()) break;
-      mat.push_back({f->second, rows[i]});
+      mat.push_back({f->second, rows[i], arch.transposed.count(p.name) > 0});
     }
     if (mat.size() != it->second.size()) {
       if (is_matrix) return {};

@@ -5,10 +5,9 @@
 // system's file cache (shared with any other process reading the files).
 // Possible when every source of every Linear matrix (and of the head) is a
 // tensor of one dtype the model computes with as it is stored: BF16 (held
-// in bf16, for the bf16 GEMMs) or F32, and stored [out, in] as the model
-// reads it (GPT-2's [in, out] Conv1D weights are transposed into the
-// model's memory instead). The embedding table is mapped too when it is
-// one such tensor.
+// in bf16, for the bf16 GEMMs) or F32. GPT-2's Conv1D weights, stored
+// [in, out], are read that way (RowRun::kn). The embedding table is mapped
+// too when it is one such tensor.
 #pragma once
 
 #include <map>
