@@ -43,6 +43,7 @@ the weights' size.
 """
 import argparse
 import json
+import mmap
 import multiprocessing
 import os
 import statistics
@@ -205,15 +206,27 @@ def ensure_folder(ctx, a, name, dtype):
     return path
 
 
-def warm_file_cache(folder):
-    """Reads every file of the folder once (not timed), so that each
-    contender's load times its start-up from the file cache, as a model used
-    again would find it, not the disk after the other models evicted it."""
-    for f in sorted(folder.iterdir()):
-        if f.is_file():
-            with open(f, "rb") as src:
-                while src.read(1 << 24):
-                    pass
+def warm_file_cache(paths):
+    """Puts each file in the file cache the same way for every contender
+    (not timed): its cached pages dropped, then read back through a mapping
+    advised MADV_HUGEPAGE, so that the cache holds it in 2 MiB folios where
+    the system makes them, as after a download or a first load by qkv. Each
+    contender's load then times its start-up from the file cache, and a
+    mapping of it gets whole 2 MiB pages for every contender alike (the
+    page size a mapping gets depends on how the cache read the file in, not
+    on who maps it)."""
+    for f in paths:
+        with open(f, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            if size == 0:
+                continue
+            os.posix_fadvise(src.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            with mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                if hasattr(mmap, "MADV_HUGEPAGE"):
+                    m.madvise(mmap.MADV_HUGEPAGE)
+                touched = 0
+                for at in range(0, size, 4096):
+                    touched += m[at]
 
 
 def prompt_text(tok, text, tokens):
@@ -354,7 +367,7 @@ def bench_one(ctx, a, name, dtype):
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
-    warm_file_cache(folder)
+    warm_file_cache(sorted(f for f in folder.iterdir() if f.is_file()))
     workers = {c: Worker(ctx, "bench/generate.py", c, partial(make_contender, c, folder, dtype, a.threads),
                          ALL_CPUS) for c in CONTENDERS}
     for w in workers.values():  # warm-up: buffers allocated, bf16 weights rounded, threads started
@@ -362,6 +375,7 @@ def bench_one(ctx, a, name, dtype):
     same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
     if a.llama_bench:
         workers["llama.cpp"] = LlamaCpp(a, folder, dtype, SHAPES[name]["family"])
+        warm_file_cache([workers["llama.cpp"].gguf])
     names = list(workers)
     times = {(c, w): [] for c in names for w in ("prefill", "decode")}
     others = []

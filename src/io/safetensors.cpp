@@ -21,6 +21,10 @@
 #include "io/npy_header.h"  // quoted()
 #include "io/safetensors_map.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack the name
+#endif
+
 namespace qkv {
 
 // Tensors hold native-order bytes and safetensors data is little-endian, so
@@ -444,16 +448,29 @@ SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) {
   if (fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
   struct stat st {};
   const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
-  // MAP_POPULATE: the page tables made now, in one pass, rather than by a
-  // fault for every few pages the first forward touches.
-  const int flags = MAP_PRIVATE | (populate ? MAP_POPULATE : 0);
-  void* p = same ? mmap(nullptr, size, PROT_READ, flags, fd, 0) : MAP_FAILED;
+  void* p = same ? mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   const int err = errno;
   close(fd);
   if (!same) throw Error("'" + path + "': the file changed while it was being opened");
   if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(err));
   base_ = p;
   size_ = size;
+  // Pages the file cache reads in through this mapping come in 2 MiB
+  // folios where the system makes them (transparent huge pages), and such
+  // folios are mapped whole: a decoded token's GEMMs then stream the weights
+  // without a page walk every 4 KiB (TinyLlama's bf16 decode ran 1.35x faster
+  // from 2 MiB pages on a Zen 5). Pages already cached keep their size.
+  // Advice only: without it the mapping is the same.
+  madvise(p, size, MADV_HUGEPAGE);
+  // The page tables made now, in one pass, rather than by a fault for every
+  // few pages the first forward touches; after the advice, so that what it
+  // reads in is read in large folios.
+  if (populate && madvise(p, size, MADV_POPULATE_READ) != 0) {
+    const long page = sysconf(_SC_PAGESIZE);  // a kernel before 5.14: touched page by page
+    unsigned char sum = 0;
+    for (uint64_t at = 0; at < size; at += static_cast<uint64_t>(page)) sum ^= static_cast<const unsigned char*>(p)[at];
+    __asm__ volatile("" : : "r"(sum));  // the reads happen
+  }
 }
 
 SafetensorsMapping::~SafetensorsMapping() { munmap(base_, size_); }
