@@ -78,7 +78,7 @@ TEST_P(GemmDot, SgemmOnFewRowsMatchesReference) {
 // Each element's bits depend on K and its operands alone: the same for any
 // thread count and any columns around it, and from 2 rows up for rows
 // computed in pairs (another block shape and share of the columns) as among
-// 16 or 32. One row (a decoded token) has its own order (two chains of
+// 16 or 32. One row (a decoded token) has its own order (four chains of
 // vectors), the same for any thread count and any columns around it.
 TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
   std::mt19937 rng(52);

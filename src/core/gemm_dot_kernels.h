@@ -12,8 +12,8 @@
 // added in a fixed tree. So an element's bits depend on K and its operands
 // alone, never on N, which block of C a call covers or which thread makes
 // it, nor on M from 2 rows up. One row (M = 1, a decoded token) sums each
-// lane's vectors in two chains, even and odd, added before the tree: bits
-// of its own, the same for any N and thread count.
+// lane's vectors in four chains (vector v in chain v mod 4), added before
+// the tree: bits of its own, the same for any N and thread count.
 #pragma once
 
 #include <cstdint>
