@@ -73,7 +73,7 @@ float as_float(float x) { return x; }
 
 // dst [run.rows, cols] = the run's rows, each element through `convert`,
 // split between the threads; a run stored [cols, rows] (kn) is transposed
-// in 32 x 32 tiles, whose reads and writes stay in L1.
+// tile by tile (for_tiles).
 template <class S, class D, class F>
 void copy_rows(const RowRun<S>& run, int64_t cols, D* dst, F convert) {
   if (!run.kn) {
@@ -82,15 +82,7 @@ void copy_rows(const RowRun<S>& run, int64_t cols, D* dst, F convert) {
     });
     return;
   }
-  constexpr int64_t kTile = 32;
-  const int64_t tiles_o = (run.rows + kTile - 1) / kTile, tiles_i = (cols + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) collapse(2)
-  for (int64_t to = 0; to < tiles_o; ++to)
-    for (int64_t ti = 0; ti < tiles_i; ++ti) {
-      const int64_t o1 = std::min(run.rows, (to + 1) * kTile), i1 = std::min(cols, (ti + 1) * kTile);
-      for (int64_t o = to * kTile; o < o1; ++o)
-        for (int64_t i = ti * kTile; i < i1; ++i) dst[o * cols + i] = convert(run(o, i, cols));
-    }
+  for_tiles(run.rows, cols, [&](int64_t o, int64_t i) { dst[o * cols + i] = convert(run(o, i, cols)); });
 }
 
 }  // namespace

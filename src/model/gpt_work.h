@@ -5,6 +5,7 @@
 // dtype) and reused by every call of that shape.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,6 +40,21 @@ struct RowRun {
 };
 template <class E>
 using RowRuns = std::vector<RowRun<E>>;
+
+// f(o, i) for every o < rows and i < cols, in 32 x 32 tiles split between
+// the threads: a transposition's reads and writes within a tile stay in L1.
+template <class F>
+void for_tiles(int64_t rows, int64_t cols, F f) {
+  constexpr int64_t kTile = 32;
+  const int64_t tiles_o = (rows + kTile - 1) / kTile, tiles_i = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t to = 0; to < tiles_o; ++to)
+    for (int64_t ti = 0; ti < tiles_i; ++ti) {
+      const int64_t o1 = std::min(rows, (to + 1) * kTile), i1 = std::min(cols, (ti + 1) * kTile);
+      for (int64_t o = to * kTile; o < o1; ++o)
+        for (int64_t i = ti * kTile; i < i1; ++i) f(o, i);
+    }
+}
 
 // Memory from alloc_zeroed(bytes) of which only scattered parts will be
 // written from here on (a model's float32 buffer whose matrices are held

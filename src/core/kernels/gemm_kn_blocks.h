@@ -32,6 +32,12 @@ constexpr int kRows = 4;
 // prefetchers follow poorly on their own.
 constexpr int64_t kAhead = 16;
 
+// The first n of `lanes` lanes (none for n <= 0, all from n = lanes).
+template <class Mask, int64_t lanes>
+Mask first_lanes(int64_t n) {
+  return n >= lanes ? static_cast<Mask>(~Mask(0)) : n > 0 ? static_cast<Mask>((1ull << n) - 1u) : Mask(0);
+}
+
 // C's element c = alpha · sum + beta · c (beta = 0: c is not read), then +
 // bias, for the n <= 16 columns of one vector.
 inline void store(__m512 sum, float alpha, float beta, const float* bias, float* c, int64_t n) {
@@ -43,8 +49,7 @@ inline void store(__m512 sum, float alpha, float beta, const float* bias, float*
 }
 
 // Ops: the element type E; kCols columns and kK rows of k a step covers, in
-// kVecs accumulators a row; mask() the columns of a unit that are in C (of
-// n, none when n <= 0); load<rows>() a step's vectors of B (rows of k: kK,
+// kVecs accumulators a row, Mask the lanes of a step's row of B; load<rows>() a step's vectors of B (rows of k: kK,
 // or fewer at the end), pair<rows>() the matching values of a row of A,
 // mac() acc += their products, and columns() the accumulators in column
 // order, 16 columns a vector. n is the block's columns, at most U · kCols.
@@ -55,7 +60,8 @@ void block(int64_t K, float alpha, const typename Ops::E* A, int64_t lda, const 
   constexpr int V = Ops::kVecs;
   typename Ops::Mask mask[U];
 #pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) mask[u] = Ops::mask(Full ? Ops::kCols : n - u * Ops::kCols);
+  for (int u = 0; u < U; ++u)
+    mask[u] = first_lanes<typename Ops::Mask, Ops::kCols>(Full ? Ops::kCols : n - u * Ops::kCols);
   __m512 acc[R][U][V];
 #pragma GCC unroll 32
   for (int x = 0; x < R * U * V; ++x) acc[x / (U * V)][x / V % U][x % V] = _mm512_setzero_ps();

@@ -29,25 +29,16 @@ using nlohmann::json;
 
 // A tensor [in, out] of the file (F32, F16 or BF16 bytes where they lie)
 // into dst [out, in] as float32, or dst16 as bf16 (exact: the tensor is
-// BF16 then), in 32 x 32 tiles split between the threads: a tile's reads
-// and writes stay in L1. Read from the mapped file, not a copy: a copy's
+// BF16 then), tile by tile (for_tiles). Read from the mapped file, not a copy: a copy's
 // fresh pages cost more to touch than the transposition itself.
 void transpose_into(const std::byte* src, const std::string& dtype, int64_t in, int64_t out, float* dst,
                     bfloat16* dst16) {
   auto run = [&](auto value) {
-    constexpr int64_t kTile = 32;
-    const int64_t tiles_o = (out + kTile - 1) / kTile, tiles_i = (in + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) collapse(2)
-    for (int64_t to = 0; to < tiles_o; ++to)
-      for (int64_t ti = 0; ti < tiles_i; ++ti) {
-        const int64_t o1 = std::min(out, (to + 1) * kTile), i1 = std::min(in, (ti + 1) * kTile);
-        for (int64_t o = to * kTile; o < o1; ++o)
-          for (int64_t i = ti * kTile; i < i1; ++i) {
-            const float x = value(i * out + o);
-            if (dst16) dst16[o * in + i] = bf16_from_float(x);
-            else dst[o * in + i] = x;
-          }
-      }
+    for_tiles(out, in, [&](int64_t o, int64_t i) {
+      const float x = value(i * out + o);
+      if (dst16) dst16[o * in + i] = bf16_from_float(x);
+      else dst[o * in + i] = x;
+    });
   };
   auto bits16 = [src](int64_t x) {
     uint16_t b;

@@ -29,9 +29,6 @@ struct F32Kn {
   };
   static constexpr int64_t kCols = 16, kK = 1;
   static constexpr int kVecs = 1, kUnits = 4, kWideUnits = 8;
-  static Mask mask(int64_t n) {
-    return n >= kCols ? Mask(0xFFFF) : n > 0 ? static_cast<Mask>((1u << n) - 1u) : Mask(0);
-  }
   template <int64_t rows>
   static Step load(const float* b, int64_t, Mask m) {
     return {{_mm512_maskz_loadu_ps(m, b)}};

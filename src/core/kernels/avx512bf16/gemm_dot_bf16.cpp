@@ -35,9 +35,6 @@ struct Bf16Kn {
   };
   static constexpr int64_t kCols = 32, kK = 2;
   static constexpr int kVecs = 2, kUnits = 2, kWideUnits = 4;
-  static Mask mask(int64_t n) {
-    return n >= kCols ? ~Mask(0) : n > 0 ? static_cast<Mask>((1u << n) - 1u) : Mask(0);
-  }
   template <int64_t rows>
   static Step load(const uint16_t* b, int64_t ldb, Mask m) {
     const __m512i r0 = _mm512_maskz_loadu_epi16(m, b);
