@@ -34,12 +34,7 @@ namespace {
 
 using VecF = std::vector<float>;
 
-VecF random_vec(std::mt19937& rng, int64_t n) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  VecF v(static_cast<size_t>(n));
-  for (float& x : v) x = u(rng);
-  return v;
-}
+VecF random_vec(std::mt19937& rng, int64_t n) { return test::random_floats(rng, n); }
 
 const kernels::GemmDotKernels* dot_kernels() { return isa_kernels(active_isa()).gemm_dot; }
 

@@ -237,6 +237,11 @@ class BasicGPT {
   /// file cache and is shared); 0 when every weight is the model's own copy.
   /// weights() and training make the model's own copy.
   int64_t mapped_weight_bytes() const;
+  /// The bytes of float32 matrices (padding not counted) copied at load into
+  /// the packed layout their products read fastest (an encoder's, where the
+  /// CPU runs AVX-512); the file's pages they came from are let go. 0 when
+  /// none are; weights() and training make the model's own copy instead.
+  int64_t packed_weight_bytes() const;
   /// Gradients, laid out as weights(); allocated (zeros) by the first call
   /// here or to backward(), so that a model only run never holds them.
   std::vector<T>& grads() {

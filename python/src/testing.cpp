@@ -79,6 +79,9 @@ void bind_testing(nb::module_& m) {
   t.def(
       "mapped_weight_bytes", [](qkv::Model& model) { return model.gpt().mapped_weight_bytes(); },
       nb::arg("model"), "Bytes of weights read where the mapped checkpoint files hold them.");
+  t.def(
+      "packed_weight_bytes", [](qkv::Model& model) { return model.gpt().packed_weight_bytes(); },
+      nb::arg("model"), "Bytes of float32 matrices packed at load for their products.");
 }
 
 }  // namespace qkvpy

@@ -14,6 +14,10 @@
 // it, nor on M from 2 rows up. One row (M = 1, a decoded token) sums each
 // lane's vectors in four chains (vector v in chain v mod 4), added before
 // the tree: bits of its own, the same for any N and thread count.
+//
+// And the float32 GEMM against a weight packed once in panels (f32_panels,
+// kernels/avx512/gemm_panels_avx512.cpp): an encoder's matrices, for any
+// number of rows.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,9 @@ constexpr int64_t kDotRowsMax = 32;
 // Rows of B one register block of the kernels covers: a caller that
 // splits N between threads gives each a multiple of it.
 constexpr int64_t kDotBlockColumns = 6;
+
+// Columns of B one panel of the packed layout holds (f32_panels below).
+constexpr int64_t kPanelColumns = 48;
 
 struct GemmDotKernels {
   // C[i][j] = alpha · Σ_k A[i][k] B[j][k] + beta · C[i][j], then + bias[j]
@@ -54,6 +61,17 @@ struct GemmDotKernels {
   void (*bf16_kn)(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                   const uint16_t* B, int64_t ldb, float beta, const float* bias, float* C,
                   int64_t ldc);
+  // C [M, N] = A [M, K] · Bᵀ + bias (bias [N], or null: none) for any M,
+  // B [N, K] packed in panels of kPanelColumns columns: panel p holds
+  // B's rows 48p .. 48p + 47 interleaved, element (k, c) at
+  // P[p · 48 K + 48 k + c], the last panel's missing rows zeros (packed once
+  // at load: model/gemm.h, pack_panels). Each element is one lane's chain of
+  // fused multiply-adds from 0 in order of k, then + bias[j]: its bits
+  // depend on K and its operands alone, for any M, N and thread; plain
+  // loops doing the same (std::fma) give the same bits
+  // (kernels/avx512/gemm_panels_avx512.cpp).
+  void (*f32_panels)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* P,
+                     const float* bias, float* C, int64_t ldc);
 };
 
 // The tables of the two files above (a path's IsaKernels points at one),
@@ -66,5 +84,7 @@ void gemm_dot_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const flo
 void gemm_kn_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, const float* bias,
                         float* C, int64_t ldc);
+void gemm_panels_f32_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                            const float* P, const float* bias, float* C, int64_t ldc);
 
 }  // namespace qkv::kernels

@@ -37,6 +37,9 @@ class QKV_API SafetensorsMapping {
   // them again. For a tensor read once, so that reading a whole file does
   // not hold all of it at once.
   void release(const std::string& name) const;
+  // The same for `bytes` at `data` in any file mapping (the pages they
+  // touch, whole): a mapped tensor copied elsewhere and not read again.
+  static void release_pages(const void* data, size_t bytes);
   // The tensors, as the header lists them.
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
 

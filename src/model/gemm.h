@@ -51,6 +51,22 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
 
+// A float32 weight B [N, K] (a Linear's [out, in]) packed once for the
+// products of any number of rows: panels of kernels::kPanelColumns (48) of
+// its rows, panel p holding element (o, k) at P[p · 48 K + 48 k + o - 48 p],
+// the last panel's missing rows zeros (core/gemm_dot_kernels.h). panels_size
+// is the floats P takes.
+int64_t panels_size(int64_t N, int64_t K);
+
+// C [M, N] = A [M, K] · Bᵀ + bias (bias [N], or null), B packed in P as
+// above, rows lda and ldc apart. The panels are shared out between the
+// caller's threads, each element one fused multiply-add chain in order of k
+// (then + bias): the same bits for any thread count and any M, from the
+// avx512 path's kernel or, below it, from plain loops. Throws qkv::Error on
+// negative sizes or leading dimensions too small.
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* P,
+                  const float* bias, float* C, int64_t ldc);
+
 // Mixed precision: C = alpha · op(A) · op(B) + beta · C with op(A) and op(B)
 // rounded to bfloat16 (to nearest even), their products summed in float32;
 // A, B and C stay float32 in memory (the rounding happens as they are

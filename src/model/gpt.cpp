@@ -207,6 +207,7 @@ void BasicGPT<T>::init(uint64_t seed) {
   work_->wte16 = nullptr;
   work_->wte32 = nullptr;
   work_->mats32.clear();
+  work_->panels32 = {};
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
     T* x = w_.data() + p.offset;

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/safetensors_map.h"
+#include "model/gemm.h"
 #include "model/gpt_work.h"
 #include "model/layers/nn_common.h"
 #include "qkv/gpt.h"
@@ -72,11 +74,11 @@ float as_float(bfloat16 x) { return bf16_to_float(x); }
 float as_float(float x) { return x; }
 
 // dst [run.rows, cols] = the run's rows, each element through `convert`,
-// split between the threads; a run stored [cols, rows] (kn) is transposed
-// tile by tile (for_tiles).
+// split between the threads; a run in another layout is rearranged tile by
+// tile (for_tiles).
 template <class S, class D, class F>
 void copy_rows(const RowRun<S>& run, int64_t cols, D* dst, F convert) {
-  if (!run.kn) {
+  if (run.layout == RunLayout::out_in) {
     nn::detail::for_chunks(run.rows * cols, [&](int64_t x0, int64_t m) {
       for (int64_t x = x0; x < x0 + m; ++x) dst[x] = convert(run.at[x]);
     });
@@ -139,6 +141,7 @@ void BasicGPT<T>::widen_matrices() {
     if (matrices_mapped_) {
       fill(W.mats32, W.wte32);
       W.mats32.clear();
+      W.panels32 = {};
       W.wte32 = nullptr;
       W.mapped.clear();  // bf16 copies, if any, are the model's own (round_matrices)
     }
@@ -160,8 +163,17 @@ int64_t BasicGPT<T>::mapped_weight_bytes() const {
     if (wte) n += cfg_.vocab * cfg_.embd;
     return n * static_cast<int64_t>(elem);
   };
-  if (matrices_mapped_) return bytes(sizeof(T), true, W.wte32);
+  if (matrices_mapped_) return bytes(sizeof(T), W.panels32.empty(), W.wte32);
   return bytes(sizeof(bfloat16), true, W.wte16);
+}
+
+template <class T>
+int64_t BasicGPT<T>::packed_weight_bytes() const {
+  const Work& W = *work_;
+  if (!matrices_mapped_ || W.panels32.empty()) return 0;
+  int64_t n = 0;
+  for (const Part& part : bf16_matrices(W, cfg_)) n += part.size();
+  return n * static_cast<int64_t>(sizeof(float));
 }
 
 float* GptLoader::weights(GPT& m) { return m.w_.data(); }
@@ -222,6 +234,33 @@ void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs,
   m.weights_written_ = false;
 }
 
+void GptLoader::pack_matrices(GPT& m) {
+  GPT::Work& W = *m.work_;
+  if (!m.matrices_mapped_) return;
+  const std::vector<Part> parts = bf16_matrices(W, m.cfg_);
+  int64_t total = 0;
+  for (const Part& p : parts) total += kernels::panels_size(p.rows, p.cols);
+  W.panels32.resize(static_cast<size_t>(total));  // zeros: the last panels' missing rows
+  float* next = W.panels32.data();
+  constexpr int64_t P = kernels::kPanelColumns;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t K = parts[i].cols;
+    int64_t first = 0;  // the run's first row in the matrix
+    for (const RowRun<float>& run : W.mats32[i]) {
+#pragma omp parallel for schedule(static)
+      for (int64_t o = 0; o < run.rows; ++o) {
+        const int64_t g = first + o;
+        float* dst = next + (g / P) * P * K + g % P;
+        for (int64_t k = 0; k < K; ++k) dst[k * P] = run(o, k, K);
+      }
+      SafetensorsMapping::release_pages(run.at, static_cast<size_t>(run.rows * K) * sizeof(float));
+      first += run.rows;
+    }
+    W.mats32[i] = {{next, parts[i].rows, RunLayout::panels}};
+    next += kernels::panels_size(parts[i].rows, K);
+  }
+}
+
 template void GptLoader::hold_matrices_mapped(GPT&, std::map<int64_t, RowRuns<bfloat16>>, const bfloat16*,
                                               std::vector<std::shared_ptr<const void>>);
 template void GptLoader::hold_matrices_mapped(GPT&, std::map<int64_t, RowRuns<float>>, const float*,
@@ -232,6 +271,8 @@ template void BasicGPT<double>::round_matrices();
 template void BasicGPT<float>::widen_matrices();
 template int64_t BasicGPT<float>::mapped_weight_bytes() const;
 template int64_t BasicGPT<double>::mapped_weight_bytes() const;
+template int64_t BasicGPT<float>::packed_weight_bytes() const;
+template int64_t BasicGPT<double>::packed_weight_bytes() const;
 template void BasicGPT<double>::widen_matrices();
 
 }  // namespace qkv

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gemm_dot_kernels.h"
 #include "model/layers/nn_common.h"
 #include "qkv/attention.h"
 #include "qkv/gpt.h"
@@ -25,18 +26,31 @@ namespace qkv {
 inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() : c.ffn_dim(); }
 
 // A matrix the GEMMs read ([out, in], rows of `in` elements) as runs of
-// consecutive rows, each contiguous in memory: one run in the model's own
-// buffer, or one per checkpoint tensor where a mapped file holds them (a
-// Llama's q, k and v projections are three tensors of its file, its c_attn
-// one matrix). A run of a mapped file may hold its rows transposed (kn, a
-// GPT-2 Conv1D weight stored [in, out]): element (o, i) at at[i * rows + o].
+// consecutive rows: one run in the model's own buffer, or one per
+// checkpoint tensor where a mapped file holds them (a Llama's q, k and v
+// projections are three tensors of its file, its c_attn one matrix). A run
+// of a mapped file may hold its rows transposed (in_out, a GPT-2 Conv1D
+// weight stored [in, out]); a float32 matrix packed at load is one run in
+// panels of 48 rows (model/gemm.h, sgemm_panels).
+enum class RunLayout : uint8_t {
+  out_in,  // element (o, i) at at[o * in + i]
+  in_out,  // at[i * rows + o]
+  panels,  // at[(o / 48) * 48 * in + i * 48 + o % 48]
+};
 template <class E>
 struct RowRun {
   const E* at;
   int64_t rows;
-  bool kn = false;
+  RunLayout layout = RunLayout::out_in;
   // Element (o, i) of the run, for a matrix whose rows hold `in` elements.
-  const E& operator()(int64_t o, int64_t i, int64_t in) const { return kn ? at[i * rows + o] : at[o * in + i]; }
+  const E& operator()(int64_t o, int64_t i, int64_t in) const {
+    constexpr int64_t P = kernels::kPanelColumns;
+    switch (layout) {
+      case RunLayout::in_out: return at[i * rows + o];
+      case RunLayout::panels: return at[(o / P) * P * in + i * P + o % P];
+      default: return at[o * in + i];
+    }
+  }
 };
 template <class E>
 using RowRuns = std::vector<RowRun<E>>;
@@ -142,8 +156,11 @@ struct BasicGPT<T>::Work {
   const bfloat16* wte16 = nullptr;
   // The same for a float32 checkpoint mapped as it is (matrices_mapped_):
   // the matrices, in mats16's order, and wte, read where the file holds them.
+  // Or the matrices packed into panels32 at load, one run each in panels
+  // (GptLoader::pack_matrices), and wte still where the file holds it.
   std::vector<RowRuns<T>> mats32;
   const T* wte32 = nullptr;
+  std::vector<float, ZeroedAllocator<float>> panels32;
   std::vector<std::shared_ptr<const void>> mapped;  // kept alive with the model
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
@@ -181,6 +198,14 @@ struct GptLoader {
   template <class E>
   static void hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs, const E* wte,
                                    std::vector<std::shared_ptr<const void>> keep);
+  // After hold_matrices_mapped<float>: the matrices copied from the mapped
+  // file into panels (Work::panels32, sgemm_panels), their pages of the
+  // file let go from this process. For a model whose Linear layers see
+  // few rows at a time and whose matrices fit in memory twice over (an
+  // encoder on short texts): the panels stream from memory as one
+  // sequential read a thread, with no horizontal sums, where the dot
+  // products of the rows where they lie wait on many streams.
+  static void pack_matrices(GPT& m);
 };
 
 }  // namespace qkv

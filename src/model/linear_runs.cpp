@@ -15,24 +15,29 @@ namespace qkv {
 namespace {
 
 // Columns [j0, j0 + n) of out from rows r0 .. r0 + n of a run: w [n, C]
-// from its row r0, or for a run stored [C, rows] (kn) wᵀ [C, n] from its
-// column r0.
+// from its row r0, or for a run stored [C, rows] (in_out) wᵀ [C, n] from
+// its column r0. A run in panels is always taken whole.
 template <class TI, class E>
 void piece(float* out, const TI* inp, const RowRun<E>& run, int64_t r0, const float* b, int64_t BT,
            int64_t C, int64_t OC, int64_t j0, int64_t n) {
   const float* bias = b ? b + j0 : nullptr;
-  const E* w = run.kn ? run.at + r0 : run.at + r0 * C;
-  const int64_t ldw = run.kn ? run.rows : C;
-  if constexpr (std::is_same_v<E, bfloat16>)
-    kernels::gemm_bf16_bias(false, !run.kn, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
-  else
-    kernels::sgemm_bias(false, !run.kn, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
+  const bool in_out = run.layout == RunLayout::in_out;
+  const E* w = in_out ? run.at + r0 : run.at + r0 * C;
+  const int64_t ldw = in_out ? run.rows : C;
+  if constexpr (std::is_same_v<E, bfloat16>) {
+    kernels::gemm_bf16_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
+  } else if (run.layout == RunLayout::panels) {
+    kernels::sgemm_panels(BT, n, C, inp, C, run.at, bias, out + j0, OC);
+  } else {
+    kernels::sgemm_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
+  }
 }
 
 template <class TI, class E>
 void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, int64_t BT, int64_t C,
                 int64_t OC) {
-  if (BT > kernels::kDotRowsMax || w.size() == 1) {  // one GEMM a run, each threaded itself
+  // One GEMM a run, each threaded itself; a matrix in panels is one run.
+  if (BT > kernels::kDotRowsMax || w.size() == 1) {
     int64_t j0 = 0;
     for (const RowRun<E>& run : w) {
       piece(out, inp, run, 0, b, BT, C, OC, j0, run.rows);

@@ -99,6 +99,7 @@ Architecture bert_architecture(const nlohmann::json& j, const std::string& file,
       m[to + "ln_2." + k] = {from + "output.LayerNorm." + k};
     }
   }
+  a.pack_matrices = true;
   return a;
 }
 

@@ -16,6 +16,7 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
+#include "core/isa_kernels.h"
 #include "io/safetensors_map.h"
 #include "model/gpt_work.h"
 #include "model/hf/mapped_weights.h"
@@ -310,6 +311,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
       throw Error("'" + dir + "': tensor " + name + " holds a non-finite value at element " + std::to_string(bad));
   }
   if (map16.empty()) GptLoader::held_matrices_read(*gpt);
+  const kernels::GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot;
+  if (!map32.empty() && arch.pack_matrices && dot && dot->f32_panels) GptLoader::pack_matrices(*gpt);
   return gpt;
 }
 

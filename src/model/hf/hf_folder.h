@@ -38,6 +38,11 @@ struct Architecture {
   // Stacked parameters whose sources have different row counts (GQA's q, k
   // and v): the rows of each source, in order; others split evenly.
   std::map<std::string, std::vector<int64_t>> source_rows;
+  // A float32 checkpoint's matrices packed at load (GptLoader::pack_matrices)
+  // where the SIMD path has the packed kernel, instead of read where the
+  // mapped file holds them: an encoder, whose Linear layers see one text's
+  // tokens or a batch's.
+  bool pack_matrices = false;
 };
 
 // True when dir/config.json exists and names a "model_type" (a Hugging

@@ -40,7 +40,7 @@ MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std
     for (size_t i = 0; i < it->second.size(); ++i) {
       const auto f = out.in_file.find(it->second[i]);
       if (f == out.in_file.end()) break;
-      mat.push_back({f->second, rows[i], arch.transposed.count(p.name) > 0});
+      mat.push_back({f->second, rows[i], arch.transposed.count(p.name) ? RunLayout::in_out : RunLayout::out_in});
     }
     if (mat.size() != it->second.size()) {
       if (is_matrix) return {};

@@ -6,7 +6,7 @@
 // Possible when every source of every Linear matrix (and of the head) is a
 // tensor of one dtype the model computes with as it is stored: BF16 (held
 // in bf16, for the bf16 GEMMs) or F32. GPT-2's Conv1D weights, stored
-// [in, out], are read that way (RowRun::kn). The embedding table is mapped
+// [in, out], are read that way (RunLayout::in_out). The embedding table is mapped
 // too when it is one such tensor.
 #pragma once
 

@@ -55,6 +55,7 @@ void gemm_kn_f32_avx512(int64_t M, int64_t N, int64_t K, float alpha, const floa
   kn::gemm<F32Kn>(M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
 }
 
-constinit const GemmDotKernels gemm_dot_avx512{gemm_dot_f32_avx512, nullptr, gemm_kn_f32_avx512, nullptr};
+constinit const GemmDotKernels gemm_dot_avx512{gemm_dot_f32_avx512, nullptr, gemm_kn_f32_avx512, nullptr,
+                                             gemm_panels_f32_avx512};
 
 }  // namespace qkv::kernels

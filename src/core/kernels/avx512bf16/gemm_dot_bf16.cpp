@@ -71,6 +71,6 @@ void gemm_dot_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t*
 }  // namespace
 
 constinit const GemmDotKernels gemm_dot_avx512bf16{gemm_dot_f32_avx512, gemm_dot_bf16, gemm_kn_f32_avx512,
-                                                   gemm_kn_bf16};
+                                                   gemm_kn_bf16, gemm_panels_f32_avx512};
 
 }  // namespace qkv::kernels
