@@ -10,11 +10,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -106,6 +110,49 @@ TEST_P(GemmDot, SameBitsForAnyThreadCountAndAnyRowsAround) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// One row of A (a decoded token) against weight rows lying at every offset
+// from a 64-byte line, as a checkpoint's tensors do: the same bits as the
+// rows aligned, with NaN all around them that no sum may read. float32
+// through sgemm, bf16 through its kernel.
+TEST_P(GemmDot, OneRowSameBitsWhereverTheWeightLies) {
+  std::mt19937 rng(56);
+  const int64_t N = 3;
+  for (int64_t K : {1, 15, 16, 17, 31, 32, 33, 64, 65, 100, 257}) {
+    const VecF A = random_vec(rng, K), B = random_vec(rng, N * K);
+    // Room for the rows at any offset, NaN around them, 64-byte aligned.
+    auto placed = [&](auto value, int64_t elem, int64_t off) {
+      using T = decltype(value);
+      const size_t n = static_cast<size_t>(N * K + 2 * 64 / elem + off);
+      std::vector<T> room(n + 64 / elem);
+      T* at = room.data();
+      while (reinterpret_cast<uintptr_t>(at) % 64) ++at;
+      std::fill(room.begin(), room.end(), value);
+      for (int64_t x = 0; x < N * K; ++x) {
+        if constexpr (std::is_same_v<T, float>) at[64 / elem + off + x] = B[x];
+        else at[64 / elem + off + x] = bf16_from_float(B[x]).bits;
+      }
+      return std::make_pair(std::move(room), static_cast<size_t>(at - room.data()) + 64 / elem + off);
+    };
+    VecF first(N), got(N);
+    for (int64_t off = 0; off < 16; ++off) {
+      const auto [room, at] = placed(std::numeric_limits<float>::quiet_NaN(), 4, off);
+      sgemm(false, true, 1, N, K, 1.0f, A.data(), K, room.data() + at, K, 0.0f, got.data(), N);
+      if (off == 0) first = got;
+      ASSERT_EQ(std::memcmp(got.data(), first.data(), N * sizeof(float)), 0) << "float32, K " << K << ", offset " << off;
+    }
+    if (!dot_kernels() || !dot_kernels()->bf16) continue;
+    std::vector<uint16_t> a16(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) a16[k] = bf16_from_float(A[k]).bits;
+    for (int64_t off = 0; off < 32; ++off) {
+      const auto [room, at] = placed(uint16_t{0x7FC0}, 2, off);  // bf16 NaN
+      dot_kernels()->bf16(1, N, K, 1.0f, a16.data(), K, room.data() + at, K, 0.0f, nullptr, got.data(), N);
+      if (off == 0) first = got;
+      ASSERT_EQ(std::memcmp(got.data(), first.data(), N * sizeof(float)), 0) << "bf16, K " << K << ", offset " << off;
+      for (float x : got) ASSERT_FALSE(std::isnan(x)) << "bf16, K " << K << ", offset " << off;
+    }
+  }
 }
 
 // gemm_bf16 on few rows (the dot-product path from avx512bf16 up): the

@@ -13,7 +13,9 @@
 // alone, never on N, which block of C a call covers or which thread makes
 // it, nor on M from 2 rows up. One row (M = 1, a decoded token) sums each
 // lane's vectors in four chains (vector v in chain v mod 4), added before
-// the tree: bits of its own, the same for any N and thread count.
+// the tree: bits of its own, the same for any N and thread count, and
+// wherever B's rows lie (a row off a 64-byte line is read as its aligned
+// lines, put back together in registers).
 //
 // And the float32 GEMM against a weight packed once in panels (f32_panels,
 // kernels/avx512/gemm_panels_avx512.cpp): an encoder's matrices, for any

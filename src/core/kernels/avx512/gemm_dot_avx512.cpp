@@ -17,6 +17,7 @@ struct F32 {
                        : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
   }
   static __m512 mac(__m512 acc, V a, V b) { return _mm512_fmadd_ps(a, b, acc); }
+  static V from_bits(__m512i x) { return _mm512_castsi512_ps(x); }
 };
 
 // The same for B [K, N]: a step is one row of B, 16 columns a vector.

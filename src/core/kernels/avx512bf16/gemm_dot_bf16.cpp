@@ -20,6 +20,7 @@ struct Bf16 {
     return reinterpret_cast<__m512bh>(x);
   }
   static __m512 mac(__m512 acc, V a, V b) { return _mm512_dpbf16_ps(acc, a, b); }
+  static V from_bits(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 };
 
 // The same for B [K, N]: a step is two rows of B, k and k + 1, their
