@@ -22,6 +22,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/isa_kernels.h"
 #include "gemm_check.h"
@@ -153,6 +155,43 @@ TEST_P(GemmDot, OneRowSameBitsWhereverTheWeightLies) {
       for (float x : got) ASSERT_FALSE(std::isnan(x)) << "bf16, K " << K << ", offset " << off;
     }
   }
+}
+
+// The same rows right against inaccessible pages, ending up to 64 bytes
+// before the next page or starting up to 64 bytes into their own: a load
+// of a line past either end of a row faults. Bits as from the row's copy
+// elsewhere.
+TEST_P(GemmDot, OneRowReadsNothingPastItsEnds) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* guarded = static_cast<char*>(mmap(nullptr, 3 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(guarded, MAP_FAILED);
+  char* room = guarded + page;  // [room, room + page) readable, its neighbours not
+  ASSERT_EQ(mprotect(room, page, PROT_READ | PROT_WRITE), 0);
+  std::mt19937 rng(57);
+  for (int64_t K : {1, 16, 17, 33, 100, 257}) {
+    const VecF A = random_vec(rng, K), B = random_vec(rng, K);
+    std::vector<uint16_t> a16(static_cast<size_t>(K)), b16(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) a16[k] = bf16_from_float(A[k]).bits, b16[k] = bf16_from_float(B[k]).bits;
+    float want = 0.0f, want16 = 0.0f, got = 0.0f;
+    sgemm(false, true, 1, 1, K, 1.0f, A.data(), K, B.data(), K, 0.0f, &want, 1);
+    const bool has16 = dot_kernels() && dot_kernels()->bf16;
+    if (has16) dot_kernels()->bf16(1, 1, K, 1.0f, a16.data(), K, b16.data(), K, 0.0f, nullptr, &want16, 1);
+    for (size_t d = 0; d < 64; d += 2) {
+      for (char* at : {room + d, room + page - d - 4 * K}) {  // float32: d a multiple of 4 only
+        if (d % 4) continue;
+        std::memcpy(at, B.data(), 4 * K);
+        sgemm(false, true, 1, 1, K, 1.0f, A.data(), K, reinterpret_cast<const float*>(at), K, 0.0f, &got, 1);
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0) << "float32, K " << K << ", " << d << " bytes";
+      }
+      if (!has16) continue;
+      for (char* at : {room + d, room + page - d - 2 * K}) {
+        std::memcpy(at, b16.data(), 2 * K);
+        dot_kernels()->bf16(1, 1, K, 1.0f, a16.data(), K, reinterpret_cast<const uint16_t*>(at), K, 0.0f, nullptr, &got, 1);
+        ASSERT_EQ(std::memcmp(&got, &want16, sizeof(float)), 0) << "bf16, K " << K << ", " << d << " bytes";
+      }
+    }
+  }
+  munmap(guarded, 3 * page);
 }
 
 // gemm_bf16 on few rows (the dot-product path from avx512bf16 up): the

@@ -31,8 +31,7 @@ using VecF = std::vector<float>;
 VecF random_vec(std::mt19937& rng, int64_t n) { return test::random_floats(rng, n); }
 
 // B [N, K] (rows ldb apart) in panels: element (o, k) at
-// P[(o / 48) · 48 K + 48 k + o % 48], zeros past the last row. NaN-filled
-// first, so that a missed element shows.
+// P[(o / 48) · 48 K + 48 k + o % 48], zeros past the last row.
 VecF pack(const float* B, int64_t ldb, int64_t N, int64_t K) {
   const int64_t panels = (N + kPanelColumns - 1) / kPanelColumns;
   VecF P(static_cast<size_t>(std::max<int64_t>(1, panels * kPanelColumns * K)), std::nanf(""));

@@ -481,13 +481,13 @@ void SafetensorsMapping::release(const std::string& name) const {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t lo = it->second.offset / page * page;
   const uint64_t hi = std::min<uint64_t>(size_, it->second.offset + it->second.bytes);
-  if (hi > lo) release_pages(static_cast<std::byte*>(base_) + lo, hi - lo);
+  if (hi > lo) madvise(static_cast<std::byte*>(base_) + lo, hi - lo, MADV_DONTNEED);  // advice: no error to report
 }
 
 void SafetensorsMapping::release_pages(const void* data, size_t bytes) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(data) / page * page;
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(data) + bytes;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice: no error to report
 }
 

@@ -37,8 +37,9 @@ class QKV_API SafetensorsMapping {
   // them again. For a tensor read once, so that reading a whole file does
   // not hold all of it at once.
   void release(const std::string& name) const;
-  // The same for `bytes` at `data` in any file mapping (the pages they
-  // touch, whole): a mapped tensor copied elsewhere and not read again.
+  // The same for the whole pages within `bytes` at `data`, which must lie in
+  // a read-only file mapping: a mapped tensor copied elsewhere and not
+  // read again (the pages it shares with its neighbours stay).
   static void release_pages(const void* data, size_t bytes);
   // The tensors, as the header lists them.
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }

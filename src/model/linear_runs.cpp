@@ -10,6 +10,7 @@
 #include "core/gemm_dot_kernels.h"
 #include "model/gemm.h"
 #include "model/gemm_common.h"
+#include "qkv/error.h"
 
 namespace qkv {
 namespace {
@@ -36,7 +37,11 @@ void piece(float* out, const TI* inp, const RowRun<E>& run, int64_t r0, const fl
 template <class TI, class E>
 void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, int64_t BT, int64_t C,
                 int64_t OC) {
-  // One GEMM a run, each threaded itself; a matrix in panels is one run.
+  // One GEMM a run, each threaded itself; a matrix in panels is one run
+  // (GptLoader::pack_matrices), read whole.
+  if (w.size() > 1)
+    for (const RowRun<E>& run : w)
+      if (run.layout == RunLayout::panels) throw Error("linear: a matrix in panels must be one run");
   if (BT > kernels::kDotRowsMax || w.size() == 1) {
     int64_t j0 = 0;
     for (const RowRun<E>& run : w) {

@@ -43,7 +43,8 @@ def packs_float32():
     if os.environ.get("QKV_ISA", "") in ("scalar", "avx2"):
         return False
     with open("/proc/cpuinfo") as f:
-        return "avx512f" in f.read().split()
+        flags = set(f.read().split())
+    return {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
 
 
 def check_against(model, folder, ref, max_length):

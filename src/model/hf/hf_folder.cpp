@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/isa_kernels.h"
 #include "io/files.h"
 #include "io/json_strict.h"
-#include "core/isa_kernels.h"
 #include "io/safetensors_map.h"
 #include "model/gpt_work.h"
 #include "model/hf/mapped_weights.h"
