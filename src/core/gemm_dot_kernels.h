@@ -38,8 +38,12 @@ constexpr int64_t kDotRowsMax = 32;
 // splits N between threads gives each a multiple of it.
 constexpr int64_t kDotBlockColumns = 6;
 
-// Columns of B one panel of the packed layout holds (f32_panels below).
+// Columns of B one panel of the packed layout holds (f32_panels below),
+// and where that layout keeps B's element (o, k) for rows of K elements.
 constexpr int64_t kPanelColumns = 48;
+constexpr int64_t panel_index(int64_t o, int64_t k, int64_t K) {
+  return o / kPanelColumns * kPanelColumns * K + k * kPanelColumns + o % kPanelColumns;
+}
 
 struct GemmDotKernels {
   // C[i][j] = alpha · Σ_k A[i][k] B[j][k] + beta · C[i][j], then + bias[j]

@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "core/isa_kernels.h"
 #include "model/gemm.h"
 #include "model/gemm_common.h"
-#include "qkv/error.h"
 #include "qkv/runtime.h"
 
 namespace qkv::kernels {
@@ -21,9 +19,8 @@ void panels_loops(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, 
                   const float* bias, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
-      const float* column = P + (j / kPanelColumns) * kPanelColumns * K + j % kPanelColumns;
       float s = 0.0f;
-      for (int64_t k = 0; k < K; ++k) s = std::fma(A[i * lda + k], column[k * kPanelColumns], s);
+      for (int64_t k = 0; k < K; ++k) s = std::fma(A[i * lda + k], P[panel_index(j, k, K)], s);
       C[i * ldc + j] = bias ? s + bias[j] : s;
     }
 }
@@ -36,12 +33,8 @@ int64_t panels_size(int64_t N, int64_t K) {
 
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* P,
                   const float* bias, float* C, int64_t ldc) {
-  if (M < 0 || N < 0 || K < 0)
-    throw Error("sgemm_panels: expected sizes >= 0, found M = " + std::to_string(M) + ", N = " +
-                std::to_string(N) + ", K = " + std::to_string(K));
-  if (lda < std::max<int64_t>(1, K) || ldc < std::max<int64_t>(1, N))
-    throw Error("sgemm_panels: lda must be >= K and ldc >= N, found lda = " + std::to_string(lda) +
-                ", ldc = " + std::to_string(ldc));
+  // sgemm's checks, for A · Bᵀ (the panels' own stride is K).
+  check_gemm_args("sgemm_panels", false, true, M, N, K, lda, std::max<int64_t>(1, K), ldc);
   if (M == 0 || N == 0) return;
   const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot;
   const auto kernel = dot && dot->f32_panels ? dot->f32_panels : panels_loops;

@@ -242,17 +242,13 @@ void GptLoader::pack_matrices(GPT& m) {
   for (const Part& p : parts) total += kernels::panels_size(p.rows, p.cols);
   W.panels32.resize(static_cast<size_t>(total));  // zeros: the last panels' missing rows
   float* next = W.panels32.data();
-  constexpr int64_t P = kernels::kPanelColumns;
   for (size_t i = 0; i < parts.size(); ++i) {
     const int64_t K = parts[i].cols;
     int64_t first = 0;  // the run's first row in the matrix
     for (const RowRun<float>& run : W.mats32[i]) {
 #pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < run.rows; ++o) {
-        const int64_t g = first + o;
-        float* dst = next + (g / P) * P * K + g % P;
-        for (int64_t k = 0; k < K; ++k) dst[k * P] = run(o, k, K);
-      }
+      for (int64_t o = 0; o < run.rows; ++o)
+        for (int64_t k = 0; k < K; ++k) next[kernels::panel_index(first + o, k, K)] = run(o, k, K);
       SafetensorsMapping::release_pages(run.at, static_cast<size_t>(run.rows * K) * sizeof(float));
       first += run.rows;
     }

@@ -35,7 +35,7 @@ inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() 
 enum class RunLayout : uint8_t {
   out_in,  // element (o, i) at at[o * in + i]
   in_out,  // at[i * rows + o]
-  panels,  // at[(o / 48) * 48 * in + i * 48 + o % 48]
+  panels,  // at[kernels::panel_index(o, i, in)]: panels of 48 rows
 };
 template <class E>
 struct RowRun {
@@ -44,10 +44,9 @@ struct RowRun {
   RunLayout layout = RunLayout::out_in;
   // Element (o, i) of the run, for a matrix whose rows hold `in` elements.
   const E& operator()(int64_t o, int64_t i, int64_t in) const {
-    constexpr int64_t P = kernels::kPanelColumns;
     switch (layout) {
       case RunLayout::in_out: return at[i * rows + o];
-      case RunLayout::panels: return at[(o / P) * P * in + i * P + o % P];
+      case RunLayout::panels: return at[kernels::panel_index(o, i, in)];
       default: return at[o * in + i];
     }
   }
@@ -201,8 +200,8 @@ struct GptLoader {
   // After hold_matrices_mapped<float>: the matrices copied from the mapped
   // file into panels (Work::panels32, sgemm_panels), their pages of the
   // file let go from this process. For a model whose Linear layers see
-  // few rows at a time and whose matrices fit in memory twice over (an
-  // encoder on short texts): the panels stream from memory as one
+  // few rows at a time and whose matrices are small enough to copy at load
+  // (an encoder on short texts): the panels stream from memory as one
   // sequential read a thread, with no horizontal sums, where the dot
   // products of the rows where they lie wait on many streams.
   static void pack_matrices(GPT& m);

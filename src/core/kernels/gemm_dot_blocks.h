@@ -200,8 +200,9 @@ constexpr std::array<Block<Ops>, kR * kJ> block_table(std::integer_sequence<int,
 //
 // One row of A (a decoded token) reads B one row after another (row()):
 // a single stream the hardware prefetchers follow from page to page
-// (fetched ahead only where the rows are off their lines). kJ rows read side by side are kJ streams one row length
-// apart, and those do not reach the memory bandwidth a plain read does.
+// (fetched ahead only where the rows are off their lines). kJ rows read
+// side by side are kJ streams one row length apart, and those do not
+// reach the memory bandwidth a plain read does.
 // Measured over TinyLlama's bf16 weights (2.07 GB mapped from the file, 2
 // threads, Zen 5, alternated): kJ rows at once 50-56 GB/s, one row 66-72, a
 // plain sum of the same bytes 79; over its float32 weights (4.14 GB), one
