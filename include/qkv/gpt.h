@@ -275,7 +275,9 @@ class BasicGPT {
   /// do not fit in the cache, the cache was made for another model shape, or
   /// a token is outside the vocabulary. Under bf16 compute the Linear
   /// products run in bf16; attention runs on the cache's dtype (a bf16
-  /// cache: the bf16 kernel, as the bf16 forward).
+  /// cache: the bf16 kernel, as the bf16 forward). The last block runs its
+  /// projection and MLP, and the head, on the last token's row alone: the
+  /// other rows' keys and values are all the cache keeps of them.
   ///
   /// The span views this model's scratch: valid until the next call on this
   /// model (or its destruction). A view, not a copy, because sampling calls

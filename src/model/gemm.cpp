@@ -2,6 +2,7 @@
 // thread count, or on few rows on the dot-product kernels; sgemm_ref in
 // plain loops.
 #include "model/gemm.h"
+#include "model/column_shares.h"
 #include "model/gemm_common.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -33,19 +34,25 @@ int64_t panel_size(int64_t dim) {
 }
 
 // C = alpha · A · op(B) + beta · C (+ bias) on the dot-product kernels (B
-// [N, K]) or their [K, N] counterparts, C's columns cut into one contiguous
-// range per thread (whole register blocks), so each thread's B streams in
-// one piece and its fetches run ahead across it. Each element is one
-// call's whole K sum, whatever the cut.
+// [N, K]) or their [K, N] counterparts, C's columns shared between the
+// threads (column_shares.h): each thread's B streams in one piece and its
+// fetches run ahead across it. B [K, N] is read a short stretch of each of
+// its K rows per column range, so there each thread keeps one range.
+// Each element is one call's whole K sum, whatever the cut.
 void dot_columns(const GemmDotKernels& dot, bool trans_b, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float beta, const float* bias, float* C, int64_t ldc) {
   const auto kernel = trans_b ? dot.f32 : dot.f32_kn;
-  const int64_t block = trans_b ? kDotBlockColumns : kKnBlockColumns;
+  // Called from a region's thread (linear_runs' chunks): all of it here,
+  // with no region of one thread to open and close.
+  if (omp_in_parallel()) return kernel(M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
+  const int threads = omp_get_max_threads();
+  ColumnShares shares(N, trans_b ? chunk_columns(K * 4, kDotBlockColumns) : share_columns(N, threads, kKnBlockColumns),
+                      threads);
 #pragma omp parallel
   {
-    const auto [lo, hi] = dot_range(N, omp_get_thread_num(), omp_get_num_threads(), block);
-    if (lo < hi)
+    const int t = omp_get_thread_num();
+    for (int64_t lo, hi; shares.next(t, lo, hi);)
       kernel(M, hi - lo, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
              bias ? bias + lo : nullptr, C + lo, ldc);
   }

@@ -453,29 +453,36 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     }
     if (packed) packed_attention_forward(l);
     else attention_forward(l, pos0, cache);
+    // With a cache only the last position's next token is wanted: the last
+    // block's keys and values are needed at every position (they go into the
+    // cache), the rest of it only at the last. The stream's rows (atty, res2,
+    // res3) keep their places, the MLP's rows start at 0. Post-norm blocks
+    // (encoders, no cache) run every row.
+    const bool last_row_only = cache && l == cfg_.layers - 1 && cfg_.lm_head && !cfg_.post_norm;
+    const int64_t r0 = last_row_only ? BT - 1 : 0, n = BT - r0;
+    T* res2 = la.res2.data() + r0 * C;
     // res2 = x + attn proj: project into res2, then add the stream.
-    linear_to(la.res2.data(), la.atty.data(), lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), BT, C, C,
-              mm);
-    nn::residual_forward(la.res2.data(), la.res2.data(), x, BT * C);
+    linear_to(res2, la.atty.data() + r0 * C, lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), n, C, C, mm);
+    nn::residual_forward(res2, res2, x + r0 * C, n * C);
     // The MLP's input, which post-norm also adds back.
     const typename Work::LinearIn* mlp_in = &la.ln2;
-    const T* mlp_res = la.res2.data();
+    const T* mlp_res = res2;
     if (cfg_.post_norm) {
-      layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), la.res2.data(), w(L.ln1_w),
-                   w(L.ln1_b), BT, C, eps);
+      layernorm_to(la.ln1, la.ln1_mean.data(), la.ln1_rstd.data(), res2, w(L.ln1_w), w(L.ln1_b), n,
+                   C, eps);
       mlp_in = &la.ln1;
       mlp_res = la.ln1.x.data();
     } else {
-      norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(), w(L.ln2_w), w(L.ln2_b),
-              BT, C, eps, cfg_.rms_norm);
+      norm_to(la.ln2, la.ln2_mean.data(), la.ln2_rstd.data(), res2, w(L.ln2_w), w(L.ln2_b), n, C, eps,
+              cfg_.rms_norm);
     }
-    linear_from(la.fch.data(), *mlp_in, lw(l, 2, L.fc_w), w(L.fc_b), BT, C, fc_out, mm);
-    if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), BT, F);
-    else gelu_to(la.fch_gelu, la.fch.data(), BT * F, cfg_.gelu);
+    linear_from(la.fch.data(), *mlp_in, lw(l, 2, L.fc_w), w(L.fc_b), n, C, fc_out, mm);
+    if (cfg_.swiglu) nn::swiglu_forward(la.fch_gelu.x.data(), la.fch.data(), n, F);
+    else gelu_to(la.fch_gelu, la.fch.data(), n * F, cfg_.gelu);
     // Post-norm keeps the sum, ln_2's input, for the backward (in ln2.x).
-    T* sum = cfg_.post_norm ? la.ln2.x.data() : la.res3.data();
-    linear_from(sum, la.fch_gelu, lw(l, 3, L.fc_proj_w), w(L.fc_proj_b), BT, F, C, mm);
-    nn::residual_forward(sum, sum, mlp_res, BT * C);
+    T* sum = cfg_.post_norm ? la.ln2.x.data() : la.res3.data() + r0 * C;
+    linear_from(sum, la.fch_gelu, lw(l, 3, L.fc_proj_w), w(L.fc_proj_b), n, F, C, mm);
+    nn::residual_forward(sum, sum, mlp_res, n * C);
     if (cfg_.post_norm)
       nn::layernorm_forward(la.res3.data(), la.ln2_mean.data(), la.ln2_rstd.data(), sum, w(L.ln2_w),
                             w(L.ln2_b), BT, C, eps);

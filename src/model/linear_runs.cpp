@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/gemm_dot_kernels.h"
+#include "model/column_shares.h"
 #include "model/gemm.h"
 #include "model/gemm_common.h"
 #include "qkv/error.h"
@@ -50,14 +51,27 @@ void run_pieces(float* out, const TI* inp, const RowRuns<E>& w, const float* b, 
     }
     return;
   }
+  // The runs' columns shared between the threads as one product's
+  // (column_shares.h), each chunk cut where it crosses runs. bf16 runs keep
+  // one share a thread: gemm_bf16 rounds a float32 input for each call.
+  // So do runs stored [C, rows], read a short stretch of each row a chunk.
+  const int threads = omp_get_max_threads();
+  const bool in_out =
+      std::any_of(w.begin(), w.end(), [](const RowRun<E>& r) { return r.layout == RunLayout::in_out; });
+  const int64_t chunk = std::is_same_v<E, float> && !in_out
+                            ? kernels::chunk_columns(C * int64_t{sizeof(E)}, kernels::kDotBlockColumns)
+                            : kernels::share_columns(OC, threads, kernels::kDotBlockColumns);
+  kernels::ColumnShares shares(OC, chunk, threads);
 #pragma omp parallel
   {
-    const auto [lo, hi] = kernels::dot_range(OC, omp_get_thread_num(), omp_get_num_threads());
-    int64_t j0 = 0;
-    for (const RowRun<E>& run : w) {
-      const int64_t s = std::max(lo, j0), e = std::min(hi, j0 + run.rows);
-      if (s < e) piece(out, inp, run, s - j0, b, BT, C, OC, s, e - s);
-      j0 += run.rows;
+    const int t = omp_get_thread_num();
+    for (int64_t lo, hi; shares.next(t, lo, hi);) {
+      int64_t j0 = 0;
+      for (const RowRun<E>& run : w) {
+        const int64_t s = std::max(lo, j0), e = std::min(hi, j0 + run.rows);
+        if (s < e) piece(out, inp, run, s - j0, b, BT, C, OC, s, e - s);
+        j0 += run.rows;
+      }
     }
   }
 }
