@@ -25,7 +25,7 @@ std::vector<int> hand_out(int64_t N, int64_t chunk, int planned, int run) {
     const int t = omp_get_thread_num();
     for (int64_t lo, hi; shares.next(t, lo, hi);) {
       if (lo < 0 || hi > N || lo >= hi || lo % chunk != 0 || (hi - lo != chunk && hi != N)) bad = true;
-      for (int64_t j = lo; j < std::min(hi, N); ++j) seen[static_cast<size_t>(j)]++;
+      for (int64_t j = lo; j < hi && j < N; ++j) seen[static_cast<size_t>(j)]++;
     }
   }
   EXPECT_FALSE(bad.load()) << "a chunk out of range or not whole";
@@ -47,10 +47,19 @@ TEST(ColumnShares, EveryColumnOnceForAnyThreadsAndChunks) {
         }
 }
 
-// More threads than the shares hold: those past them only take from others.
+// More threads than shares (planned for 2, 6 running; and past the cap of
+// shares): those without one only take from others.
 TEST(ColumnShares, ThreadsPastTheSharesTakeFromOthers) {
-  const std::vector<int> seen = hand_out(10000, 6, 100, 4);
-  for (int s : seen) ASSERT_EQ(s, 1);
+  for (int s : hand_out(10000, 6, 2, 6)) ASSERT_EQ(s, 1);
+  for (int s : hand_out(10000, 6, 100, 4)) ASSERT_EQ(s, 1);
+}
+
+// Owners and thieves racing for the last chunks of one-column chunks, many
+// times over: a take that is not one compare-and-swap hands a column out
+// twice or never, sooner or later.
+TEST(ColumnShares, RacingThreadsHandOutEachColumnOnce) {
+  for (int rep = 0; rep < 100; ++rep)
+    for (int s : hand_out(4096, 1, 2, 4)) ASSERT_EQ(s, 1) << "repetition " << rep;
 }
 
 TEST(ColumnShares, NoColumnsNoChunks) {

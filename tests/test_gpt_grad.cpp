@@ -483,6 +483,23 @@ TEST(GptDecode, ChunksMatchForward) {
     }
 }
 
+// A chunk's last block runs its projection and MLP on the last row only
+// (pre-norm): Llama's block (RMSNorm, SwiGLU, biases, window) too; a causal
+// post-norm block runs every row.
+TEST(GptDecode, ChunksMatchForwardForEveryBlock) {
+  for (int64_t kv : {4, 2}) {
+    SCOPED_TRACE("llama, kv_heads " + std::to_string(kv));
+    const GPTConfig llama = config_of({true, kv, true, Block::llama});
+    expect_chunks_match_forward<float>(llama, 1e-5);
+    expect_chunks_match_forward<double>(llama, 1e-12);
+  }
+  GPTConfig post = tiny(false, 4, true);
+  post.post_norm = true;
+  SCOPED_TRACE("causal post-norm");
+  expect_chunks_match_forward<float>(post, 1e-5);
+  expect_chunks_match_forward<double>(post, 1e-12);
+}
+
 TEST(GptDecode, StepsMatchForward) {
   for (bool rope : {false, true})
     for (int64_t kv : {4, 2, 1}) {
@@ -505,6 +522,8 @@ TEST(GptDecode, Bf16CacheMatchesTheBf16Forward) {
     const GPTConfig cfg = tiny(true, kv, false);
     expect_decode_matches_forward<float>(cfg, 4e-3, std::vector<int64_t>(cfg.context, 1), DType::bf16);
     expect_decode_matches_forward<float>(cfg, 4e-3, {3, 1, cfg.context - 4}, DType::bf16);
+    const GPTConfig llama = config_of({true, kv, true, Block::llama});
+    expect_decode_matches_forward<float>(llama, 4e-3, {3, 1, llama.context - 4}, DType::bf16);
   }
 }
 

@@ -41,13 +41,15 @@ inline int64_t share_columns(int64_t N, int threads, int64_t block) {
 class ColumnShares {
  public:
   // Columns [0, N) in chunks of `chunk` (a multiple of the kernel's block)
-  // for `threads` shares (at most kMaxShares; threads past them only take
-  // from others). Made before the region opens, on the stack; the region
-  // may run fewer threads (nested, or capped): the chunks of a share whose
-  // thread never comes are taken by the others.
+  // for `threads` shares. Past kMaxShares threads (more than any 2-socket
+  // machine's cores) the rest only take from others: right, if contended.
+  // Made before the region opens, on the stack; the region may run fewer
+  // threads (nested, or capped): the chunks of a share whose thread never
+  // comes are taken by the others.
   ColumnShares(int64_t N, int64_t chunk, int threads)
-      : N_(N), chunk_(std::max({int64_t{1}, chunk, N >> 30})), count_(std::clamp(threads, 1, kMaxShares)) {
-    const int64_t chunks = (N + chunk_ - 1) / chunk_;  // < 2^31: half a word
+      : N_(N), chunk_(std::max<int64_t>(1, chunk)), count_(std::clamp(threads, 1, kMaxShares)) {
+    while ((N + chunk_ - 1) / chunk_ >= int64_t{1} << 31) chunk_ *= 2;  // a count fits half a word
+    const int64_t chunks = (N + chunk_ - 1) / chunk_;
     for (int t = 0; t < count_; ++t)
       shares_[t].range.store(pack(chunks * t / count_, chunks * (t + 1) / count_), std::memory_order_relaxed);
   }

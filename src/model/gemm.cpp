@@ -47,8 +47,9 @@ void dot_columns(const GemmDotKernels& dot, bool trans_b, int64_t M, int64_t N, 
   // with no region of one thread to open and close.
   if (omp_in_parallel()) return kernel(M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
   const int threads = omp_get_max_threads();
-  ColumnShares shares(N, trans_b ? chunk_columns(K * 4, kDotBlockColumns) : share_columns(N, threads, kKnBlockColumns),
-                      threads);
+  const int64_t chunk = trans_b ? chunk_columns(K * int64_t{sizeof(float)}, kDotBlockColumns)
+                                : share_columns(N, threads, kKnBlockColumns);
+  ColumnShares shares(N, chunk, threads);
 #pragma omp parallel
   {
     const int t = omp_get_thread_num();

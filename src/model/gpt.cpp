@@ -456,9 +456,9 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     // With a cache only the last position's next token is wanted: the last
     // block's keys and values are needed at every position (they go into the
     // cache), the rest of it only at the last. The stream's rows (atty, res2,
-    // res3) keep their places, the MLP's rows start at 0. Post-norm blocks
-    // (encoders, no cache) run every row.
-    const bool last_row_only = cache && l == cfg_.layers - 1 && cfg_.lm_head && !cfg_.post_norm;
+    // res3) keep their places, the MLP's rows start at 0. A post-norm block
+    // writes its stream into ln1 and ln2, rows from 0: it runs every row.
+    const bool last_row_only = cache && l == cfg_.layers - 1 && !cfg_.post_norm;
     const int64_t r0 = last_row_only ? BT - 1 : 0, n = BT - r0;
     T* res2 = la.res2.data() + r0 * C;
     // res2 = x + attn proj: project into res2, then add the stream.
