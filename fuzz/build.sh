@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets into build/fuzz/ with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   bash fuzz/build.sh            # all targets: npy checkpoint vocab tokenizer model cli
+#   bash fuzz/build.sh            # all targets: npy checkpoint gguf vocab tokenizer model cli
 #   bash fuzz/build.sh npy        # one target
 #
 # Standalone (no CMake, no oneDNN): each target is compiled with only the
@@ -33,6 +33,8 @@ io_core=(src/core/tensor.cpp src/core/runtime/interrupt.cpp src/core/view.cpp sr
 declare -A sources=(
   [npy]="fuzz/fuzz_npy.cpp ${io_core[*]} src/io/npy.cpp"
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
+  # (safetensors.cpp for float_from_half, which the f16 scales use)
+  [gguf]="fuzz/fuzz_gguf.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/io/mapped_file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_metadata.cpp src/linalg/weight_types.cpp src/linalg/quant_32.cpp src/linalg/quant_k.cpp"
   [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"
@@ -56,7 +58,7 @@ declare -A libs=(
 )
 
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint vocab tokenizer model cli)
+[ ${#targets[@]} -eq 0 ] && targets=(npy checkpoint gguf vocab tokenizer model cli)
 
 # Stale when missing or older than any file its compiler-written .d lists.
 stale_obj() {

@@ -125,6 +125,84 @@ def corpus_checkpoint():
     put(t, "bad_config_negative.json", json.dumps(dict(CONFIG, layers=-9223372036854775808)))
 
 
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key, vtype, payload):
+    """One metadata entry; vtype is GGUF's number (0 UINT8 ... 8 STRING, 9 ARRAY ... 12 FLOAT64)."""
+    return gguf_str(key) + struct.pack("<I", vtype) + payload
+
+
+def gguf_array(etype, items):
+    """An array's bytes: element type, count, the elements' bytes (a list)."""
+    return struct.pack("<IQ", etype, len(items)) + b"".join(items)
+
+
+def gguf(kvs, tensors, data, version=3, alignment=32):
+    """kvs: entries' bytes; tensors: (name, dims in ggml order, ggml type, offset)."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)) + b"".join(kvs)
+    for name, dims, ggml_type, offset in tensors:
+        out += gguf_str(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset)
+    out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def block(size, scales, seed):
+    """A quantized block of `size` bytes, pseudo-random, with f16 1.0 (0x3c00) at each scale offset."""
+    b = bytearray((seed * 37 + i * 11) % 256 for i in range(size))
+    for at in scales:
+        b[at:at + 2] = struct.pack("<H", 0x3C00)
+    return bytes(b)
+
+
+def corpus_gguf():
+    t = "gguf"
+    every = [
+        gguf_kv("general.architecture", 8, gguf_str("llama")),
+        gguf_kv("u8", 0, b"\xc8"), gguf_kv("i8", 1, b"\x9c"), gguf_kv("u16", 2, struct.pack("<H", 60000)),
+        gguf_kv("i16", 3, struct.pack("<h", -3)), gguf_kv("u32", 4, struct.pack("<I", 7)),
+        gguf_kv("i32", 5, struct.pack("<i", -7)), gguf_kv("f32", 6, f32(0.5)), gguf_kv("bool", 7, b"\x01"),
+        gguf_kv("u64", 10, struct.pack("<Q", 2**63)), gguf_kv("i64", 11, struct.pack("<q", -1)),
+        gguf_kv("f64", 12, f64(1e-300)),
+        gguf_kv("tokens", 9, gguf_array(8, [gguf_str("a"), gguf_str(""), gguf_str("\u00e9")])),
+        gguf_kv("scores", 9, gguf_array(6, [f32(0.0), f32(-1.5)])),
+        gguf_kv("types", 9, gguf_array(5, [struct.pack("<i", 1), struct.pack("<i", 3)])),
+        gguf_kv("nested", 9, gguf_array(9, [gguf_array(0, [b"\x01"]), gguf_array(8, [gguf_str("x")])])),
+        gguf_kv("empty", 9, gguf_array(12, [])),
+    ]
+    # One tensor of each weight type qkv has, 32-aligned, one row of blocks each.
+    kinds = [("f32", [4, 2], 0, f32(*range(8))), ("f16", [4], 1, struct.pack("<4H", 0x3C00, 0xC000, 0x7C00, 1)),
+             ("bf16", [2], 30, struct.pack("<2H", 0x3F80, 0xC049)), ("q8_0", [32], 8, block(34, [0], 1)),
+             ("q4_0", [32, 2], 2, block(18, [0], 2) + block(18, [0], 3)), ("q4_k", [256], 12, block(144, [0, 2], 4)),
+             ("q5_k", [256], 13, block(176, [0, 2], 5)), ("q6_k", [256], 14, block(210, [208], 6))]
+    tensors, data = [], b""
+    for name, dims, ggml_type, payload in kinds:
+        tensors.append((name, dims, ggml_type, len(data)))
+        data += payload + b"\0" * (-len(payload) % 32)
+    put(t, "every_type.gguf", gguf(every, tensors, data))
+    put(t, "v2.gguf", gguf(every[:3], tensors[:2], data[:64], version=2))
+    align64 = [gguf_kv("general.alignment", 4, struct.pack("<I", 64))]
+    put(t, "align64.gguf", gguf(align64, [("w", [4], 0, 64)], b"\0" * 64 + f32(1, 2, 3, 4), alignment=64))
+    put(t, "align1.gguf", gguf([gguf_kv("general.alignment", 4, struct.pack("<I", 1))],
+                               [("w", [1], 0, 3)], b"\0\0\0" + f32(1), alignment=1))
+    put(t, "no_tensors.gguf", gguf(every[:1], [], b""))
+    # Slightly broken.
+    put(t, "bad_truncated.gguf", gguf(every, tensors, data)[:-20])
+    put(t, "bad_magic.gguf", b"GGUG" + gguf([], [], b"")[4:])
+    put(t, "bad_version1.gguf", gguf([], [], b"", version=1))
+    put(t, "bad_big_endian.gguf", gguf([], [], b"", version=0x03000000))
+    put(t, "bad_unknown_type.gguf", gguf([], [("w", [4], 4, 0)], f32(1, 2, 3, 4)))
+    put(t, "bad_misaligned.gguf", gguf([], [("w", [1], 0, 4)], f32(1, 2)))
+    put(t, "bad_overlap.gguf", gguf([], [("a", [16], 0, 0), ("b", [8], 0, 32)], b"\0" * 64))
+    put(t, "bad_duplicate_key.gguf", gguf([every[1], every[1]], [], b""))
+    put(t, "bad_alignment.gguf", gguf([gguf_kv("general.alignment", 4, struct.pack("<I", 48))], [], b""))
+    put(t, "bad_row.gguf", gguf([], [("w", [100], 12, 0)], block(144, [0, 2], 7)))
+    put(t, "bad_dims_overflow.gguf", gguf([], [("w", [2**32, 2**32], 0, 0)], f32(1)))
+    put(t, "bad_array_length.gguf", gguf([gguf_kv("a", 9, struct.pack("<IQ", 4, 2**62))], [], b""))
+
+
 def corpus_vocab():
     t = "vocab"
     put(t, "shakespeare.json", '{"type": "char", "chars": ["\\n", " ", "!", "A", "a", "z"], '
@@ -215,6 +293,7 @@ def corpus_cli():
 if __name__ == "__main__":
     corpus_npy()
     corpus_checkpoint()
+    corpus_gguf()
     corpus_vocab()
     corpus_tokenizer()
     corpus_model()

@@ -5,7 +5,7 @@
 # non-zero on a crash, leak, timeout or sanitizer report; the reproducer
 # (crash-*, leak-*, timeout-*) is kept in build/fuzz/artifacts/TARGET/.
 #
-#   bash fuzz/run.sh npy 30          # targets: npy checkpoint vocab tokenizer
+#   bash fuzz/run.sh npy 30          # targets: npy checkpoint gguf vocab tokenizer model cli
 #
 # One fuzzing process in the foreground (no -jobs/-workers, which would only
 # wrap it in a supervisor and send its log to fuzz-0.log). Extra libFuzzer

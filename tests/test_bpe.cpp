@@ -146,6 +146,37 @@ TEST(Bpe, MetaspaceMarksSpaces) {
   EXPECT_EQ(tok.decode({3, 0, 4}), "a  b");
 }
 
+TEST(Bpe, TokenBytesAreWhatEachTokenStandsFor) {
+  // GPT-2's byte-level tokens: "Ġ" is the space, "Ċ" the newline; "Ã"
+  // alone is the byte 0xC3, half of "é".
+  const auto gpt2 = load(spec(R"({"hi": 0, "Ġhi": 1, "Ċ": 2, "Ã": 3, "<|endoftext|>": 4})", "[]",
+                              R"({"type": "ByteLevel", "add_prefix_space": false})", R"({"type": "ByteLevel"})"));
+  EXPECT_EQ(gpt2.token(1), "Ġhi");  // the vocabulary's spelling is kept
+  EXPECT_EQ(gpt2.token_bytes(1), " hi");
+  EXPECT_EQ(gpt2.token_bytes(2), "\n");
+  EXPECT_EQ(gpt2.token_bytes(3), "\xC3");
+  EXPECT_EQ(gpt2.token_bytes(4), "<|endoftext|>");
+  // Llama 2's: "▁" is the space, also in the text's first token (the
+  // decoder's Strip acts on the whole text, not on a token), "<0xE2>" a byte.
+  const std::string llama2_decoder =
+      R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+          {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})";
+  const auto llama2 = load(spec(R"({"<unk>": 0, "▁the": 1, "▁▁": 2, "<0xE2>": 3, "<0x0A>": 4})", "[]", "null",
+                                llama2_decoder, R"("unk_token": "<unk>", "byte_fallback": true, )"));
+  EXPECT_EQ(llama2.token_bytes(1), " the");
+  EXPECT_EQ(llama2.decode({1}), "the");
+  EXPECT_EQ(llama2.token_bytes(2), "  ");
+  EXPECT_EQ(llama2.token_bytes(3), "\xE2");
+  EXPECT_EQ(llama2.token_bytes(4), "\n");
+  EXPECT_EQ(llama2.token_bytes(0), "<unk>");
+  // Metaspace's decoder keeps the first token's mark here, too.
+  const auto meta = load(spec(R"({"_": 0, "_a": 1})", "[]",
+                              R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"})",
+                              R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"})"));
+  EXPECT_EQ(meta.token_bytes(1), " a");
+  EXPECT_EQ(error_of([&] { meta.token_bytes(9); }), "token id 9 names no token (vocab_size 2)");
+}
+
 TEST(Bpe, InvalidUtf8NamesTheByte) {
   const auto tok = load(spec(kAbc, "[]"));
   for (const auto& [bytes, offset] : std::vector<std::pair<std::string, int>>{
@@ -155,10 +186,14 @@ TEST(Bpe, InvalidUtf8NamesTheByte) {
            {"\x80", 0},                // stray continuation byte
            {"aa\xF4\x90\x80\x80", 2}}) {  // past U+10FFFF
     const std::string& text = bytes;  // clang 14's lambdas cannot capture a structured binding
-    EXPECT_NE(error_of([&] { tok.encode(text); }).find("invalid UTF-8 at byte " + std::to_string(offset)),
+    EXPECT_NE(error_of([&] { tok.encode(text); }).find("invalid UTF-8 at byte " + std::to_string(offset) + " of the line:"),
               std::string::npos)
         << offset;
   }
+  // A line of its own names no other line (its caller numbers it); a text of
+  // several names the line once.
+  EXPECT_EQ(error_of([&] { tok.encode("ab\xff"); }), "invalid UTF-8 at byte 2 of the line: byte 0xff never occurs in UTF-8");
+  EXPECT_EQ(error_of([&] { tok.encode("ab\nc\xff"); }).find("invalid UTF-8 at byte 1 of line 2 (byte 4 of the text):"), 0u);
 }
 
 TEST(Bpe, BadIdsAreNamed) {

@@ -181,7 +181,20 @@ TEST(HeatmapText, LabelsCannotBreakTheLayout) {
       qkv::heatmap_text(w.data(), 2, 1, {"a\nb", "\x1b[31mred and a very long label"}, {"k"}, false);
   EXPECT_EQ(s.find('\x1b'), std::string::npos) << s;
   EXPECT_NE(s.find("a\\nb        "), std::string::npos) << s;
-  EXPECT_NE(s.find("?[31mred an~ "), std::string::npos) << s;
+  // Shortened with an ellipsis, the escape character spelled as a code point.
+  EXPECT_NE(s.find("U+001B[31mr\u2026 "), std::string::npos) << s;
+  // A byte of broken UTF-8 shows as itself, not as a '?' that could be a '?'.
+  const std::string b = qkv::heatmap_text(w.data(), 2, 1, {"a\xE2", "?"}, {"k"}, false);
+  EXPECT_NE(b.find("a\\xe2 "), std::string::npos) << b;
+  // Well-formed in shape but not UTF-8: an overlong ESC (C0 9B, a CSI to some
+  // terminals), a surrogate (ED A0 80), a code point past U+10FFFF (F4 90 80 80).
+  const std::vector<double> w3 = {0.25, 0.5, 0.25};
+  const std::string o =
+      qkv::heatmap_text(w3.data(), 3, 1, {"a\xC0\x9B", "\xED\xA0\x80", "\xF4\x90\x80"}, {"k"}, false);
+  for (const char* raw : {"\xC0\x9B", "\xED\xA0\x80", "\xF4\x90"}) EXPECT_EQ(o.find(raw), std::string::npos) << o;
+  EXPECT_NE(o.find("a\\xc0\\x9b"), std::string::npos) << o;
+  EXPECT_NE(o.find("\\xed\\xa0\\x80"), std::string::npos) << o;
+  EXPECT_NE(o.find("\\xf4\\x90\\x80"), std::string::npos) << o;
 }
 
 TEST(HeatmapText, RejectsBadInputs) {
@@ -200,9 +213,60 @@ TEST(HeatmapText, BidiControlsInLabelsShowAsGlyphsNotAct) {
   for (const std::string bidi : {"\u202e", "\u2066", "\u200f", "\u061c"}) {
     const std::string s = qkv::heatmap_text(w.data(), 1, 1, {"ab" + bidi + "cd"}, {"k"}, false);
     EXPECT_EQ(s.find(bidi), std::string::npos) << s;
-    EXPECT_NE(s.find("ab?cd"), std::string::npos) << s;
+    EXPECT_NE(s.find("abU+"), std::string::npos) << s;
   }
+  EXPECT_NE(qkv::heatmap_text(w.data(), 1, 1, {"ab\u202ecd"}, {"k"}, false).find("abU+202Ecd"), std::string::npos);
   // Other multi-byte characters pass as they are.
   const std::string s = qkv::heatmap_text(w.data(), 1, 1, {"é€😀"}, {"k"}, false);
   EXPECT_NE(s.find("é€😀"), std::string::npos) << s;
 }
+
+// ---- labels in the PNG ----------------------------------------------------------
+
+namespace {
+
+// `text` drawn at scale 1 on a canvas of its own: its pixels as 0/1.
+std::vector<int> drawn(const std::string& text) {
+  qkv::Canvas cv(80, qkv::kLineHeight);
+  qkv::draw_text(cv, 0, 0, text, 1, {0, 0, 0});
+  std::vector<int> ink;
+  for (int i = 0; i < cv.width() * cv.height(); ++i) ink.push_back(cv.data()[3 * i] == 0);
+  return ink;
+}
+
+}  // namespace
+
+TEST(HeatmapFont, CharactersTheFontLacksAreSpelledNeverQuestionMarks) {
+  EXPECT_EQ(qkv::font_text("the", 12), "the");
+  EXPECT_EQ(qkv::font_text("caf\u00e9", 12), "cafU+00E9");
+  EXPECT_EQ(qkv::font_text("\u4e16\u754c", 13), "U+4E16 U+754C");  // a space between, never misread
+  EXPECT_EQ(qkv::font_text("\u00e91x", 12), "U+00E9 1x");          // not U+00E91
+  EXPECT_EQ(qkv::font_text("\\xe2", 12), "\\xe2");
+  for (const std::string& label : std::vector<std::string>{"\u2423What", "\u0120What", "\u2581the", "na\u00efve", "\u4e16", "\U0001F44D",
+                                  "a\xE2", std::string("\x01", 1), "\u202e"})
+    EXPECT_EQ(qkv::font_text(label, 12).find('?'), std::string::npos) << label;
+  // Drawn as the code point, not as '?'.
+  EXPECT_EQ(drawn("\u00e9"), drawn("U+00E9"));
+  EXPECT_NE(drawn("\u00e9"), drawn("?"));
+}
+
+TEST(HeatmapFont, TheVisibleSpaceHasItsOwnShape) {
+  EXPECT_EQ(qkv::font_text("\u2423the", 12), "\u2423the");
+  const std::vector<int> box = drawn("\u2423"), bar = drawn("_"), blank = drawn(" ");
+  EXPECT_NE(box, bar);
+  EXPECT_NE(box, blank);
+  EXPECT_EQ(qkv::text_width("\u2423", 1), qkv::text_width("a", 1));  // a glyph's width, like a letter
+  EXPECT_EQ(qkv::text_width("\u2423the", 1), qkv::text_width("athe", 1));
+}
+
+TEST(HeatmapFont, ShortenedLabelsEndInAnEllipsis) {
+  EXPECT_EQ(qkv::font_text("\u2423Shakespeare's", 12), "\u2423Shakespear\u2026");
+  EXPECT_EQ(qkv::font_text("exactly-12ch", 12), "exactly-12ch");
+  // A code point is never cut in the middle: "U+00" would name another character.
+  EXPECT_EQ(qkv::font_text("caf\u00e9s", 8), "caf\u2026");
+  const std::vector<int> ellipsis = drawn("\u2026"), dots = drawn("..."), tilde = drawn("~");
+  EXPECT_NE(ellipsis, dots);
+  EXPECT_NE(ellipsis, tilde);
+  EXPECT_NE(ellipsis, drawn(" "));
+}
+

@@ -70,9 +70,13 @@ TEST(ModelApi, LogitsAttentionAndSamplesMatchTheSavedGpt) {
     }
 
     const SampleOptions o{.prompt = "he", .tokens = 12, .seed = 3};
-    const std::vector<int32_t> a = m.generate(o);
-    const std::vector<int32_t> b = sample(*s.gpt, s.tok, o, [](const std::string&) {});
-    EXPECT_EQ(a, b);
+    const Generation a = m.generate(o);
+    std::string text;
+    const std::vector<int32_t> b = sample(*s.gpt, s.tok, o, [&](const std::string& piece) { text += piece; });
+    EXPECT_EQ(a.ids, b);
+    EXPECT_EQ(a.text, text);
+    EXPECT_EQ(a.text, m.decode(b));
+    EXPECT_EQ(a.stop, StopReason::tokens);
   }
 }
 

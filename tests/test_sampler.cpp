@@ -22,7 +22,8 @@ std::vector<float> logits_of(const std::vector<double>& probs) {
   return l;
 }
 
-std::vector<double> probs(const std::vector<float>& logits, const SampleOptions& o, int32_t excluded = -1) {
+std::vector<double> probs(const std::vector<float>& logits, const SampleOptions& o,
+                          const std::vector<int32_t>& excluded = {}) {
   return qkv::next_token_probs(logits.data(), static_cast<int64_t>(logits.size()), o, excluded);
 }
 
@@ -122,11 +123,11 @@ TEST(Excluded, NeverGetsProbabilityEvenAsTheLikeliest) {
   for (double t : {0.0, 0.5, 1.0, 10.0}) {
     SampleOptions o;
     o.temperature = t;
-    const auto p = probs(l, o, /*excluded=*/2);
+    const auto p = probs(l, o, /*excluded=*/{2});
     EXPECT_EQ(p[2], 0.0) << "temperature " << t;
     EXPECT_NEAR(p[0] + p[1], 1.0, 1e-12);
     o.top_k = 1;  // the likeliest token left is id 1
-    EXPECT_EQ(support(probs(l, o, 2)), (std::vector<int32_t>{1}));
+    EXPECT_EQ(support(probs(l, o, {2})), (std::vector<int32_t>{1}));
   }
 }
 
@@ -227,9 +228,67 @@ TEST(Sample, NeverDrawsTheUnknownIdEvenWhenTheModelFavoursIt) {
     o.prompt = "abz";  // 'z' is unseen: the prompt may hold the unknown id, the output may not
     o.tokens = 50;
     o.temperature = c.temperature, o.top_k = c.top_k, o.top_p = c.top_p, o.use_cache = c.cache;
+    o.sliding_window = true;  // 50 tokens past a context of 8
     const std::vector<int32_t> out = qkv::sample(model, tok, o, [](const std::string&) {});
     ASSERT_EQ(out.size(), 50u);
     EXPECT_EQ(std::count(out.begin(), out.end(), tok.unknown_id()), 0)
         << "temperature " << c.temperature << " top_k " << c.top_k << " top_p " << c.top_p;
   }
+}
+
+TEST(Sample, StopsWhenTheContextIsFullAndSaysSo) {
+  // Context 8: the model reads at most 8 tokens, so after a prompt of 3 the
+  // 6th generated token is the last (its own position would be 8).
+  qkv::GPT model = model_favouring_unknown();
+  for (const bool cache : {true, false}) {
+    SampleOptions o;
+    o.tokens = 50, o.use_cache = cache;
+    qkv::StopReason why = qkv::StopReason::tokens;
+    std::vector<int32_t> seen;
+    const std::vector<int32_t> out =
+        qkv::sample_ids(model, {0, 1, 0}, o, {2}, -1, [&](int32_t id) { seen.push_back(id); }, nullptr, &why);
+    EXPECT_EQ(out.size(), 6u) << "cache " << cache;
+    EXPECT_EQ(seen, out);
+    EXPECT_EQ(why, qkv::StopReason::context);
+    // Asked for no more than fits: it ends on the count.
+    o.tokens = 6;
+    qkv::sample_ids(model, {0, 1, 0}, o, {2}, -1, [](int32_t) {}, nullptr, &why);
+    EXPECT_EQ(why, qkv::StopReason::tokens);
+    // With a sliding window it goes on, reading the last 8 tokens.
+    o.tokens = 20, o.sliding_window = true;
+    EXPECT_EQ(qkv::sample_ids(model, {0, 1, 0}, o, {2}, -1, [](int32_t) {}, nullptr, &why).size(), 20u);
+    EXPECT_EQ(why, qkv::StopReason::tokens);
+  }
+}
+
+TEST(Sample, RefusesAPromptLongerThanTheContextUnlessSliding) {
+  qkv::GPT model = model_favouring_unknown();
+  SampleOptions o;
+  o.tokens = 2;
+  const std::vector<int32_t> nine(9, 0);
+  try {
+    qkv::sample_ids(model, nine, o, {}, -1, [](int32_t) {});
+    ADD_FAILURE() << "a 9-token prompt with a context of 8 was taken";
+  } catch (const qkv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt: 9 tokens, more than the model's context of 8"), std::string::npos)
+        << e.what();
+  }
+  o.sliding_window = true;
+  EXPECT_EQ(qkv::sample_ids(model, nine, o, {}, -1, [](int32_t) {}).size(), 2u);
+  // Exactly the context fits: one token follows, and the context is full.
+  o.sliding_window = false;
+  qkv::StopReason why = qkv::StopReason::tokens;
+  EXPECT_EQ(qkv::sample_ids(model, std::vector<int32_t>(8, 0), o, {}, -1, [](int32_t) {}, nullptr, &why).size(), 1u);
+  EXPECT_EQ(why, qkv::StopReason::context);
+}
+
+TEST(Excluded, SeveralIdsAreAllLeftOut) {
+  const std::vector<float> l = {0.0f, 5.0f, 9.0f, 7.0f};
+  SampleOptions o;
+  o.temperature = 0.0;
+  EXPECT_EQ(support(probs(l, o, {2, 3})), (std::vector<int32_t>{1}));
+  o.temperature = 1.0;
+  const auto p = probs(l, o, {2, 3, 99, -1});  // ids outside [0, V) change nothing
+  EXPECT_EQ(p[2] + p[3], 0.0);
+  EXPECT_NEAR(p[0] + p[1], 1.0, 1e-12);
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "qkv/error.h"
+#include "qkv/model.h"  // visible_text
 
 using qkv::CharTokenizer;
 using Ids = std::vector<int32_t>;
@@ -103,24 +104,25 @@ struct BadUtf8 {
 
 TEST(CharTokenizer, InvalidUtf8NamesTheByteOffset) {
   const std::vector<BadUtf8> cases = {
-      {"ab\x80", "invalid UTF-8 at byte 2 (line 1): stray continuation byte 0x80 with no lead byte before it"},
-      {"\xBF", "at byte 0 (line 1): stray continuation byte 0xbf"},
-      {"\xC0\xAF", "at byte 0 (line 1): overlong encoding 0xc0 0xaf of U+002F (UTF-8 allows only the shortest form)"},
+      {"ab\x80", "invalid UTF-8 at byte 2 of the line: stray continuation byte 0x80 with no lead byte before it"},
+      {"\xBF", "at byte 0 of the line: stray continuation byte 0xbf"},
+      {"\xC0\xAF", "at byte 0 of the line: overlong encoding 0xc0 0xaf of U+002F (UTF-8 allows only the shortest form)"},
       {"\xC1\xBF", "overlong encoding 0xc1 0xbf of U+007F"},
       {"\xE0\x80\xAF", "overlong encoding 0xe0 0x80 0xaf of U+002F"},
       {"\xE0\x9F\xBF", "overlong encoding 0xe0 0x9f 0xbf of U+07FF"},
       {"\xF0\x82\x82\xAC", "overlong encoding 0xf0 0x82 0x82 0xac of U+20AC"},
-      {"x\n\xED\xA0\x80", "at byte 2 (line 2): 0xed 0xa0 0x80 encodes the UTF-16 surrogate U+D800"},
+      {"x\n\xED\xA0\x80", "at byte 0 of line 2 (byte 2 of the text): 0xed 0xa0 0x80 encodes the UTF-16 surrogate U+D800"},
       {"\xED\xBF\xBF", "encodes the UTF-16 surrogate U+DFFF"},
       {"\xF4\x90\x80\x80", "0xf4 0x90 0x80 0x80 encodes U+110000, beyond U+10FFFF"},
       {"\xF7\xBF\xBF\xBF", "encodes U+1FFFFF, beyond U+10FFFF"},
       {"\xFF", "byte 0xff never occurs in UTF-8"},
       {"\xF8\x88\x80\x80\x80", "byte 0xf8 never occurs in UTF-8"},
-      {"ab\xE4\xB8", "at byte 2 (line 1): truncated sequence: lead byte 0xe4 starts 3 bytes, the text ends after 2"},
+      {"ab\xE4\xB8", "at byte 2 of the line: truncated sequence: lead byte 0xe4 starts 3 bytes, the text ends after 2"},
       {"\xF0\x9F\x98", "truncated sequence: lead byte 0xf0 starts 4 bytes, the text ends after 3"},
       {"\xC3", "truncated sequence: lead byte 0xc3 starts 2 bytes, the text ends after 1"},
       {"\xC3(", "lead byte 0xc3 starts 2 bytes, byte 2 is 0x28, not a continuation byte (0x80-0xbf)"},
-      {"a\n\nb\xE4\xB8x", "at byte 4 (line 3): lead byte 0xe4 starts 3 bytes, byte 3 is 0x78"},
+      {"a\n\nb\xE4\xB8x", "at byte 1 of line 3 (byte 4 of the text): lead byte 0xe4 starts 3 bytes, byte 3 is 0x78"},
+      {"ab\xFF\ncd", "at byte 2 of line 1: byte 0xff"},  // the first of several lines
   };
   const CharTokenizer tok = CharTokenizer::from_text("abc");
   for (const BadUtf8& c : cases) {
@@ -278,6 +280,30 @@ TEST(CharTokenizer, TinyShakespeareGivesNanoGPTsVocabulary) {
   // The ids of nanoGPT's example (Karpathy's "Let's build GPT").
   EXPECT_EQ(tok.encode("hii there"), (Ids{46, 47, 47, 1, 58, 46, 43, 56, 43}));
   EXPECT_EQ(tok.decode(tok.encode(text)), text);
+}
+
+// ---- labels ---------------------------------------------------------------------
+
+TEST(VisibleText, EveryCharacterOfALabelCanBeSeen) {
+  // The space is the open box, as in every picture of attention.
+  EXPECT_EQ(qkv::visible_text(" the"), "\u2423the");
+  EXPECT_EQ(qkv::visible_text("  "), "\u2423\u2423");
+  EXPECT_EQ(qkv::visible_text("##ing"), "##ing");
+  EXPECT_EQ(qkv::visible_text("[CLS]"), "[CLS]");
+  EXPECT_EQ(qkv::visible_text("a\nb\t\r"), "a\\nb\\t\\r");
+  EXPECT_EQ(qkv::visible_text(std::string("\0\x01\x1b\x7f", 4)), "U+0000U+0001U+001BU+007F");
+  // What draws nothing, or would reorder the line: C1 controls, no-break and
+  // other spaces, zero-width and bidirectional controls, a lone combining mark.
+  EXPECT_EQ(qkv::visible_text("\u009b\u00a0\u3000\u200b\u202e\u2028\ufeff"),
+            "U+009BU+00A0U+3000U+200BU+202EU+2028U+FEFF");
+  EXPECT_EQ(qkv::visible_text("\u0301"), "U+0301");
+  EXPECT_EQ(qkv::visible_text("e\u0301"), "e\u0301");
+  EXPECT_EQ(qkv::visible_text("é世界👍"), "é世界👍");
+  // Bytes that are not a whole character: a byte-level token's piece of one.
+  EXPECT_EQ(qkv::visible_text("\xE2"), "\\xe2");
+  EXPECT_EQ(qkv::visible_text(" \xE2\x82"), "\u2423\\xe2\\x82");
+  EXPECT_EQ(qkv::visible_text("\xC0\xAF" "a"), "\\xc0\\xafa");         // overlong
+  EXPECT_EQ(qkv::visible_text("\xED\xA0\x80"), "\\xed\\xa0\\x80");     // a surrogate
 }
 
 }  // namespace

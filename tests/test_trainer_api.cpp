@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "qkv/checkpoint.h"
 #include "qkv/trainer.h"
 
 namespace qkv {
@@ -99,6 +100,72 @@ TEST(TrainerApi, ReportsThroughTheCallbackAndPrintsNothing) {
   EXPECT_DOUBLE_EQ(seen.back().val_loss_full, res.final_val_loss_full);
   // The warm-up defaulted to min(100, iters / 10) and was saved as such.
   EXPECT_EQ(saved_train_options(r.o.out_dir).warmup, 0);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// What train() reports, or "" when it trains.
+std::string train_error(const TrainOptions& o) {
+  try {
+    train(o);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+TEST(TrainerApi, LeavesADirectoryItDidNotMakeAlone) {
+  // A user's own config.json and notes: neither replaced nor joined by a run.
+  TinyRun r;
+  const std::string out = r.o.out_dir;
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/config.json") << "{\"mine\": 1}\n";
+  std::ofstream(out + "/notes.txt") << "keep me\n";
+  std::ofstream(out + "/log.jsonl") << "my log\n";
+  std::ofstream(out + "/z.txt") << "z\n";
+  const std::string refused = train_error(r.o);
+  EXPECT_NE(refused.find("out_dir: '" + out + "' is not empty and was not made by qkv (it holds "
+                         "'config.json', 'log.jsonl', 'notes.txt' and 1 more); write into a new or "
+                         "empty directory, or pass force"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(read_all(out + "/config.json"), "{\"mine\": 1}\n");
+  EXPECT_EQ(read_all(out + "/log.jsonl"), "my log\n");
+  // No lock file left behind: it would mark the directory as qkv's.
+  EXPECT_FALSE(std::filesystem::exists(out + "/" + kTrainLockName));
+  EXPECT_EQ(train_error(r.o), refused);
+  // force writes there, replacing only the files of a run's names.
+  r.o.force = true;
+  EXPECT_EQ(train_error(r.o), "");
+  EXPECT_EQ(read_all(out + "/notes.txt"), "keep me\n");
+  EXPECT_NE(read_all(out + "/config.json"), "{\"mine\": 1}\n");
+}
+
+TEST(TrainerApi, TakesADirectoryThatIsEmptyOrQkvs) {
+  TinyRun r;
+  const std::string out = r.o.out_dir;
+  std::filesystem::create_directories(out);
+  EXPECT_EQ(train_error(r.o), "");  // empty
+  // Marked by the lock file alone (a run stopped before its first checkpoint).
+  TrainOptions locked = r.o;
+  locked.out_dir = r.dir + "/locked";
+  std::filesystem::create_directories(locked.out_dir);
+  std::ofstream(locked.out_dir + "/" + kTrainLockName);
+  std::ofstream(locked.out_dir + "/notes.txt") << "mine\n";
+  EXPECT_EQ(train_error(locked), "");
+  // Marked by qkv's config.json; the training text kept there does not count.
+  const std::string dir = r.dir + "/other";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(out + "/config.json", dir + "/config.json");
+  EXPECT_NO_THROW(refuse_foreign_directory(dir, {}));
+  std::filesystem::remove(dir + "/config.json");
+  std::filesystem::copy_file(r.o.text_path, dir + "/text.txt");
+  EXPECT_NO_THROW(refuse_foreign_directory(dir, {dir + "/text.txt"}));
+  EXPECT_THROW(refuse_foreign_directory(dir, {}), Error);
+  EXPECT_NO_THROW(refuse_foreign_directory(dir + "/not-yet", {}));
 }
 
 }  // namespace

@@ -177,7 +177,17 @@ TEST(WordPiece, InvalidUtf8NamesTheByte) {
     t.encode("hello \xff");
     FAIL() << "no error";
   } catch (const qkv::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("invalid UTF-8 at byte 6"), std::string::npos) << e.what();
+    // One line (as qkv tokenize and qkv embed give each), whose number the
+    // caller adds: only the offset in it, no "line 1" of its own.
+    EXPECT_EQ(std::string(e.what()), "invalid UTF-8 at byte 6 of the line: byte 0xff never occurs in UTF-8");
+  }
+  try {
+    t.encode("hello\nworld \xff");
+    FAIL() << "no error";
+  } catch (const qkv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid UTF-8 at byte 6 of line 2 (byte 12 of the text):"),
+              std::string::npos)
+        << e.what();
   }
 }
 

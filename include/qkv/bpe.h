@@ -32,6 +32,7 @@
 // post_processor puts around them, as its encode(text) does by default.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,9 +82,32 @@ class QKV_API BpeTokenizer {
   /// token is a qkv::Error naming its position.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
+  /// How many of the leading ids of `ids` have text that no id appended
+  /// later can change, so that decode() of them is a prefix of decode() of
+  /// any continuation: all but a trailing run of byte-fallback tokens
+  /// (<0xNN>: a run decodes as a whole, as UTF-8 or one U+FFFD per byte),
+  /// and for byte-level BPE all but the tokens that hold the start of an
+  /// unfinished character at the end. Special tokens count as decode() with
+  /// the same `skip_special` sees them. An id that names no token is a
+  /// qkv::Error.
+  size_t settled(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
   /// The token of `id` as the file spells it (GPT-2's "Ġthe", not " the").
   /// Throws qkv::Error for an id that names no token.
   std::string token(int32_t id) const;
+
+  /// The bytes token `id` stands for in a text: the decoder's steps that act
+  /// on one token (ByteLevel, ByteFallback, Replace, Metaspace) applied to
+  /// it alone, as for a token in mid-text (no Strip, no dropped first
+  /// Metaspace mark): GPT-2's "Ġthe" and Llama 2's "▁the" are " the", Llama
+  /// 2's "<0xE2>" is the byte 0xE2. A byte-level or byte-fallback token may
+  /// hold part of a character: the bytes need not be whole UTF-8. Throws
+  /// qkv::Error for an id that names no token.
+  std::string token_bytes(int32_t id) const;
+
+  /// Whether `id` names a token (of the vocabulary or an added one): ids
+  /// past vocab_size(), or in a gap of the vocabulary, have no text.
+  bool has_token(int32_t id) const;
 
   /// One more than the largest id of the vocabulary and the added tokens.
   int32_t vocab_size() const;
@@ -99,6 +123,34 @@ class QKV_API BpeTokenizer {
  private:
   explicit BpeTokenizer(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
+};
+
+/// The text of a growing sequence of ids, handed out in pieces that are
+/// final: push() each id as it comes and show what it returns, then show
+/// finish(). The pieces put together are exactly tok.decode(ids,
+/// skip_special); each is whole UTF-8 characters, so a stream never shows a
+/// partial character or a U+FFFD that a later byte would have completed.
+/// Text waits while it may still change (see BpeTokenizer::settled).
+class QKV_API BpeTextStream {
+ public:
+  /// A stream of `tok`'s text, special tokens left out with `skip_special`.
+  BpeTextStream(BpeTokenizer tok, bool skip_special);
+  /// Appends `id`; returns the text that became final ("" when none). An id
+  /// that names no token is a qkv::Error.
+  std::string push(int32_t id);
+  /// The rest of the text, now that no id follows.
+  std::string finish();
+  const std::vector<int32_t>& ids() const { return ids_; }  ///< every id pushed
+  const std::string& text() const { return shown_; }         ///< every piece handed out so far
+
+ private:
+  std::string take(const std::string& text);
+
+  BpeTokenizer tok_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t settled_ = 0;
+  std::string shown_;
 };
 
 }  // namespace qkv

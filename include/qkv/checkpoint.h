@@ -20,6 +20,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "qkv/export.h"
 #include "qkv/optim.h"
@@ -43,6 +44,19 @@ QKV_API void save_model(const std::string& dir, const GPT& model, const CharToke
 /// weights, AdamW's moments, `next_iter` and the training options), all or none.
 QKV_API void save_checkpoint(const std::string& dir, const GPT& model, const CharTokenizer& tok,
                              AdamW& opt, int64_t next_iter, const std::string& options_json);
+
+/// The lock file qkv train holds in its directory while it runs, and leaves
+/// there: DIR/.qkv-train.lock marks DIR as one qkv made.
+inline constexpr const char* kTrainLockName = ".qkv-train.lock";
+
+/// Refuses (qkv::Error naming out_dir and force) to write a model into DIR
+/// where that could replace files qkv did not write: a user's own
+/// config.json, vocab.json or log.jsonl. Allowed: DIR does not exist, is
+/// empty, or was made by qkv: it holds kTrainLockName, or a config.json
+/// written by qkv (a JSON object with qkv's "arch" key). The files the caller
+/// reads (`reads`: a training text kept in DIR, say) and qkv's temporaries
+/// do not count. The caller skips the check when asked to force.
+QKV_API void refuse_foreign_directory(const std::string& dir, const std::vector<std::string>& reads);
 
 /// A model as load_model reads it from a directory.
 struct LoadedModel {

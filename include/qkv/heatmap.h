@@ -39,7 +39,10 @@ struct HeatmapPanel {
 /// model's layers x heads grid is per_row = heads), each cell
 /// a square coloured with a viridis-like map (dark purple 0 to yellow 1), token
 /// labels on both axes, a title per panel and a 0..1 colour bar at the right.
-/// Text is ASCII; other characters are drawn as '?'. Written atomically.
+/// The font draws printable ASCII, '␣' and '…'; any other character is drawn
+/// as its code point ("U+00E9"), never as '?'. A label longer than 12 glyphs
+/// is cut and ends with '…' (so is the terminal's past 12 cells). Written
+/// atomically.
 QKV_API void write_heatmap_png(const std::string& path, const std::vector<HeatmapPanel>& panels,
                                int per_row = 4);
 

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qkv/checkpoint.h"
@@ -64,6 +65,25 @@ struct EmbedOptions {
   void validate() const;
 };
 
+/// What Model::generate made.
+struct Generation {
+  std::vector<int32_t> ids;  ///< the generated ids (the end-of-text id too, when it stopped on it)
+  /// Their text: every piece on_token was given, put together. For a BPE
+  /// model it is decode(ids) as the tokenizer decodes them, without special
+  /// tokens unless SampleOptions::special_tokens asks for them.
+  std::string text;
+  StopReason stop = StopReason::tokens;  ///< why it ended
+};
+
+/// `bytes` (a token's text) with every character visible, for labels: a
+/// space as "␣" (U+2423, the open box), a newline, tab and carriage return
+/// as "\n", "\t" and "\r", other characters that draw nothing a reader can
+/// tell apart (controls, format characters such as bidirectional controls,
+/// separators, spaces other than U+0020, private-use and unassigned code
+/// points, a combining mark with nothing before it) as "U+XXXX", and each
+/// byte that is not part of a whole UTF-8 character as "\xNN".
+QKV_API std::string visible_text(std::string_view bytes);
+
 /// A loaded model: its network, its tokenizer and, for an encoder, its pooling.
 /// Calls on one Model from several threads are safe: they take turns (each
 /// call reuses the network's scratch); separate Models run in parallel.
@@ -94,6 +114,10 @@ class QKV_API Model {
   const GPTConfig& config() const { return gpt_->config(); }  ///< the network's shape and block description
   /// "gpt" (qkv's own), or the folder's model_type ("bert").
   const std::string& architecture() const { return architecture_; }
+  /// What load() read past that the user should know of, one line each
+  /// (a shard index that names the wrong shard for a tensor); the CLI and
+  /// the Python package show them as warnings.
+  const std::vector<std::string>& load_warnings() const { return load_warnings_; }
   /// An encoder gives hidden states and embeddings, no logits.
   bool is_encoder() const { return !config().lm_head; }
   /// The character tokenizer of qkv's own models; a qkv::Error for another kind.
@@ -111,9 +135,16 @@ class QKV_API Model {
   /// One id's text: its character, its WordPiece token ("##ing", "[CLS]"),
   /// or its BPE token as tokenizer.json spells it ("Ġthe").
   std::string token_text(int32_t id) const;
-  /// The text of ids (qkv's characters, or a decoder's BPE tokens); an
-  /// encoder's WordPiece ids are a qkv::Error.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  /// One id's text as a reader should see it, as `qkv explain --model`
+  /// labels tokens: the text it stands for (GPT-2's "Ġthe" and Llama 2's
+  /// "▁the" both " the"; a WordPiece token as spelled, "##ing"), made
+  /// visible by visible_text() ("␣the"). A byte token that holds part of a
+  /// character shows its bytes ("\xe2").
+  std::string token_label(int32_t id) const;
+  /// The text of ids (qkv's characters, or a decoder's BPE tokens, special
+  /// tokens left out with `skip_special`, as transformers'
+  /// skip_special_tokens); an encoder's WordPiece ids are a qkv::Error.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
   /// True for qkv's own models, whose tokens are characters (tokenizer()).
   bool reads_characters() const { return chars_.has_value(); }
   /// The most tokens one text may have: the context, or for a
@@ -151,10 +182,16 @@ class QKV_API Model {
   int64_t embed_length(const EmbedOptions& opts) const;
   /// The same from token ids (each 1 .. context long).
   Tensor embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts = {});
-  /// Generates after opts.prompt, streaming each piece of text to on_token;
-  /// returns the generated ids (qkv/sampler.h).
-  std::vector<int32_t> generate(const SampleOptions& opts,
-                                const std::function<void(const std::string&)>& on_token = {});
+  /// Generates after opts.prompt (tokenize(): a BPE model's special tokens
+  /// around it), streaming the text to on_token in pieces that are final:
+  /// put together they are exactly the returned text, whole UTF-8 characters
+  /// each, never text a later token would change (see BpeTextStream). Ids
+  /// the tokenizer cannot decode (past its vocabulary, in a vocab_size padded
+  /// for speed) are never drawn. It stops after opts.tokens tokens, at the
+  /// model's end-of-text token, or when the context is full (unless
+  /// opts.sliding_window); Generation::stop says which. A prompt longer than
+  /// the context is a qkv::Error unless opts.sliding_window (qkv/sampler.h).
+  Generation generate(const SampleOptions& opts, const std::function<void(const std::string&)>& on_token = {});
 
  private:
   Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok);
@@ -164,6 +201,7 @@ class QKV_API Model {
   // two threads sharing a Model take turns (std::mutex is not movable).
   std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
   std::string architecture_ = "gpt";
+  std::vector<std::string> load_warnings_;
   std::optional<CharTokenizer> chars_;                   ///< qkv's models
   std::shared_ptr<const WordPieceTokenizer> wordpiece_;  ///< encoders
   std::shared_ptr<const BpeTokenizer> bpe_;              ///< Hugging Face decoders

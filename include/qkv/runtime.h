@@ -48,6 +48,13 @@ QKV_API void set_isa(Isa isa);
 /// OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
 QKV_API int default_threads();
 
+/// The physical cores this process may run on (its CPU affinity, each core's
+/// hardware threads counted once), or default_threads() when OMP_NUM_THREADS
+/// is set: the command line's default thread count for running a model, as
+/// llama.cpp and PyTorch use the cores (a second hardware thread of a core
+/// adds little to the products, which keep its vector units busy).
+QKV_API int physical_cores();
+
 /// The most threads any call accepts: 4 x the machine's online cores. More
 /// only oversubscribes the cores, and far more (40000, 100000) makes the
 /// OpenMP runtime abort or crash the process, so every entry (attention, the

@@ -34,24 +34,45 @@ struct SampleOptions {
   /// compute, float32 otherwise. Read where the cache is made (sample_ids'
   /// own, Model::generate's); a cache passed in is used as it is.
   std::optional<DType> kv_dtype = std::nullopt;
+  /// What happens when the sequence fills the model's context (its positions
+  /// end there): false (the default), generation stops, StopReason::context,
+  /// and a prompt longer than the context is refused; true, it goes on from
+  /// the last `context` tokens, their positions starting again at 0, as
+  /// nanoGPT's sample.py does (the model then no longer sees the start).
+  bool sliding_window = false;
+  /// Model::generate's text: false (the default), special tokens such as the
+  /// end-of-text token are left out of it, as transformers' decode(...,
+  /// skip_special_tokens=True) leaves them; true, they are in it.
+  bool special_tokens = false;
   /// Throws qkv::Error naming the first field out of range ("temperature:
   /// expected a finite number >= 0 (0 = greedy), found -1"); sample_ids()
   /// and Model::generate check it first.
   void validate() const;
 };
 
+/// Why generation ended.
+enum class StopReason {
+  tokens,       ///< SampleOptions::tokens were generated
+  end_of_text,  ///< the model generated its end-of-text token
+  context,      ///< the sequence filled the model's context (SampleOptions::sliding_window is off)
+};
+
+/// "tokens", "end_of_text" or "context".
+QKV_API const char* stop_reason_name(StopReason why);
+
 /// The distribution the next token is drawn from, given the model's logits
 /// [V]: softmax(logits / temperature) over the tokens that survive, in this
-/// order: `excluded` removed (the tokenizer's fallback id: it stands for no
-/// character of the training text, so drawing it could only print U+FFFD;
-/// -1 = none), the top_k likeliest kept (ties with the k-th kept too), then
+/// order: the `excluded` ids removed (ids the tokenizer cannot decode: the
+/// character tokenizer's fallback id, which stands for no character of the
+/// training text, or the ids past a Hugging Face tokenizer's vocabulary in a
+/// model whose vocab_size was padded; ids outside [0, V) are ignored), the top_k likeliest kept (ties with the k-th kept too), then
 /// the smallest set of likeliest tokens whose probability reaches top_p
 /// (nucleus sampling; computed on the tempered, top-k distribution). With
 /// temperature 0 all the mass goes to the likeliest surviving token, the
 /// lowest id on ties: greedy decoding. Returns probabilities [V] summing to 1,
 /// zero outside the set. Throws qkv::Error on options out of range.
 QKV_API std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
-                                             int32_t excluded);
+                                             const std::vector<int32_t>& excluded);
 
 /// The first token whose cumulative probability exceeds u in [0, 1) (inverse
 /// CDF); a one-hot `probs` gives its token whatever u.
@@ -62,25 +83,32 @@ QKV_API int32_t pick_token(const std::vector<double>& probs, double u);
 /// without the cache the tokens are the same for the same seed: the cache
 /// only avoids recomputing the keys and values of earlier positions (under
 /// bf16 compute both run attention in bf16 unless the cache is float32, and
-/// the two sum in different orders, so a near-tie may go either way). Past the
-/// context, both crop to the last `context` tokens (as nanoGPT does), the
-/// cached path by rebuilding its cache for the cropped window. Each token is
-/// drawn from next_token_probs(..., tok.unknown_id()) with one uniform number.
+/// the two sum in different orders, so a near-tie may go either way). At the
+/// context it stops, or with opts.sliding_window crops to the last `context`
+/// tokens (the cached path rebuilding its cache for the cropped window); see
+/// sample_ids. Each token is drawn from next_token_probs(..., {tok.unknown_id()})
+/// with one uniform number.
 /// `cache`, when given, is a cache of this model's (GPT::new_cache) used
 /// instead of one made for the call: a caller that generates again passes
 /// the same one, whose memory is then already mapped and written.
 QKV_API std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& opts,
                                     const std::function<void(const std::string&)>& on_token,
-                                    KVCache* cache = nullptr);
+                                    KVCache* cache = nullptr, StopReason* stop = nullptr);
 
 /// The loop under sample(), on ids, for any tokenizer: continues `prompt`
 /// (at least one id, each in the vocabulary) with up to opts.tokens ids
-/// drawn as sample() draws them (excluding `excluded`, -1 = none), handing
-/// each to on_id as it comes, and returns them. Stops after generating
-/// `stop_id` (an end-of-text id, returned too; -1 = never). opts.prompt is
-/// not read. `cache` as for sample().
+/// drawn as sample() draws them (never one of `excluded`), handing each to
+/// on_id as it comes, and returns them. Stops after generating `stop_id` (an
+/// end-of-text id, returned too; -1 = never), or when the sequence fills the
+/// model's context: the model reads at most `context` tokens, so at most
+/// context + 1 - prompt.size() tokens follow a prompt (opts.sliding_window
+/// goes on instead, each step reading the last `context` tokens). A prompt
+/// longer than the context is a qkv::Error without opts.sliding_window.
+/// *stop, when given, says which of the three ended it. opts.prompt is not
+/// read. `cache` as for sample().
 QKV_API std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opts,
-                                        int32_t excluded, int32_t stop_id,
-                                        const std::function<void(int32_t)>& on_id, KVCache* cache = nullptr);
+                                        const std::vector<int32_t>& excluded, int32_t stop_id,
+                                        const std::function<void(int32_t)>& on_id, KVCache* cache = nullptr,
+                                        StopReason* stop = nullptr);
 
 }  // namespace qkv

@@ -23,6 +23,7 @@ import queue
 import tempfile
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -336,6 +337,31 @@ def _text(s: Any, what: str) -> str:
     return s
 
 
+def _path(p: Any, what: str) -> str:
+    """A path argument (str, bytes or os.PathLike) as the str the extension takes."""
+    try:
+        path = os.fsdecode(os.fspath(p))
+    except TypeError:
+        raise TypeError(f"{what}: expected a path (str or os.PathLike), found {type(p).__name__} "
+                        f"{p!r}") from None
+    return _text(path, what)
+
+
+def _callback(f: Any, what: str) -> Any:
+    """A callback argument: None or something to call (checked here, not at its first call)."""
+    if f is not None and not callable(f):
+        raise TypeError(f"{what}: expected a function (or None), found {type(f).__name__} {f!r}")
+    return f
+
+
+def _strs(x: Any, what: str, each: str) -> List[str]:
+    """A sequence of str (labels, titles), one per `each`; one str is refused
+    (it would read as its characters)."""
+    if isinstance(x, str):
+        raise TypeError(f"{what}: expected a sequence of str (one per {each}), found one str")
+    return [_text(s, f"{what}[{i}]") for i, s in enumerate(_seq(x, what))]
+
+
 class Model:
     """A model folder, loaded with ``Model.load(dir)``: one of qkv's own
     (``qkv train`` or :func:`train`: config.json, vocab.json and
@@ -350,8 +376,13 @@ class Model:
 
     @classmethod
     def load(cls, dir: Union[str, os.PathLike]) -> "Model":
-        """Reads and checks the model directory; ValueError names any bad file."""
-        return cls(_qkv.Model.load(os.fspath(dir)))
+        """Reads and checks the model directory; ValueError names any bad file.
+        What it reads past (a shard index that names the wrong shard for a
+        tensor, as transformers reads it) is a RuntimeWarning."""
+        m = _qkv.Model.load(_path(dir, "dir"))
+        for w in m.load_warnings():
+            warnings.warn(w, RuntimeWarning, stacklevel=2)
+        return cls(m)
 
     @property
     def config(self) -> Dict[str, Any]:
@@ -390,6 +421,15 @@ class Model:
         return [self._m.token_text(i).decode("utf-8", errors="replace")
                 for i in self.tokenize(text)]
 
+    def token_labels(self, text: str) -> List[str]:
+        """The tokens of :meth:`tokenize` as ``qkv explain --model`` labels
+        them: the text each stands for, every character visible. A space is
+        ``"␣"`` (GPT-2's ``"Ġthe"`` and Llama 2's ``"▁the"`` are both
+        ``"␣the"``; a WordPiece ``"##ing"`` stays), a newline ``"\\n"``, an
+        invisible character its code point (``"U+200B"``), a byte of a
+        character split over tokens ``"\\xe2"``."""
+        return [self._m.token_label(i) for i in self.tokenize(text)]
+
     def hidden_states(self, tokens: Union[str, Sequence[int]]) -> np.ndarray:
         """The last hidden states of one text or id sequence: float32 ``[T, embd]``."""
         return self._m.hidden_states(_tokens(self._m, tokens))
@@ -400,21 +440,29 @@ class Model:
         sentence-transformers modules say: float32 ``[n, embd]``. Texts run
         in batches of `batch`, each cut to `max_length` tokens (0: the
         model's :attr:`max_length`; more, up to the model's positions, as
-        sentence-transformers' max_seq_length allows; beyond is a ValueError);
+        sentence-transformers' max_seq_length allows; beyond is a ValueError),
+        with a RuntimeWarning counting the texts that were cut;
         dtype "bf16" (or "bfloat16") computes the layers' products in bf16."""
         if isinstance(texts, str):
             raise TypeError("texts: expected a sequence of str, found one str (wrap it in a list)")
         items = [_text(t, "texts[%d]" % i) for i, t in enumerate(_seq(texts, "texts"))]
-        return self._m.embed(items, _int(batch, "batch"), _int(max_length, "max_length"),
-                             _text(dtype, "dtype"))
+        limit = _int(max_length, "max_length")
+        out, cut = self._m.embed(items, _int(batch, "batch"), limit, _text(dtype, "dtype"))
+        if cut:
+            warnings.warn(f"embed: {cut} of {len(items)} texts were cut to {limit or self.max_length} tokens "
+                          "(max_length; their embeddings are of the start only)", RuntimeWarning, stacklevel=2)
+        return out
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of token ids (qkv's character models; an encoder's WordPiece ids
-        have their tokens through :meth:`tokens`)."""
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of token ids (qkv's characters, or a language model's BPE
+        tokens, its special tokens left out with `skip_special_tokens`, as in
+        transformers); an encoder's WordPiece ids have their tokens through
+        :meth:`tokens`."""
         if self._m.is_encoder():
             raise ValueError("decode: this model reads WordPiece tokens, not qkv's characters; "
                              "tokens(text) gives each token's text")
-        return self._m.decode([_int(t, "ids[%d]" % i, 32) for i, t in enumerate(_seq(ids, "ids"))])
+        return self._m.decode([_int(t, "ids[%d]" % i, 32) for i, t in enumerate(_seq(ids, "ids"))],
+                              _bool(skip_special_tokens, "skip_special_tokens"))
 
     def set_threads(self, threads: int = 0, kernel: str = "auto") -> None:
         """Threads for everything the model runs (0 = all cores) and its attention kernel."""
@@ -436,8 +484,17 @@ class Model:
     def generate(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
                  top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
                  dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+                 sliding_window: bool = False, special_tokens: bool = False,
                  on_token: Optional[Callable[[str], None]] = None) -> str:
-        """Generates `tokens` tokens after `prompt` and returns their text.
+        """Generates up to `tokens` tokens after `prompt` and returns their text.
+
+        It stops early at the model's end-of-text token, whose text is left
+        out unless special_tokens=True (as transformers' decode with
+        skip_special_tokens), or when the text fills the model's context:
+        then a RuntimeWarning says so. sliding_window=True goes on instead,
+        reading only the last context tokens (positions starting again at
+        0, as nanoGPT does); without it, a prompt longer than the context is
+        a ValueError.
 
         dtype "float32", or "bf16" (or "bfloat16") for the layers' products
         in bf16 with float32 sums; None (the default): :attr:`weights_dtype`,
@@ -446,26 +503,34 @@ class Model:
         the memory); None (the default): bf16 when the products run in bf16.
 
         on_token, if given, is called with each piece of text as it is produced
-        (streaming); :meth:`stream` gives the same pieces as an iterator. The same
-        seed gives the same text, with or without the KV cache."""
-        pieces: List[str] = []
+        (streaming): pieces of whole characters that together are exactly the
+        returned text; :meth:`stream` gives the same pieces as an iterator. The
+        same seed gives the same text, with or without the KV cache."""
 
         def piece(b: bytes) -> None:
-            s = b.decode("utf-8", errors="replace")
-            pieces.append(s)
             if on_token is not None:
-                on_token(s)
+                on_token(b.decode("utf-8"))
 
         seed = _seed(seed)
-        self._m.generate(_text(prompt, "prompt"), _int(tokens, "tokens"),
-                         _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
-                         _bool(use_cache, "use_cache"), None if dtype is None else _text(dtype, "dtype"),
-                         None if kv_dtype is None else _text(kv_dtype, "kv_dtype"), piece)
-        return "".join(pieces)
+        _callback(on_token, "on_token")
+        n = _int(tokens, "tokens")
+        g = self._m.generate(_text(prompt, "prompt"), n,
+                             _float(temperature, "temperature"), _int(top_k, "top_k"), seed,
+                             _bool(use_cache, "use_cache"), None if dtype is None else _text(dtype, "dtype"),
+                             None if kv_dtype is None else _text(kv_dtype, "kv_dtype"),
+                             _bool(sliding_window, "sliding_window"),
+                             _bool(special_tokens, "special_tokens"), piece)
+        if g["stop"] == "context":
+            context = self.config["context"]
+            warnings.warn(f"generate: stopped after {len(g['ids'])} of {n} tokens: the model's context "
+                          f"of {context} tokens is full (sliding_window=True goes on, reading only "
+                          f"the last {context})", RuntimeWarning, stacklevel=2)
+        return g["text"].decode("utf-8")
 
     def stream(self, prompt: str = "\n", tokens: int = 100, temperature: float = 1.0,
                top_k: int = 0, seed: int = 1337, *, use_cache: bool = True,
-               dtype: Optional[str] = None, kv_dtype: Optional[str] = None) -> Iterator[str]:
+               dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+               sliding_window: bool = False, special_tokens: bool = False) -> Iterator[str]:
         """generate() as an iterator of text pieces, produced on a worker thread
         while the caller consumes them."""
         q: "queue.Queue[Any]" = queue.Queue()
@@ -485,7 +550,8 @@ class Model:
         def run() -> None:
             try:
                 self.generate(prompt, tokens, temperature, top_k, seed, use_cache=use_cache,
-                              dtype=dtype, kv_dtype=kv_dtype, on_token=put)
+                              dtype=dtype, kv_dtype=kv_dtype, sliding_window=sliding_window,
+                              special_tokens=special_tokens, on_token=put)
             except _Stopped:
                 pass
             except BaseException as e:  # handed to the consumer
@@ -524,7 +590,11 @@ def _train_option(name: str, value: Any) -> Any:
     """One train() option in the Python type the extension takes; the library
     checks the values (ranges, combinations)."""
     if name in _TRAIN_INTS:
-        return _int(value, name, 32 if name == "threads" else 64)
+        value = _int(value, name, 32 if name == "threads" else 64)
+        if name == "stop_at" and value < 0:  # the library would read it as no stop at all
+            raise ValueError(f"stop_at: expected an iteration >= 0 (a multiple of eval_interval), "
+                             f"found {value}")
+        return value
     if name in _TRAIN_FLOATS:
         return _float(value, name)
     if name in _TRAIN_BOOLS:
@@ -550,7 +620,11 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     log_interval, lr, min_lr, beta1, beta2, weight_decay, grad_clip, seed,
     threads, kernel, dtype ("float32", or "bf16": mixed precision, as
     ``qkv train --dtype bf16``), resume, force (start over where `out_dir`
-    holds a trained run), stop_at. kv_heads defaults to heads.
+    holds a trained run, or write into a directory qkv did not make), stop_at.
+    kv_heads defaults to heads. `out_dir` must not exist yet, be empty, or be
+    one qkv made (it holds .qkv-train.lock, or qkv's config.json); any other
+    raises ValueError unless force=True, so a user's own files are never
+    replaced by accident.
 
     progress, if given, is called on this thread with each line the trainer logs
     (a dict: iter, loss, lr, ... and val_loss at evaluations) while training runs
@@ -558,7 +632,8 @@ def train(text_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike], 
     checkpoint and stop; ``resume=True`` continues from it. Returns iters_run,
     final_train_loss, final_val_loss, interrupted and next_iter.
     """
-    text_path, out_dir = os.fspath(text_path), os.fspath(out_dir)
+    text_path, out_dir = _path(text_path, "text_path"), _path(out_dir, "out_dir")
+    _callback(progress, "progress")
     options = {k: _train_option(k, v) for k, v in options.items()}
     if "heads" in options and "kv_heads" not in options:
         options["kv_heads"] = options["heads"]  # as `qkv train`: no GQA unless asked
@@ -633,20 +708,22 @@ def heatmap_png(weights, row_labels: Sequence[str] = (), col_labels: Sequence[st
     per_row = _int(per_row, "per_row", 32)
     if per_row < 1:
         raise ValueError(f"per_row: expected panels per row >= 1, found {per_row}")
-    w = np.asarray(weights, dtype=np.float64)
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"weights: expected an array of numbers, found {type(weights).__name__} "
+                        f"{weights!r:.60}") from None
     if w.ndim == 2:
         w = w[None]
     if w.ndim != 3:
         raise ValueError(f"weights: expected [rows, cols] or [panels, rows, cols], got shape {w.shape}")
     panels = [np.ascontiguousarray(p) for p in w]
-    if isinstance(titles, str):
-        raise TypeError("titles: expected a sequence of str (one per panel), found one str")
-    titles = list(titles)
+    titles = _strs(titles, "titles", "panel")
     if titles and len(titles) != len(panels):
         raise ValueError(f"titles: expected {len(panels)} (one per panel), found {len(titles)}")
+    row_labels, col_labels = _strs(row_labels, "row_labels", "row"), _strs(col_labels, "col_labels", "column")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "heatmap.png")
-        _qkv.heatmap_png(path, list(titles), panels, list(row_labels), list(col_labels),
-                         per_row)
+        _qkv.heatmap_png(path, titles, panels, row_labels, col_labels, per_row)
         with open(path, "rb") as f:
             return f.read()

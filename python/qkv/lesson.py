@@ -13,6 +13,7 @@ classes give the same numbers in the same order (qkv/rng.h, the generators
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -71,7 +72,10 @@ def _words(seed: int) -> list:
 
 def _draw(fill, size: Size):
     shape = _shape(size)
-    flat = fill(int(np.prod(shape, dtype=np.int64)))
+    n = math.prod(shape)  # exact: np.prod's int64 would wrap (2**40 x 2**40 is 0)
+    if n >= 2**63:
+        raise ValueError(f"size: {shape} holds {n} values, more than 2**63 - 1")
+    flat = fill(n)
     return float(flat[0]) if size is None else flat.reshape(shape)
 
 

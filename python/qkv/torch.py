@@ -62,6 +62,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     key and value. The keyword options (causal, window, key_lengths, alibi_slopes,
     softcap, kernel, threads) are qkv's; return_weights and return_lse are not
     available here."""
+    for x, what in ((query, "query"), (key, "key"), (value, "value"), (attn_mask, "attn_mask")):
+        if not isinstance(x, torch.Tensor) and not (x is None and what == "attn_mask"):
+            raise TypeError(f"{what}: expected a torch.Tensor, found {type(x).__name__} (NumPy arrays: "
+                            "qkv.scaled_dot_product_attention, which records no gradient)")
     for bad in ("return_weights", "return_lse"):
         if options.get(bad):
             raise TypeError(f"qkv.torch.scaled_dot_product_attention: {bad} is not supported "

@@ -93,6 +93,7 @@ void bind_model(nb::module_& m) {
              return d;
            })
       .def("is_encoder", &qkv::Model::is_encoder)
+      .def("load_warnings", &qkv::Model::load_warnings)
       .def("weights_dtype", [](const qkv::Model& self) {
         return std::string(self.weights_dtype() == qkv::DType::bf16 ? "bf16" : "float32");
       })
@@ -102,6 +103,7 @@ void bind_model(nb::module_& m) {
         const std::string t = self.token_text(id);
         return nb::bytes(t.data(), t.size());
       })
+      .def("token_label", &qkv::Model::token_label)  // always valid UTF-8
       .def("hidden_states",
            [](qkv::Model& self, const std::vector<int32_t>& tokens) {
              qkv::Tensor t = interruptible([&] { return self.hidden_states(tokens); });
@@ -113,11 +115,12 @@ void bind_model(nb::module_& m) {
              qkv::EmbedOptions o;
              o.batch = batch, o.max_length = max_length;
              o.dtype = compute_dtype(dtype);
-             qkv::Tensor t = interruptible([&] { return self.embed(texts, o); });
-             return wrap(std::move(t), Framework::numpy);
+             int64_t cut = 0;
+             qkv::Tensor t = interruptible([&] { return self.embed(texts, o, &cut); });
+             return nb::make_tuple(wrap(std::move(t), Framework::numpy), cut);
            })
-      .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids) {
-        return self.decode(ids);
+      .def("decode", [](const qkv::Model& self, const std::vector<int32_t>& ids, bool skip_special) {
+        return self.decode(ids, skip_special);
       })
       .def("set_threads", [](qkv::Model& self, int threads, const std::string& kernel) {
         self.set_threads(threads, qkv::parse_kernel(kernel));
@@ -136,10 +139,12 @@ void bind_model(nb::module_& m) {
       .def("generate",
            [](qkv::Model& self, const std::string& prompt, int64_t tokens, double temperature,
               int64_t top_k, uint64_t seed, bool use_cache, const std::optional<std::string>& dtype,
-              const std::optional<std::string>& kv_dtype, nb::object on_token) {
+              const std::optional<std::string>& kv_dtype, bool sliding_window, bool special_tokens,
+              nb::object on_token) {
              qkv::SampleOptions o;
              o.prompt = prompt, o.tokens = tokens, o.temperature = temperature;
              o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
+             o.sliding_window = sliding_window, o.special_tokens = special_tokens;
              if (dtype) o.dtype = compute_dtype(*dtype);  // None: the weights' dtype
              if (kv_dtype) o.kv_dtype = compute_dtype(*kv_dtype, "kv_dtype");  // None: as dtype
              std::function<void(const std::string&)> cb;
@@ -148,11 +153,16 @@ void bind_model(nb::module_& m) {
                  nb::gil_scoped_acquire locked;
                  on_token(nb::bytes(piece.data(), piece.size()));
                };
-             return interruptible([&] { return self.generate(o, cb); });
+             const qkv::Generation g = interruptible([&] { return self.generate(o, cb); });
+             nb::dict d;
+             d["ids"] = nb::cast(g.ids);
+             d["text"] = nb::bytes(g.text.data(), g.text.size());
+             d["stop"] = qkv::stop_reason_name(g.stop);
+             return d;
            },
            nb::arg("prompt"), nb::arg("tokens"), nb::arg("temperature"), nb::arg("top_k"),
            nb::arg("seed"), nb::arg("use_cache"), nb::arg("dtype").none(), nb::arg("kv_dtype").none(),
-           nb::arg("on_token").none());
+           nb::arg("sliding_window"), nb::arg("special_tokens"), nb::arg("on_token").none());
 
   m.def(
       "train",

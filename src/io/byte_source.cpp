@@ -24,8 +24,12 @@ struct Fd {
 }  // namespace
 
 ByteSource memory_source(const std::string& bytes) {
-  return {bytes.size(), [&bytes](uint64_t offset, size_t n, std::byte* dst) {
-            if (n > 0) std::memcpy(dst, bytes.data() + offset, n);
+  return memory_source(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+}
+
+ByteSource memory_source(const std::byte* data, uint64_t size) {
+  return {size, [data](uint64_t offset, size_t n, std::byte* dst) {
+            if (n > 0) std::memcpy(dst, data + offset, n);
           }};
 }
 

@@ -20,6 +20,7 @@ struct ByteSource {
 
 // A source over bytes already in memory (they must outlive it).
 ByteSource memory_source(const std::string& bytes);
+ByteSource memory_source(const std::byte* data, uint64_t size);
 
 // Opens `path` as a regular file (a directory, FIFO or device is refused at
 // once, never waited on) and runs fn on a source that reads it with pread.

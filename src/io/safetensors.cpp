@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -10,9 +9,7 @@
 #include <set>
 #include <tuple>
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/files.h"
@@ -20,10 +17,6 @@
 #include "io/json_strict.h"
 #include "io/npy_header.h"  // quoted()
 #include "io/safetensors_map.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack the name
-#endif
 
 namespace qkv {
 
@@ -434,54 +427,27 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   return meta;
 }
 
-SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) {
-  uint64_t size = 0;
-  with_file_source(path, [&](const ByteSource& src) {
-    const Header h = read_header(src, path, Dtypes::any);
-    for (const Entry& e : h.tensors) {
-      entries_.push_back({e.name, e.st, e.shape});
-      span_[e.name] = {h.data_start + e.begin, e.end - e.begin};
-    }
-    size = src.size;
-  });
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
-  void* p = same ? mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-  const int err = errno;
-  close(fd);
-  if (!same) throw Error("'" + path + "': the file changed while it was being opened");
-  if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(err));
-  base_ = p;
-  size_ = size;
-  // Pages the file cache reads in through this mapping come in 2 MiB
-  // folios where the system makes them (transparent huge pages), and such
-  // folios are mapped whole: a decoded token's GEMMs then stream the weights
-  // without a page walk every 4 KiB (TinyLlama's bf16 decode ran 1.35x faster
-  // from 2 MiB pages on a Zen 5). Pages already cached keep their size.
-  // Advice only: without it the mapping is the same.
-  madvise(p, size, MADV_HUGEPAGE);
-  // The page tables made now, in one pass, rather than by a fault for every
-  // few pages the first forward touches; after the advice, so that what it
-  // reads in is read in large folios.
-  if (populate && madvise(p, size, MADV_POPULATE_READ) != 0) {
-    const long page = sysconf(_SC_PAGESIZE);  // a kernel before 5.14: touched page by page
-    unsigned char sum = 0;
-    for (uint64_t at = 0; at < size; at += static_cast<uint64_t>(page)) sum ^= static_cast<const unsigned char*>(p)[at];
-    __asm__ volatile("" : : "r"(sum));  // the reads happen
+SafetensorsMapping::SafetensorsMapping(const std::string& path, bool populate) : file_(path) {
+  const Header h = read_header(memory_source(file_.data(), file_.size()), path, Dtypes::any);
+  for (const Entry& e : h.tensors) {
+    entries_.push_back({e.name, e.st, e.shape});
+    span_[e.name] = {h.data_start + e.begin, e.end - e.begin};
   }
+  // After the mapping's huge-page advice, so that what it reads in is read
+  // in large folios.
+  if (populate) file_.populate();
 }
 
-SafetensorsMapping::~SafetensorsMapping() { munmap(base_, size_); }
+SafetensorsMapping::~SafetensorsMapping() = default;
 
 void SafetensorsMapping::release(const std::string& name) const {
   const auto it = span_.find(name);
   if (it == span_.end()) return;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t lo = it->second.offset / page * page;
-  const uint64_t hi = std::min<uint64_t>(size_, it->second.offset + it->second.bytes);
-  if (hi > lo) madvise(static_cast<std::byte*>(base_) + lo, hi - lo, MADV_DONTNEED);  // advice: no error to report
+  const uint64_t hi = std::min<uint64_t>(file_.size(), it->second.offset + it->second.bytes);
+  // Advice: no error to report.
+  if (hi > lo) madvise(const_cast<std::byte*>(file_.data()) + lo, hi - lo, MADV_DONTNEED);
 }
 
 void SafetensorsMapping::release_pages(const void* data, size_t bytes) {
@@ -493,7 +459,7 @@ void SafetensorsMapping::release_pages(const void* data, size_t bytes) {
 
 const std::byte* SafetensorsMapping::data(const std::string& name) const {
   const auto it = span_.find(name);
-  return it == span_.end() ? nullptr : static_cast<const std::byte*>(base_) + it->second.offset;
+  return it == span_.end() ? nullptr : file_.data() + it->second.offset;
 }
 
 }  // namespace qkv

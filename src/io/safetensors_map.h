@@ -1,12 +1,9 @@
 // io/safetensors_map.h: a safetensors file mapped into memory, so that a
 // model uses its tensors where they lie instead of copying them.
 //
-// The mapping is read-only and private: its pages are the system's file
-// cache (no copy, nothing zeroed; a cold file is read from disk as the
-// mapping is made), and they are shared with any other process mapping the
-// same file. The header is checked as strictly as every safetensors reader
-// here checks it. A file truncated by another program while mapped makes a
-// later read of the lost pages fail (SIGBUS), as with any mapped file.
+// The mapping is io/mapped_file.h's (read-only, private, the system's file
+// cache). The header is checked as strictly as every safetensors reader
+// here checks it.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
 #include "qkv/export.h"
 #include "qkv/safetensors.h"
 
@@ -26,6 +24,7 @@ class QKV_API SafetensorsMapping {
   // pages are first read; errors name it (a missing file, a bad header, a
   // file that cannot be mapped).
   explicit SafetensorsMapping(const std::string& path, bool populate = true);
+  // Out of line: the mapping's destructor is io's own, not exported.
   ~SafetensorsMapping();
   SafetensorsMapping(const SafetensorsMapping&) = delete;
   SafetensorsMapping& operator=(const SafetensorsMapping&) = delete;
@@ -45,8 +44,7 @@ class QKV_API SafetensorsMapping {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
 
  private:
-  void* base_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
   std::vector<SafetensorsEntry> entries_;
   struct Span {
     uint64_t offset, bytes;  // from the file's first byte

@@ -195,6 +195,56 @@ void save_checkpoint(const std::string& dir, const GPT& model, const CharTokeniz
 
 namespace {
 
+// Whether `path` is a config.json qkv wrote: a JSON object with "arch"
+// (config_to_json). A file too large for a config is not one.
+bool is_qkv_config(const std::filesystem::path& path) {
+  constexpr std::uintmax_t kMaxBytes = 1 << 20;
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxBytes) return false;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, false);
+  return j.is_object() && j.contains("arch") && j["arch"].is_string();
+}
+
+// Whether `path` is one of the files named in `reads`.
+bool is_read(const std::filesystem::path& path, const std::vector<std::string>& reads) {
+  for (const std::string& r : reads) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(path, r, ec)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void refuse_foreign_directory(const std::string& dir, const std::vector<std::string>& reads) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;  // made afresh, or the writer says what is in the way
+  std::vector<std::string> foreign;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == kTrainLockName || (name == "config.json" && is_qkv_config(it->path()))) return;
+    if (name.rfind(kTempPrefix, 0) == 0 || is_read(it->path(), reads)) continue;
+    foreign.push_back(name);
+  }
+  if (foreign.empty()) return;
+  std::sort(foreign.begin(), foreign.end());
+  constexpr size_t kShown = 3;
+  std::string held;
+  for (size_t i = 0; i < std::min(kShown, foreign.size()); ++i)
+    held += (i == 0 ? "'" : ", '") + foreign[i] + "'";
+  if (foreign.size() > kShown) held += " and " + std::to_string(foreign.size() - kShown) + " more";
+  throw Error("out_dir: '" + dir + "' is not empty and was not made by qkv (it holds " + held +
+              "); write into a new or empty directory, or pass force to write there anyway, "
+              "replacing files of the names qkv writes");
+}
+
+namespace {
+
 // model.safetensors records the config it was written with (qkv_config);
 // config.json is only a readable copy. One edited to disagree (heads 2 -> 4
 // keeps every tensor's shape) would load and silently change the logits, so

@@ -59,6 +59,7 @@ Model Model::load(const std::string& dir) {
     const hf::Architecture arch = hf::read_architecture(dir);
     Model m(hf::load_weights(dir, arch), std::nullopt);
     m.architecture_ = arch.model_type;
+    m.load_warnings_ = arch.checkpoint.warnings;
     m.weights_dtype_ = m.gpt_->matrices_dtype();
     if (arch.config.lm_head) {  // a decoder: byte-level BPE
       m.bpe_ = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
@@ -71,7 +72,9 @@ Model Model::load(const std::string& dir) {
     if (m.wordpiece_->vocab_size() > arch.config.vocab)
       throw Error("'" + dir + "': the tokenizer has " + std::to_string(m.wordpiece_->vocab_size()) +
                   " tokens, the model's vocab_size is " + std::to_string(arch.config.vocab));
-    const hf::SentenceModules st = hf::read_sentence_modules(dir, arch.config.context);
+    std::vector<std::string> specials;  // [CLS] and [SEP], as the tokenizer adds them
+    for (const int32_t id : m.wordpiece_->encode("")) specials.push_back(m.wordpiece_->token(id));
+    const hf::SentenceModules st = hf::read_sentence_modules(dir, arch.config.context, specials);
     m.pooling_ = st.pooling;
     m.max_length_ = st.max_length;
     return m;
@@ -142,8 +145,8 @@ std::string Model::token_text(int32_t id) const {
   return tokenizer().decode({id});
 }
 
-std::string Model::decode(const std::vector<int32_t>& ids) const {
-  if (bpe_) return bpe_->decode(ids);
+std::string Model::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  if (bpe_) return bpe_->decode(ids, skip_special);
   if (wordpiece_)
     throw Error("decode: a " + architecture_ + " model's WordPiece ids have no decoder here; "
                 "token_text() gives each id's token");
@@ -242,8 +245,7 @@ Tensor Model::embed_ids(const std::vector<std::vector<int32_t>>& ids, const Embe
   return out;
 }
 
-std::vector<int32_t> Model::generate(const SampleOptions& opts,
-                                     const std::function<void(const std::string&)>& on_token) {
+Generation Model::generate(const SampleOptions& opts, const std::function<void(const std::string&)>& on_token) {
   const std::lock_guard<std::mutex> one_at_a_time(*busy_);
   if (is_encoder())
     throw Error("generate: a " + architecture_ + " model is an encoder, with no language-model head: "
@@ -255,8 +257,16 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (opts.use_cache && (!cache_ || cache_->dtype() != kv_dtype))
     cache_ = std::make_unique<KVCache>(gpt_->new_cache(kv_dtype));
   KVCache* cache = opts.use_cache ? cache_.get() : nullptr;
-  const auto emit = on_token ? on_token : [](const std::string&) {};
-  if (!bpe_) return sample(*gpt_, tokenizer(), opts, emit, cache);
+  Generation g;
+  const auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    g.text += piece;
+    if (on_token) on_token(piece);
+  };
+  if (!bpe_) {
+    g.ids = sample(*gpt_, tokenizer(), opts, emit, cache, &g.stop);
+    return g;
+  }
   // As the tokenizer's post_processor says (Llama's beginning-of-text token
   // in front); still empty, the text starts from the beginning-of-text
   // token the config names, when there is one.
@@ -264,28 +274,17 @@ std::vector<int32_t> Model::generate(const SampleOptions& opts,
   if (prompt.empty() && bpe_->bos_id() >= 0) prompt.push_back(bpe_->bos_id());
   if (prompt.empty())
     throw Error("generate: the prompt is empty and the tokenizer names no beginning-of-text token");
-  // A byte-level token may hold part of a character: the text decoded so
-  // far is emitted as it grows, holding back a tail that is not yet whole
-  // (decoded as U+FFFD) until the next token completes it.
-  std::vector<int32_t> out;
-  size_t shown = 0;
-  auto flush = [&](bool last) {
-    const std::string text = bpe_->decode(out);
-    size_t end = text.size();
-    static const std::string kReplacement = "\xEF\xBF\xBD";
-    while (!last && end >= shown + 3 && text.compare(end - 3, 3, kReplacement) == 0) end -= 3;
-    if (end > shown) emit(text.substr(shown, end - shown));
-    shown = std::max(shown, end);
-  };
-  sample_ids(
-      *gpt_, std::move(prompt), opts, -1, bpe_->eos_id(),
-      [&](int32_t id) {
-        out.push_back(id);
-        flush(false);
-      },
-      cache);
-  flush(true);
-  return out;
+  // A vocab_size padded past the tokenizer's (GPT-2's 50257 to 50304, for
+  // faster products) leaves ids with no text: they are never drawn.
+  std::vector<int32_t> no_text;
+  for (int32_t id = 0; id < config().vocab; ++id)
+    if (!bpe_->has_token(id)) no_text.push_back(id);
+  BpeTextStream stream(*bpe_, !opts.special_tokens);
+  g.ids = sample_ids(
+      *gpt_, std::move(prompt), opts, no_text, bpe_->eos_id(), [&](int32_t id) { emit(stream.push(id)); }, cache,
+      &g.stop);
+  emit(stream.finish());
+  return g;
 }
 
 }  // namespace qkv

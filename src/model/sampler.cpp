@@ -38,12 +38,22 @@ void SampleOptions::validate() const {
     throw Error(std::string("kv_dtype: expected float32 or bf16, found ") + dtype_name(*kv_dtype));
 }
 
+const char* stop_reason_name(StopReason why) {
+  switch (why) {
+    case StopReason::tokens: return "tokens";
+    case StopReason::end_of_text: return "end_of_text";
+    case StopReason::context: return "context";
+  }
+  return "?";
+}
+
 std::vector<double> next_token_probs(const float* logits, int64_t V, const SampleOptions& o,
-                                     int32_t excluded) {
+                                     const std::vector<int32_t>& excluded) {
   check_choice_options(o);
   // p holds logits, -inf for the tokens removed so far; then probabilities.
   std::vector<double> p(logits, logits + V);
-  if (excluded >= 0 && excluded < V) p[static_cast<size_t>(excluded)] = -INFINITY;
+  for (const int32_t id : excluded)
+    if (id >= 0 && id < V) p[static_cast<size_t>(id)] = -INFINITY;
   const auto best = std::max_element(p.begin(), p.end());  // the first maximum
   if (*best == -INFINITY) throw Error("sample: every token is excluded, none is left to choose");
   if (o.temperature == 0.0) {
@@ -88,21 +98,26 @@ int32_t pick_token(const std::vector<double>& probs, double u) {
 }
 
 std::vector<int32_t> sample(GPT& model, const CharTokenizer& tok, const SampleOptions& o,
-                            const std::function<void(const std::string&)>& on_token, KVCache* cache) {
-  return sample_ids(model, tok.encode(o.prompt.empty() ? "\n" : o.prompt), o, tok.unknown_id(), -1,
-                    [&](int32_t id) { on_token(tok.decode({id})); }, cache);
+                            const std::function<void(const std::string&)>& on_token, KVCache* cache,
+                            StopReason* stop) {
+  return sample_ids(model, tok.encode(o.prompt.empty() ? "\n" : o.prompt), o, {tok.unknown_id()}, -1,
+                    [&](int32_t id) { on_token(tok.decode({id})); }, cache, stop);
 }
 
 std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const SampleOptions& o,
-                                int32_t excluded, int32_t stop_id, const std::function<void(int32_t)>& on_id,
-                                KVCache* reuse) {
+                                const std::vector<int32_t>& excluded, int32_t stop_id,
+                                const std::function<void(int32_t)>& on_id, KVCache* reuse, StopReason* stop) {
   o.validate();
   const int64_t ctx = model.config().context, V = model.config().vocab;
   if (seq.empty()) throw Error("prompt: expected at least one token");
   for (const int32_t id : seq)
     if (id < 0 || id >= V)
       throw Error("prompt: token id " + std::to_string(id) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (static_cast<int64_t>(seq.size()) > ctx && !o.sliding_window)
+    throw Error("prompt: " + std::to_string(seq.size()) + " tokens, more than the model's context of " +
+                std::to_string(ctx) + " (its positions end there); shorten it, or generate with a sliding window");
   const size_t prompt_len = seq.size();
+  StopReason why = StopReason::tokens;
   NumpyGenerator rng(o.seed);
   // A cache made here is allocated and zeroed on every call: for a real
   // model, tens of MB of fresh pages, longer than a short prompt's prefill.
@@ -113,6 +128,10 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
   std::span<const float> logits;
   for (int64_t n = 0; n < o.tokens; ++n) {
     const int64_t len = static_cast<int64_t>(seq.size());
+    if (len > ctx && !o.sliding_window) {  // the model cannot read the sequence any more
+      why = StopReason::context;
+      break;
+    }
     const int64_t start = std::max<int64_t>(0, len - ctx);  // the window the model sees
     if (!o.use_cache) {
       model.forward(seq.data() + start, nullptr, 1, len - start);
@@ -120,7 +139,7 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
     } else if (start == cache_start && cache.len() == len - start - 1) {
       logits = model.decode_step(seq.back(), cache);  // append the newest token
     } else {
-      // First step, or the window slid past the context: positions shift,
+      // First step, or the sliding window moved on: positions shift,
       // so the cached keys are stale; refill the cache for the window, in
       // one pass over its tokens (the prefill: row-parallel products, not
       // one product per token).
@@ -132,8 +151,12 @@ std::vector<int32_t> sample_ids(GPT& model, std::vector<int32_t> seq, const Samp
     const int32_t next = pick_token(next_token_probs(logits.data(), V, o, excluded), rng.random());
     seq.push_back(next);
     on_id(next);
-    if (next == stop_id) break;
+    if (next == stop_id) {
+      why = StopReason::end_of_text;
+      break;
+    }
   }
+  if (stop) *stop = why;
   return std::vector<int32_t>(seq.begin() + static_cast<int64_t>(prompt_len), seq.end());
 }
 

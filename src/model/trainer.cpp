@@ -247,6 +247,8 @@ TrainResult train(const TrainOptions& given) {
   if (ec || !fs::is_directory(o.out_dir))
     throw Error("out_dir: cannot create directory '" + o.out_dir + "': " + ec.message());
   run_dir::refuse_text_in_run_files(o.out_dir, o.text_path);
+  // Before the lock, whose file would mark any directory as one qkv made.
+  if (!o.resume && !o.force) refuse_foreign_directory(o.out_dir, {o.text_path});
   std::optional<run_dir::RunLock> lock;
   if (writer) {
     lock.emplace(o.out_dir);

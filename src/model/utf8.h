@@ -45,19 +45,28 @@ inline std::string utf8_of(char32_t c) {
   return s;
 }
 
+// Where a decoding error says the bad sequence is. A text of one line (no
+// "\n": a prompt, or a line a caller names itself, "--input line 3: ") gives
+// its byte offset in that line; a text of several lines names the line once,
+// with the offset in that line and in the whole text.
+inline std::string utf8_position(std::string_view s, size_t pos) {
+  const size_t line_start = pos == 0 ? 0 : s.rfind('\n', pos - 1) + 1;  // npos + 1 == 0
+  if (s.find('\n') == std::string_view::npos) return "byte " + std::to_string(pos) + " of the line";
+  const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(pos), '\n');
+  return "byte " + std::to_string(pos - line_start) + " of line " + std::to_string(line) +
+         (line > 1 ? " (byte " + std::to_string(pos) + " of the text)" : std::string());
+}
+
 // Calls fn(code point) for each character of `s`, which must be UTF-8 as
 // Unicode defines it (Table 3-7): shortest form only, no surrogates
-// (U+D800..U+DFFF), nothing above U+10FFFF. Anything else throws, naming the
-// byte offset of the bad sequence and, with name_line, its line (a caller
-// that reads one line at a time names the line itself).
+// (U+D800..U+DFFF), nothing above U+10FFFF. Anything else throws, naming
+// where the bad sequence is (utf8_position) and what is wrong with it.
 template <class Fn>
-void for_each_code_point(std::string_view s, Fn fn, bool name_line = true) {
+void for_each_code_point(std::string_view s, Fn fn) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
   size_t pos = 0;
   const auto fail = [&](const std::string& why) {
-    const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(pos), '\n');
-    throw Error("invalid UTF-8 at byte " + std::to_string(pos) +
-                (name_line ? " (line " + std::to_string(line) + ")" : std::string()) + ": " + why);
+    throw Error("invalid UTF-8 at " + utf8_position(s, pos) + ": " + why);
   };
   while (pos < s.size()) {
     const unsigned char b0 = byte(pos);

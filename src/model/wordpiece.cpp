@@ -17,7 +17,7 @@ namespace {
 std::u32string decode(const std::string& utf8) {
   std::u32string out;
   out.reserve(utf8.size());
-  utf8::for_each_code_point(utf8, [&](char32_t c) { out += c; }, /*name_line=*/false);
+  utf8::for_each_code_point(utf8, [&](char32_t c) { out += c; });
   return out;
 }
 

@@ -99,10 +99,13 @@ function select(i) {
   for (const P of panels) {
     P.row.style.top = `${(100 * i) / T}%`;
     P.cells.forEach(({ k, v }, j) => {
-      const x = j <= i ? w(P.l, P.h, i, j) : 0;
+      // An encoder's token reads the later tokens too; a causal model's
+      // cannot, and they show no number.
+      const read = !data.causal || j <= i;
+      const x = read ? w(P.l, P.h, i, j) : 0;
       k.style.background = shade(x);
       k.style.color = x > 0.5 ? "#fff" : "#222";
-      v.textContent = j <= i ? x.toFixed(3) : "";
+      v.textContent = read ? x.toFixed(3) : "";
       v.dataset.query = i;
     });
   }
@@ -146,7 +149,7 @@ void write_attention_html(const std::string& path, const AttentionPage& page) {
     // Four significant decimals: the page shows three, the file stays small.
     weights.push_back(std::round(x * 1e4) / 1e4);
   }
-  const nlohmann::json data = {{"title", page.title}, {"tokens", page.tokens},
+  const nlohmann::json data = {{"title", page.title}, {"tokens", page.tokens}, {"causal", page.causal},
                                {"layer_ids", layer_ids}, {"head_ids", head_ids},
                                {"weights", std::move(weights)}};
   const std::string json = data.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);

@@ -46,31 +46,47 @@ std::vector<std::string> labels_or_indices(const std::vector<std::string>& label
 
 std::vector<std::string> display_glyphs(const std::string& s) {
   std::vector<std::string> out;
+  // An escape as cells, one per character of its ASCII spelling.
+  const auto escape = [&out](const char* format, unsigned v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, format, v);
+    for (const char* c = buf; *c; ++c) out.emplace_back(1, *c);
+  };
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7f) {
-      const char esc = c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : 0;
-      if (esc) out.insert(out.end(), {"\\", std::string(1, esc)});
-      else out.push_back("?");
+      if (c == '\n' || c == '\t' || c == '\r') escape("\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+      else escape("U+%04X", c);
       ++i;
       continue;
     }
     const size_t n = c < 0x80 ? 1 : c >= 0xf8 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
     bool ok = n > 0 && i + n <= s.size();
     for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-    if (ok && c == 0xc2) ok = static_cast<unsigned char>(s[i + 1]) >= 0xa0;
-    bool bidi = false;
-    if (ok && n > 1) {
-      // Bidirectional controls (U+061C, U+200E-F, U+202A-E, U+2066-9) would
-      // reorder the rest of the terminal line: a prompt's right-to-left
-      // override shows as one '?', it does not act.
-      uint32_t cp = c & (0x7f >> n);
-      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-      bidi = cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
-             (cp >= 0x2066 && cp <= 0x2069);
+    if (!ok) {
+      escape("\\x%02x", c);
+      ++i;
+      continue;
     }
-    out.push_back(ok && !bidi ? s.substr(i, n) : "?");
-    i += ok ? n : 1;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    // Overlong forms (C0 9B would be ESC's), surrogates and code points past
+    // U+10FFFF are not UTF-8 either (Unicode's Table 3-7): their lead byte
+    // as an escape, like any other malformed byte.
+    static constexpr uint32_t kShortest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kShortest[n] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      escape("\\x%02x", c);
+      ++i;
+      continue;
+    }
+    // C1 controls (U+0080-9F; U+009B is a CSI to some terminals) and the
+    // bidirectional controls (U+061C, U+200E-F, U+202A-E, U+2066-9), which
+    // would reorder the rest of the terminal line: shown, never acted on.
+    const bool control = (cp >= 0x80 && cp < 0xa0) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+                         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+    if (control) escape("U+%04X", cp);
+    else out.push_back(s.substr(i, n));
+    i += n;
   }
   return out;
 }
@@ -88,11 +104,11 @@ constexpr int kFirstDarkLevel = 6;  // from here on, white text reads better
 
 int level(double w) { return std::min(9, static_cast<int>(clamp01(w) * 10)); }
 
-// `g` cut to `width` cells, the last one '~' when cut.
+// `g` cut to `width` cells, the last one '…' when cut.
 std::vector<std::string> cut(std::vector<std::string> g, size_t width) {
   if (g.size() > width) {
     g.resize(width);
-    if (width > 0) g.back() = std::string(1, '~');
+    if (width > 0) g.back() = "\u2026";
   }
   return g;
 }

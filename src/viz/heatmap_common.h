@@ -18,9 +18,12 @@ void check_heatmap(const std::string& what, const double* w, int64_t rows, int64
 std::vector<std::string> labels_or_indices(const std::vector<std::string>& labels, int64_t n);
 
 // A label as display cells, one character each. Control characters
-// (including C1 controls such as U+009B, a CSI to some terminals) become
-// visible escapes or '?', so a "\n" token cannot break the grid and no label
-// can send escape codes; malformed UTF-8 becomes '?'.
+// (including C1 controls such as U+009B, a CSI to some terminals, and the
+// bidirectional controls) become visible escapes, spelled as
+// qkv::visible_text spells them ("\n", "U+009B"; a byte of malformed UTF-8
+// "\xe2", one cell per character), so a "\n" token cannot break the grid
+// and no label can send escape codes. Labels made by visible_text pass
+// unchanged.
 std::vector<std::string> display_glyphs(const std::string& s);
 
 // A checked weight pulled into [0, 1], so that rounding slack cannot index

@@ -3,7 +3,11 @@
 #include <stb_image_write.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <string_view>
+#include <utility>
 
 #include "io/files.h"
 #include "qkv/error.h"
@@ -35,42 +39,126 @@ void Canvas::fill(int x0, int y0, int x1, int y1, Rgb c) {
   }
 }
 
+namespace {
+
+// A filled rectangle [x0, x1) x [y0, y1) in font units.
+struct FontRect {
+  int x0, y0, x1, y1;
+};
+
+// Glyphs stb_easy_font lacks, drawn from rectangles on its grid (capitals
+// on rows 0-6, a glyph 5 units wide, advancing 6).
+struct ExtraGlyph {
+  std::string_view utf8;
+  std::vector<FontRect> rects;
+};
+const std::vector<ExtraGlyph>& extra_glyphs() {
+  static const std::vector<ExtraGlyph> glyphs = {
+      // ␣, the open box of a visible space: a bar on the baseline with two
+      // posts, unlike '_', a bare bar below it.
+      {"\u2423", {{0, 6, 5, 7}, {0, 4, 1, 6}, {4, 4, 5, 6}}},
+      // …, the mark of a cut label: three dots closer than "..." sets them.
+      {"\u2026", {{0, 6, 1, 7}, {2, 6, 3, 7}, {4, 6, 5, 7}}},
+  };
+  return glyphs;
+}
+constexpr int kExtraAdvance = 6;
+
+// The extra glyph `s` starts with at `at`, or null.
+const ExtraGlyph* extra_at(std::string_view s, size_t at) {
+  for (const ExtraGlyph& g : extra_glyphs())
+    if (s.substr(at, g.utf8.size()) == g.utf8) return &g;
+  return nullptr;
+}
+
+// One display cell's code point ("é" -> U+00E9); display_glyphs made it whole UTF-8.
+std::string code_point_label(const std::string& g) {
+  const auto b0 = static_cast<unsigned char>(g[0]);
+  uint32_t cp = g.size() == 1 ? b0 : b0 & (0x7fu >> g.size());
+  for (size_t k = 1; k < g.size(); ++k) cp = cp << 6 | (static_cast<unsigned char>(g[k]) & 0x3fu);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", cp);
+  return buf;
+}
+
+// The rectangles of font_text output `s` laid out from (0, 0), in font
+// units; *advance is where a next glyph would start.
+std::vector<FontRect> font_rects(std::string_view s, int* advance) {
+  std::vector<FontRect> rects;
+  int x = 0;
+  // The font draws with quads of four (x, y, z, rgba) vertices, 64 bytes,
+  // each an axis-aligned rectangle on whole font units. It silently drops
+  // quads that do not fit: the most any character needs is 11 ('X',
+  // measured over all of ASCII), so allow 16.
+  std::vector<char> quads(16 * 64);
+  for (size_t i = 0; i < s.size();) {
+    if (const ExtraGlyph* g = extra_at(s, i)) {
+      for (const FontRect& r : g->rects) rects.push_back({x + r.x0, r.y0, x + r.x1, r.y1});
+      x += kExtraAdvance;
+      i += g->utf8.size();
+      continue;
+    }
+    char one[2] = {s[i++], 0};
+    const int n = stb_easy_font_print(static_cast<float>(x), 0, one, nullptr, quads.data(),
+                                      static_cast<int>(quads.size()));
+    for (int q = 0; q < n; ++q) {
+      const auto* v = reinterpret_cast<const float*>(quads.data() + q * 64);
+      // v[0], v[1]: one corner; v[8], v[9]: the opposite one.
+      rects.push_back({static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[8]),
+                       static_cast<int>(v[9])});
+    }
+    x += stb_easy_font_width(one);
+  }
+  *advance = x;
+  return rects;
+}
+
+}  // namespace
+
 std::string font_text(const std::string& text, size_t max_chars) {
-  std::string out;
+  // Each display cell as the font draws it (its glyphs: one byte each, but
+  // for the extra ones).
+  std::vector<std::pair<std::string, size_t>> cells;
+  size_t total = 0;
+  bool after_code_point = false;
   for (const std::string& g : display_glyphs(text)) {
-    if (g.size() == 1 && g[0] >= 0x20 && g[0] < 0x7f) out += g[0];
-    else if (g == "\u2423") out += '_';  // ␣, a visible space: the nearest glyph the font has
-    else out += '?';
+    const bool drawn = (g.size() == 1 && g[0] >= 0x20 && g[0] < 0x7f) || extra_at(g, 0);
+    std::string s = drawn ? g : code_point_label(g);
+    // A space ends a code point that a hex digit or another code point
+    // follows ("U+00E9 1", "U+4E16 U+754C"): a label has no plain spaces of
+    // its own (visible_text writes them '␣'), so it cannot be misread.
+    if (after_code_point && (!drawn || std::isxdigit(static_cast<unsigned char>(g[0])))) s.insert(0, 1, ' ');
+    after_code_point = !drawn;
+    const size_t n = drawn && g.size() > 1 ? 1 + (s.size() - g.size()) : s.size();
+    cells.emplace_back(std::move(s), n);
+    total += n;
   }
-  if (out.size() > max_chars) {
-    out.resize(max_chars);
-    if (max_chars > 0) out.back() = '~';
+  std::string out;
+  size_t used = 0;
+  for (const auto& [s, n] : cells) {
+    // Cut between whole cells, so that a code point is never half spelled.
+    if (total > max_chars && used + n + 1 > max_chars) break;
+    out += s;
+    used += n;
   }
-  return out;
+  return total > max_chars && max_chars > 0 ? out + "\u2026" : out;
 }
 
 int text_width(const std::string& text, int scale) {
-  std::string s = font_text(text, text.size());
-  // stb counts the spacing after the last character; drop it.
-  return s.empty() ? 0 : (stb_easy_font_width(s.data()) - 1) * scale;
+  int advance = 0;
+  font_rects(font_text(text, std::string::npos), &advance);
+  // The advance counts the spacing after the last glyph; drop it.
+  return advance > 0 ? (advance - 1) * scale : 0;
 }
 
 void draw_text(Canvas& canvas, int x, int y, const std::string& text, int scale, Rgb color, bool vertical) {
-  std::string s = font_text(text, text.size());
-  // The font draws with quads of four (x, y, z, rgba) vertices, 64 bytes,
-  // each an axis-aligned rectangle on whole font units, so scaling them is
-  // exact. It silently drops quads that do not fit: the most any character
-  // needs is 11 ('X', measured over all of ASCII), so allow 16.
-  std::vector<char> quads(s.size() * 16 * 64 + 64);
-  const int n = stb_easy_font_print(0, 0, s.data(), nullptr, quads.data(), static_cast<int>(quads.size()));
-  for (int q = 0; q < n; ++q) {
-    const auto* v = reinterpret_cast<const float*>(quads.data() + q * 64);
-    const int fx0 = static_cast<int>(v[0]), fy0 = static_cast<int>(v[1]);
-    const int fx1 = static_cast<int>(v[8]), fy1 = static_cast<int>(v[9]);  // opposite corner
+  int advance = 0;
+  // Scaling whole font units is exact.
+  for (const FontRect& r : font_rects(font_text(text, std::string::npos), &advance)) {
     if (vertical)  // font (fx, fy) -> (x + fy, y - fx)
-      canvas.fill(x + fy0 * scale, y - fx1 * scale, x + fy1 * scale, y - fx0 * scale, color);
+      canvas.fill(x + r.y0 * scale, y - r.x1 * scale, x + r.y1 * scale, y - r.x0 * scale, color);
     else
-      canvas.fill(x + fx0 * scale, y + fy0 * scale, x + fx1 * scale, y + fy1 * scale, color);
+      canvas.fill(x + r.x0 * scale, y + r.y0 * scale, x + r.x1 * scale, y + r.y1 * scale, color);
   }
 }
 

@@ -38,9 +38,13 @@ void draw_line(Canvas& canvas, int x0, int y0, int x1, int y1, Rgb c);
 constexpr int kCapHeight = 7;
 constexpr int kLineHeight = 9;
 
-// `text` as the font can draw it: printable ASCII, '␣' (a visible space,
-// as token labels show it) as '_', anything else '?' (one per UTF-8
-// character), cut to `max_chars` with a final '~'.
+// `text` as the font draws it, never a '?' for a character it lacks:
+// printable ASCII; '␣' (a visible space, as token labels show it) and '…',
+// drawn here as their own shapes; any other character spelled as its code
+// point ("é" -> "U+00E9", a space after it where a hex digit or another
+// code point follows: "U+4E16 U+754C"); controls and malformed bytes escaped as
+// display_glyphs escapes them. Longer than `max_chars` glyphs, it is cut
+// between characters and ends with '…'.
 std::string font_text(const std::string& text, size_t max_chars);
 
 // Length of font_text(text) in pixels at `scale` pixels per font unit.

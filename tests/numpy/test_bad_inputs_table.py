@@ -5,6 +5,7 @@ code and print one line containing the row's message fragments (the parts in
 backticks, in order; what lies between them is a path that varies)."""
 import fcntl
 import json
+import os
 import re
 import shutil
 import struct
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
+from tiny_bert import SHARDS, bert_folder as tiny_bert
 
 TABLE = ROOT / "docs" / "bad-inputs.md"
 ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|(.*)\|(.*)\|(.*)\|\s*(\d+)\s*\|\s*$")
@@ -236,9 +238,54 @@ def bert_folder(i: Inputs, tokenizer_json, text=b"fine\n"):
     return ["tokenize", "--model", folder, "--input", i.file("lines.txt", text)]
 
 
+# The smallest BPE tokenizer.json qkv reads (no normalizer, pre-tokenizer or special tokens).
+BPE_JSON = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None,
+            "model": {"type": "BPE", "dropout": None, "vocab": {"a": 0, "b": 1}, "merges": []}}
+
+
+def embed_tiny_bert(i: Inputs, **folder):
+    """qkv embed of tiny_bert.bert_folder(**folder)."""
+    model = tiny_bert(i.tmp / "bert", **folder)
+    return ["embed", "--model", model, "--input", i.file("lines.txt", "hello\n"), "-o", i.tmp / "e.npy"]
+
+
+def embed_max_seq_length(i: Inputs, n):
+    args = embed_tiny_bert(i)
+    (i.tmp / "bert" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": n}))
+    return args
+
+
 def weights_into_directory(i: Inputs):
-    (i.tmp / "w").mkdir()
-    return i.attention("--lse", str(i.tmp / "lse.npy"), "--weights", str(i.tmp / "w"))
+    return i.attention("--lse", str(i.tmp / "lse.npy"), "--weights", str(i.tmp / "no" / "w.npy"))
+
+
+def hard_link(i: Inputs, target, name):
+    """A hard link to target, named tmp/name."""
+    link = i.tmp / name
+    os.link(target, link)
+    return link
+
+
+def users_directory(i: Inputs, *names):
+    """A directory holding the user's own files of these names."""
+    d = i.tmp / "mine"
+    d.mkdir()
+    for name in names:
+        (d / name).write_text("the user's own\n")
+    return d
+
+
+def text_is_the_runs_plot(i: Inputs):
+    out = i.tmp / "run"
+    out.mkdir()
+    return i.train("--force", text=i.file("run/loss.png", "the cat sat on the mat " * 40), out=out)
+
+
+def weights_in_out(i: Inputs):
+    args = nanogpt_state(i)
+    (i.tmp / "ckpt.safetensors").rename(i.tmp / "model.safetensors")
+    return [*args[:4], i.tmp / "model.safetensors", *args[5:-1], i.tmp, "--force"]
 
 
 # A setup that returns (args, path) runs with stdout sent to that path.
@@ -278,6 +325,12 @@ SETUP = {
         k=np.zeros((1, HUGE, 1), np.float32), v=np.zeros((1, HUGE, 1), np.float32)),
     "attention-unwritable-output": lambda i: i.attention(out=i.tmp / "no" / "dir" / "out.npy"),
     "attention-output-is-directory": lambda i: i.attention(out=i.tmp),
+    "attention-outputs-one-file": lambda i: i.attention("--weights", i.tmp / "out.npy"),
+    "attention-outputs-linked": lambda i: i.attention(
+        "--lse", hard_link(i, i.file("o.npy", b"old"), "lse.npy"), out=i.tmp / "o.npy"),
+    "attention-output-is-input": lambda i: [*i.attention()[:-2], "-o", f"{i.tmp}/./k.npy"],
+    "attention-output-links-to-input": lambda i: [*i.attention()[:-2], "-o",
+                                                  hard_link(i, i.tmp / "q.npy", "o.npy")],
     "attention-window-one-side": lambda i: i.attention("--window", "128"),
     "attention-2d-and-3d": lambda i: i.attention(q=i.k[0], v=i.v[0]),
     "attention-key-length-above-s": lambda i: i.attention("--key-lengths", "6"),
@@ -305,6 +358,7 @@ SETUP = {
     "train-invalid-utf8": lambda i: i.train(text=i.file("bad.txt", b"hello \xff world " * 100)),
     "train-text-too-short": lambda i: i.train(text=i.text("to be or not to be")),
     "train-text-is-its-own-log": text_is_the_runs_log,
+    "train-text-is-its-loss-plot": text_is_the_runs_plot,
     "train-text-is-directory": lambda i: i.train(text=str(i.tmp)),
     "train-text-missing": lambda i: i.train(text=str(i.tmp / "nope.txt")),
     "train-text-empty-path": lambda i: i.train(text=""),
@@ -322,6 +376,7 @@ SETUP = {
     "train-seed-out-of-range": lambda i: i.train("--seed", "18446744073709551616"),
     "train-threads-above-max": lambda i: i.train(threads=100000),
     "train-out-holds-run": trained_run_in_the_way,
+    "train-out-not-made-by-qkv": lambda i: i.train(out=users_directory(i, "config.json", "notes.txt")),
     "train-out-in-use": run_dir_in_use,
     "train-iters-zero": lambda i: i.train(iters=0),
     "train-min-lr-above-lr": lambda i: i.train("--lr", "0.001", "--min-lr", "0.01"),
@@ -350,6 +405,7 @@ SETUP = {
     "sample-prompt-invalid-utf8": lambda i: i.sample(i._model, "--prompt", "a\udcffb"),
     "sample-tokens-out-of-range": lambda i: i.sample(i._model, tokens="99999999999999999999"),
     "sample-threads-above-max": lambda i: i.sample(i._model, "--threads", "100000"),
+    "sample-prompt-too-long": lambda i: i.sample(i._model, "--prompt", "the cat s"),
     # A prompt from the tiny model's own text: the default "\n" is not in its
     # vocabulary, and its warning would be a second line.
     "sample-stdout-full": lambda i: (i.sample(i._model, "--prompt", "a", tokens="40000"), STDOUT_FULL),
@@ -370,6 +426,12 @@ SETUP = {
                                            "-o", i.tmp / "no" / "dir" / "l.npy"],
     "logits-model-empty": lambda i: ["logits", "--model", "", "--prompt", "the", "-o", i.tmp / "l.npy"],
     "logits-out-empty": lambda i: ["logits", "--model", i._model, "--prompt", "the", "-o", ""],
+    "logits-output-is-model-folder": lambda i: ["logits", "--model", i.model(), "--prompt", "the",
+                                                "-o", i.tmp / "model"],
+    "logits-output-in-model-folder": lambda i: ["logits", "--model", i.model(), "--prompt", "the",
+                                                "-o", i.tmp / "model" / "new.npy"],
+    "logits-output-links-into-model": lambda i: ["logits", "--model", i.model(), "--prompt", "the", "-o",
+                                                 hard_link(i, i.tmp / "model" / "config.json", "l.npy")],
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],
@@ -385,7 +447,12 @@ SETUP = {
     "import-heads-not-divisor": lambda i: [*nanogpt_state(i)[:-3], "3", "-o", i.tmp / "imported"],
     "import-empty-positions": lambda i: nanogpt_state(i, reshape=("transformer.wpe.weight", (0, 8))),
     "import-vocab-text-directory": lambda i: vocab_text_directory(i, i.tmp / "vocab"),
+    "import-out-not-made-by-qkv": lambda i: [*nanogpt_state(i)[:-1],
+                                             users_directory(i, "config.json", "vocab.json")],
+    "import-weights-in-out": weights_in_out,
     "export-unknown-to": lambda i: ["export", "--to", "gguf", "--model", i._model, "-o", i.tmp / "x"],
+    "export-output-over-model-file": lambda i: ["export", "--to", "nanogpt", "--model", i.model(),
+                                                "-o", i.tmp / "model" / "model.safetensors"],
     "export-missing-model": lambda i: ["export", "--to", "nanogpt", "--model", i.tmp / "nowhere",
                                        "-o", i.tmp / "x.safetensors"],
     # qkv explain, qkv demo, qkv itself
@@ -402,6 +469,8 @@ SETUP = {
                                     "--k", i.file("k3.npy", np.zeros((1, 4, 3))),
                                     "--v", i.file("v2.npy", np.zeros((4, 3)))],
     "explain-blank-tokens": lambda i: ["explain", "--tokens", "   "],
+    "explain-outputs-one-file": lambda i: ["explain", "--model", i._model, "--prompt", "the",
+                                           "--png", i.tmp / "x", "--html", f"{i.tmp}/./x"],
     "explain-png-unwritable": lambda i: ["explain", "--png", str(i.tmp / "no" / "dir" / "a.png")],
     # qkv explain --model (the table's model: 1 layer, 2 heads, context 8)
     "explain-model-words-option": lambda i: ["explain", "--model", i._model, "--prompt", "the",
@@ -437,6 +506,19 @@ SETUP = {
     "tokenize-vocab-gap": lambda i: bert_folder(i, json.dumps({**BERT_JSON, "model": {
         **BERT_JSON["model"], "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 3}}})),
     "tokenize-max-length-too-small": lambda i: [*bert_folder(i, json.dumps(BERT_JSON)), "--max-length", "1"],
+    "tokenize-max-length-negative": lambda i: [*bert_folder(i, json.dumps(BERT_JSON)), "--max-length", "-1"],
+    "tokenize-bpe-invalid-utf8": lambda i: bert_folder(i, json.dumps(BPE_JSON), text=b"ab\nba\nab \xff ab\n"),
+    "train-invalid-utf8-later-line": lambda i: i.train(text=i.file("bad.txt", b"the cat\nsat on\nthe \xff mat\n")),
+    "train-stop-at-negative": lambda i: i.train("--stop-at", "-1"),
+    "explain-model-layer-fraction": lambda i: ["explain", "--model", i._model, "--prompt", "the", "--layer", "0.5"],
+    "embed-max-length-negative": lambda i: [*embed_tiny_bert(i), "--max-length", "-1"],
+    "embed-batch-fraction": lambda i: [*embed_tiny_bert(i), "--batch", "1.5"],
+    "embed-max-seq-length-one": lambda i: embed_max_seq_length(i, 1),
+    "embed-shard-index-tensor-nowhere": lambda i: embed_tiny_bert(
+        i, second={"encoder.layer.0.output.dense.weight"}, index={"pooler.dense.weight": SHARDS[0]}),
+    "embed-shard-index-file-missing": lambda i: embed_tiny_bert(
+        i, second={"encoder.layer.0.output.dense.weight"},
+        index={"encoder.layer.0.output.dense.weight": "model-00003-of-00002.safetensors"}),
     "qkv-unknown-command": lambda i: ["attend"],
 }
 

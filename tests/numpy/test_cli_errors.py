@@ -204,3 +204,24 @@ def test_bad_explain_usage(args, message, run):
     r = run("explain", *args)
     assert r.returncode == USAGE, r.stderr
     assert message in r.stderr
+
+
+def test_embed_reads_past_a_shard_index_naming_the_wrong_shard(run, tmp_path):
+    """As transformers loads such a folder: the tensor from the shard that has
+    it, and one warning naming the wrong index entry."""
+    from tiny_bert import SHARDS, bert_folder
+    moved = "encoder.layer.0.output.dense.weight"
+    (tmp_path / "in.txt").write_text("hello\nhello hello\n")
+    want = bert_folder(tmp_path / "whole")
+    r = run("embed", "--model", want, "--input", tmp_path / "in.txt", "-o", tmp_path / "want.npy")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    # The shard that has it is listed for other tensors, or for none.
+    for name, second in (("listed", {moved, "embeddings.word_embeddings.weight"}), ("unlisted", {moved})):
+        model = bert_folder(tmp_path / name, second=second, index={moved: SHARDS[0]})
+        r = run("embed", "--model", model, "--input", tmp_path / "in.txt", "-o", tmp_path / f"{name}.npy")
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines() == [
+            f"qkv embed: warning: '{model}/model.safetensors.index.json' maps '{moved}' to '{SHARDS[0]}', "
+            f"which has no such tensor; read it from '{SHARDS[1]}'"], r.stderr
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), np.load(tmp_path / "want.npy"))
+

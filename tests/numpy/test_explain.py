@@ -1,10 +1,12 @@
 """`qkv explain`: every stage printed, weights consistent with NumPy, a PNG
 with one panel per head."""
+import json
 import re
 import struct
 
 import numpy as np
 
+import tiny_models
 from reference import attention
 
 
@@ -179,3 +181,23 @@ def test_explain_rope_does_not_claim_a_comparison_it_cannot_make(run):
     assert r.returncode == 0, r.stderr
     assert "MultiHeadAttention::forward gives the same output" not in r.stdout
     assert "not compared with MultiHeadAttention::forward" in r.stdout
+
+
+def test_model_labels_show_every_character_alike_in_terminal_and_page(qkv_bin, tmp_path_factory, tmp_path):
+    # A character model's labels are the typed characters, each visible: the
+    # space as '␣' (the mark every tokenizer's leading space gets), escapes
+    # for a tab and a newline, the code point of what draws nothing (a
+    # zero-width space, a combining accent cut from its letter).
+    model = tiny_models.trained(tmp_path_factory, qkv_bin, "learned")
+    prompt = "the cat\tsate\u0301\n\u200b a"
+    want = ["t", "h", "e", "\u2423", "c", "a", "t", "\\t", "s", "a", "t", "e", "U+0301", "\\n", "U+200B",
+            "\u2423", "a"]
+    page = tmp_path / "a.html"
+    r = tiny_models.runner(qkv_bin)("explain", "--model", model, "--prompt", prompt, "--layer", "0",
+                                    "--head", "0", "--html", page, "--no-color")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    legend = next(i for i, ln in enumerate(lines) if ln.startswith("0 ") and "exactly 0" in ln)
+    assert [ln.split(" ", 1)[0] for ln in lines[legend - len(want):legend]] == want, r.stdout
+    data = re.search(r'id="data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S).group(1)
+    assert json.loads(data)["tokens"] == want

@@ -81,9 +81,10 @@ def test_tiny_top_p_keeps_only_the_likeliest(model, run):
 def test_top_p_narrows_the_choice(model, run):
     """Over many draws, a smaller nucleus gives fewer distinct characters."""
     prompt = "the "
-    wide = sample(run, model, prompt, "--temperature", "2", "--tokens", 300, "--seed", "3")
+    wide = sample(run, model, prompt, "--temperature", "2", "--tokens", 300, "--seed", "3",
+                  "--sliding-window")
     narrow = sample(run, model, prompt, "--temperature", "2", "--top-p", "0.5", "--tokens", 300,
-                    "--seed", "3")
+                    "--seed", "3", "--sliding-window")
     assert len(set(narrow)) < len(set(wide)), (set(narrow), set(wide))
     assert "\ufffd" not in wide + narrow  # the unknown id is never drawn, even flattened
 
@@ -118,3 +119,30 @@ def test_a_config_without_gelu_runs_the_tanh_form(run, tmp_path_factory, qkv_bin
     ck.cfg["gelu"] = "exact"
     _, exact_truth = ck.run(ck.encode(prompt))
     assert np.abs(got - exact_truth).max() > 1e-4 * np.abs(exact_truth).max()
+
+
+@pytest.mark.parametrize("command", ["sample", "logits", "embed", "explain"])
+def test_model_commands_default_to_the_physical_cores(run, command):
+    """Running a model uses the machine's cores unless told (it used to be one
+    thread for `qkv sample`); --help says so, with this machine's count."""
+    import os
+    r = run(command, "--help")
+    assert r.returncode == 0
+    help_text = " ".join(r.stdout.split())
+    assert "--threads" in help_text and "default: the machine's physical cores" in help_text
+    if "OMP_NUM_THREADS" not in os.environ:
+        n = int(help_text.split("default: the machine's physical cores, ")[1].split()[0])
+        assert 1 <= n <= os.cpu_count()
+
+
+def test_sample_stops_at_the_context_and_says_so(model, run):
+    """Context 32: after a 4-character prompt, 29 characters fit; then it stops,
+    on stderr, unless --sliding-window asks to go on as nanoGPT does."""
+    r = run("sample", "--model", model, "--prompt", "the ", "--tokens", "100", "--seed", "1")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout) == 4 + 29 + 1
+    assert r.stderr == ("qkv sample: stopped after 29 of 100 characters: the model's context of 32 characters "
+                        "is full (--sliding-window goes on, reading only the last 32)\n")
+    slid = run("sample", "--model", model, "--prompt", "the ", "--tokens", "100", "--seed", "1", "--sliding-window")
+    assert slid.returncode == 0 and slid.stderr == ""
+    assert len(slid.stdout) == 4 + 100 + 1 and slid.stdout.startswith(r.stdout[:-1])

@@ -192,10 +192,21 @@ def test_invalid_utf8_names_the_line(run, tmp_path):
     path.write_bytes(b"fine\nalso fine\nbad \xff here\n")
     r = run("tokenize", "--model", MODEL, "--input", path)
     assert r.returncode == 1
-    assert "--input line 3: invalid UTF-8 at byte 4" in r.stderr
+    # One line named, with the offset in it (not the line within the line).
+    assert "error: --input line 3: invalid UTF-8 at byte 4 of the line: byte 0xff" in r.stderr, r.stderr
+    assert "line 1" not in r.stderr
 
 
 def test_max_length_below_the_special_tokens(run, tmp_path):
     (tmp_path / "in.txt").write_text("hello\n")
     r = run("tokenize", "--model", MODEL, "--input", tmp_path / "in.txt", "--max-length", 1)
     assert r.returncode == 2 and "--max-length" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "2.5", "99999999999999999999"])
+def test_max_length_not_a_count(run, tmp_path, value):
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = run("tokenize", "--model", MODEL, "--input", tmp_path / "in.txt", "--max-length", value)
+    assert r.returncode == 2
+    assert (f"--max-length: expected 0 (no limit) or a number of tokens per line, special tokens included, "
+            f"found '{value}'") in r.stderr, r.stderr

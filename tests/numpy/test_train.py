@@ -77,7 +77,7 @@ def test_safetensors_layout_names_like_nanogpt(trained):
 def test_sample_streams_text_and_cache_matches_recompute(trained, run):
     out, _ = trained
     args = ["sample", "--model", out, "--tokens", "200", "--seed", "7", "--top-k", "10",
-            "--prompt", "ROMEO:"]
+            "--prompt", "ROMEO:", "--sliding-window"]
     cached = run(*args)
     full = run(*args, "--no-cache")
     assert cached.returncode == 0 and full.returncode == 0, cached.stderr + full.stderr

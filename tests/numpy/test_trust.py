@@ -339,7 +339,9 @@ def test_attention_option_values(run, tmp_path, extra, fragment):
     (["--rope"], "--rope: needs an even head dim, found --embd / --heads = 3"),
     (["--seed", "18446744073709551616"], "--seed: expected an integer from 0 to 18446744073709551615, found '18446744073709551616'"),
     (["--seed", "-1"], "--seed: expected an integer from 0 to 18446744073709551615, found '-1'"),
-    (["--iters", "99999999999999999999"], "--iters: expected an integer from -9223372036854775808"),
+    (["--iters", "99999999999999999999"],
+     "--iters: expected a number of steps >= 1, found '99999999999999999999' (the most is 9223372036854775807)"),
+    (["--iters", "2.5"], "--iters: expected a number of steps >= 1, found '2.5'"),
 ])
 def test_train_option_values(run, tmp_path, extra, fragment):
     flags = tiny(embd=6) if "--rope" in extra else TINY  # head dim 3
@@ -350,7 +352,8 @@ def test_train_option_values(run, tmp_path, extra, fragment):
 
 
 @pytest.mark.parametrize("extra, fragment", [
-    (["--tokens", "99999999999999999999"], "--tokens: expected an integer from"),
+    (["--tokens", "99999999999999999999"], "--tokens: expected a number of tokens >= 0, found '99999999999999999999'"),
+    (["--top-k", "2.5"], "--top-k: expected 0 (all) or a number of likeliest tokens to choose among, found '2.5'"),
     (["--seed", "99999999999999999999"], "--seed: expected an integer from 0 to"),
     (["--prompt", "ab\udcffcd"], "--prompt: invalid UTF-8 at byte 2"),
 ])

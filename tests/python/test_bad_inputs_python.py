@@ -11,6 +11,7 @@ import torch
 
 import qkv
 import qkv.lesson
+import qkv.torch
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "bad-inputs.md"
 ROW = re.compile(r"^\|\s*`(py-[a-z0-9-]+)`\s*\|(.*)\|\s*(\w+)\s*\|(.*)\|\s*$")

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import qkv
@@ -261,7 +262,7 @@ def test_embed_max_length_is_bounded_by_the_positions(good, tmp_path):
 def test_embed_names_the_line_of_invalid_utf8(good, tmp_path):
     (tmp_path / "in.txt").write_bytes(b"fine\nbad \xff byte\n")
     r = run_qkv("embed", "--model", good, "--input", tmp_path / "in.txt", "-o", tmp_path / "e.npy")
-    assert r.returncode == 1 and "--input line 2: invalid UTF-8" in r.stderr, r.stderr
+    assert r.returncode == 1 and "--input line 2: invalid UTF-8 at byte 4 of the line:" in r.stderr, r.stderr
     assert not (tmp_path / "e.npy").exists()
 
 
@@ -282,3 +283,40 @@ def test_import_names_a_hugging_face_checkpoint(good, tmp_path):
     r = run_qkv("import", "--from", "nanogpt", "--weights", good / "model.safetensors",
                 "--vocab-text", tmp_path / "t.txt", "--heads", "4", "--out", tmp_path / "m")
     assert r.returncode == 1 and "is not a nanoGPT checkpoint: it has no transformer.wte.weight" in r.stderr, r.stderr
+
+
+def shard_with_a_wrong_entry(good, folder):
+    """good's weights in two shards, and an index that maps one tensor of
+    the second shard to the first (transformers loads such a folder)."""
+    shutil.copytree(good, folder)
+    tensors = safetensors_torch.load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    moved = "encoder.layer.1.output.dense.weight"
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    safetensors_torch.save_file({k: t for k, t in tensors.items() if k != moved}, folder / names[0])
+    safetensors_torch.save_file({moved: tensors[moved]}, folder / names[1])
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: names[0] for k in tensors}}))
+    return moved, names
+
+
+def test_shard_index_naming_the_wrong_shard_warns_and_loads(good, tmp_path):
+    moved, names = shard_with_a_wrong_entry(good, tmp_path / "sharded")
+    want = qkv.Model.load(good).embed(["a cat", "the dog"])
+    with pytest.warns(RuntimeWarning) as warned:
+        m = qkv.Model.load(tmp_path / "sharded")
+    assert [str(w.message) for w in warned] == [
+        f"'{tmp_path / 'sharded'}/model.safetensors.index.json' maps '{moved}' to '{names[0]}', "
+        f"which has no such tensor; read it from '{names[1]}'"]
+    np.testing.assert_array_equal(m.embed(["a cat", "the dog"]), want)
+
+
+def test_max_seq_length_without_room_for_the_special_tokens(good, tmp_path):
+    folder = tmp_path / "short"
+    shutil.copytree(good, folder)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 1}))
+    with pytest.raises(ValueError, match=r"sentence_bert_config.json': max_seq_length 1 leaves no room for "
+                                         r"\[CLS\] and \[SEP\], which the tokenizer adds to every text: "
+                                         r"it must be at least 2"):
+        qkv.Model.load(folder)
+

@@ -72,10 +72,10 @@ def test_load_logits_and_maps(trained):
 def test_generate_streams(trained):
     m = qkv.GPT.load(trained[0])
     pieces = []
-    text = m.generate("the ", tokens=30, temperature=0.8, top_k=5, seed=3, on_token=pieces.append)
-    assert len(pieces) == 30 and "".join(pieces) == text
-    assert list(m.stream("the ", tokens=30, temperature=0.8, top_k=5, seed=3)) == pieces
-    assert m.generate("the ", tokens=30, temperature=0.8, top_k=5, seed=3, use_cache=False) == text
+    text = m.generate("the ", tokens=28, temperature=0.8, top_k=5, seed=3, on_token=pieces.append)
+    assert len(pieces) == 28 and "".join(pieces) == text  # 4 + 28 characters: within the context of 32
+    assert list(m.stream("the ", tokens=28, temperature=0.8, top_k=5, seed=3)) == pieces
+    assert m.generate("the ", tokens=28, temperature=0.8, top_k=5, seed=3, use_cache=False) == text
 
 
 def test_load_errors_name_the_file(tmp_path):
@@ -109,3 +109,18 @@ def test_stop_request_checkpoints_and_resume_finishes(tmp_path):
     assert first["interrupted"] and 0 < first["next_iter"] < 200
     rest = qkv.train(tmp_path / "t.txt", tmp_path / "m", iters=200, resume=True, **TINY)
     assert not rest["interrupted"] and rest["next_iter"] == 200
+
+
+def test_wrong_types_name_the_argument_not_the_binding(trained):
+    """A wrong-typed argument is the package's TypeError naming it, never
+    nanobind's list of C++ signatures."""
+    m = qkv.GPT.load(str(trained[0]).encode())  # a bytes path loads as a str one does
+    for call, message in [
+            (lambda: m.generate(tokens=2, on_token=5), "on_token: expected a function (or None), found int 5"),
+            (lambda: qkv.Model.load(123), "dir: expected a path (str or os.PathLike), found int 123"),
+            (lambda: qkv.train(trained[0] / "x.txt", trained[0], progress="log"),
+             "progress: expected a function (or None), found str 'log'")]:
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == message
+

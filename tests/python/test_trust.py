@@ -347,6 +347,23 @@ def test_train_refuses_a_text_that_is_its_own_log(tmp_path):
     assert (out / "log.jsonl").read_text() == TEXT
 
 
+def test_train_leaves_a_directory_it_did_not_make_alone(tmp_path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    out = tmp_path / "mine"
+    out.mkdir()
+    mine = {"config.json": '{"mine": true}', "vocab.json": "my words", "log.jsonl": "my log"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    with pytest.raises(ValueError, match=r"out_dir: '.*mine' is not empty and was not made by qkv "
+                       r"\(it holds 'config.json', 'log.jsonl', 'vocab.json'\); write into a new or "
+                       r"empty directory, or pass force"):
+        qkv.train(tmp_path / "t.txt", out, iters=1, **TINY)
+    assert {p.name: p.read_text() for p in out.iterdir()} == mine
+    qkv.train(tmp_path / "t.txt", out, iters=1, force=True, **TINY)
+    assert (out / "model.safetensors").exists()
+    qkv.train(tmp_path / "t.txt", tmp_path / "new", iters=1, **TINY)  # a new directory is fine
+
+
 def test_resume_checks_stop_at_against_the_checkpoint(tmp_path):
     (tmp_path / "t.txt").write_text(TEXT)
     out = tmp_path / "run"
@@ -358,3 +375,17 @@ def test_resume_checks_stop_at_against_the_checkpoint(tmp_path):
         qkv.train(tmp_path / "t.txt", out, resume=True, stop_at=10)
     with pytest.raises(ValueError, match="stop_at must be a multiple of the run's eval_interval 10"):
         qkv.train(tmp_path / "t.txt", out, resume=True, stop_at=35)
+
+
+def test_embedding_texts_cut_to_max_length_is_said():
+    """The context limit is never silent: embed() says how many texts it cut
+    (sentence-transformers cuts them without a word); texts that fit, none."""
+    import warnings
+
+    from bert_folders import minilm_dir
+    m = qkv.Model.load(minilm_dir())
+    with pytest.warns(RuntimeWarning, match=r"embed: 1 of 2 texts were cut to 8 tokens"):
+        m.embed(["short", "a much longer text than eight tokens of the model"], max_length=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.embed(["short", "fits"], max_length=8)

@@ -35,18 +35,41 @@ Tensor load_npy_arg(const std::string& arg, const std::string& path);
 // Writes `t` to the file given to option `arg`; errors name the option.
 void save_npy_arg(const std::string& arg, const std::string& path, const Tensor& t);
 
-// A path a command reads or writes, named by its option ("--model").
-struct PathArg {
-  std::string option, path;
+// The paths a command reads and writes, by option: declared once per
+// command (path_options) and checked together by main() before the command
+// runs (check_path_options), so that no command can forget the check.
+struct PathOptions {
+  std::vector<std::string> reads;      // files it reads ("--q"; "-" is stdin)
+  std::vector<std::string> read_dirs;  // folders it reads a model from ("--model")
+  std::vector<std::string> writes;     // files it writes ("--out", "--png")
+  // A folder it writes into ("--out" of qkv import), with the names of the
+  // files it writes there.
+  struct Folder {
+    std::string option;
+    std::vector<std::string> names;
+  };
+  std::vector<Folder> write_dirs;
 };
 
-// Refuses (UsageError) a set of paths where writing one output would
-// destroy what the command reads or another output: an output that is an
-// input, lies inside an input directory (or holds an input, for a directory
-// output), or names the same file as another output. Paths are compared
-// after resolving links and "..", so "D/./model.safetensors" or a link to
-// D's file is caught too. Empty paths (options not given) are skipped.
-void refuse_overlapping_paths(const std::vector<PathArg>& inputs, const std::vector<PathArg>& outputs);
+// Declares `cmd`'s path options. Each gets the empty-path check: "" is a
+// usage error naming the option ("--out: expected a path, found an empty
+// string"), not a later "cannot write ''" or a read of "/config.json" (an
+// empty directory joined with a file name).
+void path_options(CLI::App* cmd, PathOptions paths);
+
+// Refuses the paths given to the parsed command `cmd` where writing one
+// output would destroy what it reads or another output:
+// - an output that names an existing directory (qkv::Error, exit 1);
+// - an output that is an input file, or the same file as another output
+//   (UsageError, exit 2);
+// - an output inside a folder read whole (--model): a file of the folder,
+//   or a new file there, since qkv writes nothing into a folder it reads
+//   (UsageError).
+// "The same file" is compared after resolving links, "." and ".." and, for
+// files that exist, by device and inode, so "./x", a symlink or a hard link
+// to x is x. "-", /dev/* and other devices and FIFOs are streams, not files,
+// and are skipped; so are options not given and inputs that do not exist.
+void check_path_options(const CLI::App& cmd);
 
 // Stages `t` in `files` for the file given to option `arg`; errors name the
 // option. Nothing is written at `path` until files.commit().
@@ -81,11 +104,33 @@ void check_integers(CLI::App* cmd, std::initializer_list<const char*> names) {
   for (const char* name : names) cmd->get_option(name)->check(integer_of_type<T>());
 }
 
-// Puts a check on each named path option of `cmd` ("--out", "--model"):
-// an empty value is a usage error naming the option ("--out: expected a
-// path, found an empty string"), not a later "cannot write ''" or a read of
-// "/config.json" (an empty directory joined with a file name).
-void check_paths(CLI::App* cmd, std::initializer_list<const char*> names);
+// A count option: its name, its least value and what it takes, in words
+// ("a number of texts >= 1").
+struct Count {
+  const char* name;
+  int64_t least;
+  const char* expected;
+};
+
+// Puts on each count option of `cmd` a check that its value is a decimal
+// integer >= least within T, else a usage error saying what the option
+// takes ("--batch: expected a number of texts >= 1, found '-1'"), where
+// integer_of_type would quote T's whole range, negatives and all.
+template <class T>
+void check_counts(CLI::App* cmd, std::initializer_list<Count> counts) {
+  for (const Count& c : counts)
+    cmd->get_option(c.name)->check(CLI::Validator(
+        [least = static_cast<T>(c.least), expected = std::string(c.expected)](std::string& s) -> std::string {
+          T x{};
+          const char* end = s.data() + s.size();
+          const auto [ptr, ec] = std::from_chars(s.data(), end, x);
+          if (ec == std::errc() && ptr == end && !s.empty() && x >= least) return "";
+          const bool too_big = ec == std::errc::result_out_of_range && ptr == end && s[0] != '-';
+          return "expected " + expected + ", found '" + s + "'" +
+                 (too_big ? " (the most is " + std::to_string(std::numeric_limits<T>::max()) + ")" : "");
+        },
+        "INT"));
+}
 
 // machine_memory_bytes and memory_shortfall: qkv/runtime.h.
 using qkv::machine_memory_bytes;

@@ -247,7 +247,7 @@ Runner add_attention(CLI::App& app) {
       "Every rule that hides a key (mask, causal, window, key lengths, -inf) combines by AND.\n"
       "A row with no visible key gives out = 0, weights = 0 and lse = -inf.\n"
       "NaN or Inf in q, k or v is rejected (exit 1). Exit codes: 0 ok, 1 bad data, 2 usage.");
-  check_paths(cmd, {"--q", "--k", "--v", "--mask", "--weights", "--lse", "--out"});
+  path_options(cmd, {.reads = {"--q", "--k", "--v", "--mask"}, .writes = {"--out", "--weights", "--lse"}});
   return [args] { return run_attention(*args); };
 }
 

@@ -371,9 +371,15 @@ Runner add_bench(CLI::App& app) {
   cmd->add_flag("--compare-reference", a->compare_reference,
                 "also report the largest |difference| from the reference output on the rows "
                 "the reference was timed on");
-  check_integers<int64_t>(cmd, {"--batch", "--heads", "--kv-heads", "--n", "--s", "--d", "--dv",
-                                "--window"});
-  check_integers<int>(cmd, {"--threads", "--reps", "--warmup"});
+  // Whole numbers here; their ranges are checked with the case.
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();
+  check_counts<int64_t>(cmd, {{"--batch", kAny, "a positive integer"}, {"--heads", kAny, "a positive integer"},
+                              {"--kv-heads", kAny, "a divisor of --heads"}, {"--n", kAny, "a positive integer"},
+                              {"--s", kAny, "a positive integer"}, {"--d", kAny, "a positive integer"},
+                              {"--dv", kAny, "a positive integer"}, {"--window", kAny, "a non-negative integer"}});
+  check_integers<int>(cmd, {"--threads"});
+  check_counts<int>(cmd, {{"--reps", std::numeric_limits<int>::min(), "a positive integer"},
+                          {"--warmup", std::numeric_limits<int>::min(), "a non-negative integer"}});
   cmd->footer(
       "GFLOP/s counts only visible (query, key) pairs: 2·D + 2·Dv flops each.\n"
       "Each case runs in its own process, so its peak RSS is its own. Exit codes: 0 ok, 1 a "

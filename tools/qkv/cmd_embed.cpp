@@ -7,8 +7,10 @@
 #include <iostream>
 
 #include "cli_common.h"
+#include "model_threads.h"
 #include "commands.h"
 #include "field_flags.h"
+#include "model_prompt.h"
 #include "qkv/model.h"
 
 namespace qkv::cli {
@@ -17,7 +19,7 @@ namespace {
 struct EmbedArgs {
   std::string model_dir, input, out, dtype = "float32";
   int64_t batch = 32, max_length = 0;
-  int threads = 0;
+  std::optional<int> threads;
 };
 
 // "\r[=====>    ] 1200/5000 texts" on a terminal's stderr, redrawn per batch.
@@ -34,23 +36,19 @@ void draw_progress(int64_t done, int64_t total) {
 const FieldFlags kEmbedFlags = {{"batch", "--batch"}, {"max_length", "--max-length"}, {"dtype", "--dtype"}};
 
 int run_embed(const EmbedArgs& a) {
-  check_threads("--threads", a.threads);
+  const int threads = model_threads(a.threads);
   EmbedOptions o;
   o.batch = a.batch;
   o.max_length = a.max_length;
   o.dtype = a.dtype == "float32" ? DType::f32 : DType::bf16;
   as_usage(kEmbedFlags, [&] { o.validate(); });
-  // Read before the overlap check: an --input that is a directory is that
-  // error, not "--out would overwrite it".
   const std::vector<std::string> texts = split_lines(read_text_arg("--input", a.input));
-  refuse_overlapping_paths({{"--model", a.model_dir}, {"--input", a.input == "-" ? "" : a.input}},
-                           {{"--out", a.out}});
-  Model m = Model::load(a.model_dir);
+  Model m = load_model_arg("qkv embed", a.model_dir);
   if (!m.is_encoder())
     throw UsageError("--model: '" + a.model_dir + "' is a " + m.architecture() +
                      " language model; qkv embed needs an encoder (a BERT-family folder)");
   const int64_t limit = as_usage(kEmbedFlags, [&] { return m.embed_length(o); });
-  m.set_threads(a.threads);
+  m.set_threads(threads);
   if (texts.empty()) throw Error("--input: no lines to embed");
   // A bar only where someone watches, and only when there are several batches.
   if (isatty(STDERR_FILENO) && static_cast<int64_t>(texts.size()) > 4 * a.batch) o.progress = draw_progress;
@@ -96,9 +94,11 @@ Runner add_embed(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype, "float32, or bf16 (also spelt bfloat16): the layers' products in bf16")
       ->check(CLI::IsMember({"float32", "bf16", "bfloat16"}))
       ->capture_default_str();
-  cmd->add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str();
-  check_integers<int64_t>(cmd, {"--batch", "--max-length"});
-  check_integers<int>(cmd, {"--threads"});
+  add_model_threads(cmd, a->threads);
+  check_counts<int64_t>(cmd, {{"--batch", 1, "a number of texts >= 1"},
+                              {"--max-length", 0,
+                               "0 (the model's maximum) or a number of tokens >= 2 ([CLS] and [SEP])"}});
+  path_options(cmd, {.reads = {"--input"}, .read_dirs = {"--model"}, .writes = {"--out"}});
   return [a] { return run_embed(*a); };
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "model_threads.h"
 #include "field_flags.h"
 #include "commands.h"
 #include "explain_model.h"
@@ -61,7 +62,7 @@ constexpr WordsOnly kWordsOnly[] = {
     {"--raw-scores", "the model's view shows the weights"},
 };
 // The options of the --model form only.
-constexpr const char* kModelOnly[] = {"--prompt", "--html", "--layer", "--head", "--weights-npy"};
+constexpr const char* kModelOnly[] = {"--prompt", "--html", "--layer", "--head", "--weights-npy", "--threads"};
 
 // Refuses the options of the other forms: those of the words and .npy forms
 // with --model, those of --model without it.
@@ -185,9 +186,6 @@ ExplainInputs inputs_from_tokens(const ExplainArgs& a, const std::vector<std::st
 
 int run_explain(ExplainArgs& a, const CLI::App& cmd) {
   check_form(a, cmd);
-  refuse_overlapping_paths({{"--model", a.model.model_dir}, {"--q", a.q}, {"--k", a.k}, {"--v", a.v},
-                            {"--mask", a.mask}},
-                           {{"--png", a.png}, {"--html", a.model.html}, {"--weights-npy", a.model.weights_npy}});
   if (!a.model.model_dir.empty()) {
     a.model.png = a.png;
     a.model.color = !a.no_color && stdout_wants_color();
@@ -288,15 +286,29 @@ Runner add_explain(CLI::App& app) {
   cmd->add_option("--model", a->model.model_dir,
                   "explain a trained model instead: the --out directory of qkv train");
   cmd->add_option("--prompt", a->model.prompt,
-                  "with --model: the text to run it on, at most its context in characters");
+                  "with --model: the text to run it on, at most its context in tokens (characters for "
+                  "qkv's own models)");
   cmd->add_option("--html", a->model.html,
                   "with --model: write a self-contained page (hover a token to see what it "
                   "attends to in every layer and head)");
   cmd->add_option("--layer", a->model.layer, "with --model: show this layer only (from 0)");
   cmd->add_option("--head", a->model.head, "with --model: show this head only (from 0)");
+  // Whole numbers here; their ranges are checked as the command runs
+  // (--layer and --head against the model).
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();
+  check_counts<int64_t>(cmd, {{"--d-model", kAny, "a positive integer"},
+                              {"--heads", kAny, "a positive integer"},
+                              {"--d-k", kAny, "a positive integer"},
+                              {"--kv-heads", kAny, "a divisor of --heads"},
+                              {"--layer", kAny, "a layer number (from 0)"},
+                              {"--head", kAny, "a head number (from 0)"}});
+  check_integers<int64_t>(cmd, {"--seed"});
   cmd->add_option("--weights-npy", a->model.weights_npy,
                   "with --model: save the weights shown, [layers, heads, T, T] float32 (.npy)");
-  check_paths(cmd, {"--q", "--k", "--v", "--mask", "--png", "--model", "--html", "--weights-npy"});
+  add_model_threads(cmd, a->model.threads);
+  path_options(cmd, {.reads = {"--q", "--k", "--v", "--mask"},
+                     .read_dirs = {"--model"},
+                     .writes = {"--png", "--html", "--weights-npy"}});
   return [a, cmd] { return run_explain(*a, *cmd); };
 }
 

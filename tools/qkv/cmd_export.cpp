@@ -26,8 +26,7 @@ struct ExportArgs {
 int run_export(const ExportArgs& a) {
   if (a.to != "nanogpt")
     throw UsageError("--to: expected \"nanogpt\" (the only format qkv exports), found \"" + a.to + "\"");
-  refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
-  const Model m = Model::load(a.model_dir);
+  const Model m = load_model_arg("qkv export", a.model_dir);
   refuse_encoder(m, "a nanoGPT checkpoint");
   const GPTConfig& c = m.config();
   const std::string cfg = "'" + a.model_dir + "/config.json': ";
@@ -67,7 +66,7 @@ Runner add_export(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "the model directory (qkv train's --out, or qkv import's)")
       ->required();
   cmd->add_option("-o,--out", a->out, "output .safetensors file")->required();
-  check_paths(cmd, {"--model", "--out"});
+  path_options(cmd, {.read_dirs = {"--model"}, .writes = {"--out"}});
   return [a] { return run_export(*a); };
 }
 

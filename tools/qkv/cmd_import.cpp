@@ -26,6 +26,8 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "field_flags.h"
+#include "qkv/checkpoint.h"
 #include "qkv/model.h"
 #include "qkv/safetensors.h"
 
@@ -55,12 +57,6 @@ int run_import(const ImportArgs& a) {
   if (a.from != "nanogpt")
     throw UsageError("--from: expected \"nanogpt\" (the only format qkv imports), found \"" + a.from + "\"");
   if (a.heads < 1) throw UsageError("--heads: expected nanoGPT's n_head, a count >= 1, found " + std::to_string(a.heads));
-  // The files import writes: an input may live in --out (nanoGPT's own out
-  // directory, say), but must not be one of them.
-  refuse_overlapping_paths({{"--weights", a.weights}, {"--vocab-text", a.vocab_text}},
-                           {{"--out", a.out + "/model.safetensors"},
-                            {"--out", a.out + "/config.json"},
-                            {"--out", a.out + "/vocab.json"}});
 
   std::error_code ec;
   if (std::filesystem::is_directory(a.vocab_text, ec))
@@ -165,6 +161,9 @@ int run_import(const ImportArgs& a) {
   namespace fs = std::filesystem;
   if (fs::exists(a.out + "/model.safetensors", ec) && !a.force)
     throw UsageError("--out: '" + a.out + "' already holds a model (model.safetensors); --force replaces it");
+  if (!a.force)
+    in_flags({{"out_dir", "--out"}, {"force", "--force"}},
+             [&] { refuse_foreign_directory(a.out, {a.weights, a.vocab_text}); });
   fs::create_directories(a.out, ec);
   if (ec) throw Error("--out: cannot create '" + a.out + "': " + ec.message());
   model.save(a.out);
@@ -192,9 +191,15 @@ Runner add_import(CLI::App& app) {
       ->required();
   cmd->add_option("--heads", a->heads, "attention heads (nanoGPT's n_head; no shape holds it)")->required();
   cmd->add_option("-o,--out", a->out, "output model directory")->required();
-  cmd->add_flag("--force", a->force, "replace a model already in --out");
-  check_integers<int64_t>(cmd, {"--heads"});
-  check_paths(cmd, {"--weights", "--vocab-text", "--out"});
+  cmd->add_flag("--force", a->force,
+                "write into --out even where it holds a model, or files qkv did not write (those of "
+                "the names import writes are replaced)");
+  check_counts<int64_t>(cmd, {{"--heads", std::numeric_limits<int64_t>::min(), "nanoGPT's n_head, a count >= 1"}});
+  // The files import writes (or removes) in --out: an input may live there,
+  // but must not be one of them.
+  path_options(cmd, {.reads = {"--weights", "--vocab-text"},
+                     .write_dirs = {{"--out", {"model.safetensors", "config.json", "vocab.json",
+                                               "train_state.safetensors"}}}});
   return [a] { return run_import(*a); };
 }
 

@@ -6,6 +6,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "model_prompt.h"
+#include "model_threads.h"
 #include "qkv/model.h"
 
 namespace qkv::cli {
@@ -13,14 +14,16 @@ namespace {
 
 struct LogitsArgs {
   std::string model_dir, prompt, out;
+  std::optional<int> threads;
 };
 
 int run_logits(const LogitsArgs& a) {
-  refuse_overlapping_paths({{"--model", a.model_dir}}, {{"--out", a.out}});
-  Model m = Model::load(a.model_dir);
+  const int threads = model_threads(a.threads);
+  Model m = load_model_arg("qkv logits", a.model_dir);
   refuse_encoder(m, "next-token logits");
+  m.set_threads(threads);
   const Prompt p = encode_model_prompt("qkv logits", m, a.prompt);
-  check_prompt_fits(p, m.config().context);
+  check_prompt_fits(p, m);
   // Row t is the model's prediction for the token after prompt[0..t]: one
   // pass over the prompt gives every position, as training sees them.
   const Tensor logits = m.logits(p.ids);
@@ -45,7 +48,8 @@ Runner add_logits(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "the text, at most the model's context in tokens")
       ->required();
   cmd->add_option("-o,--out", a->out, "output .npy file: logits [T, vocab] float32")->required();
-  check_paths(cmd, {"--model", "--out"});
+  add_model_threads(cmd, a->threads);
+  path_options(cmd, {.read_dirs = {"--model"}, .writes = {"--out"}});
   return [a] { return run_logits(*a); };
 }
 

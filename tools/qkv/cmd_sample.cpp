@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "field_flags.h"
 #include "model_prompt.h"
+#include "model_threads.h"
 #include "qkv/model.h"
 
 namespace qkv::cli {
@@ -21,7 +22,7 @@ struct SampleArgs {
   std::string model_dir;
   SampleOptions o;
   bool no_cache = false;
-  int threads = 1;
+  std::optional<int> threads;
   std::string dtype = "auto";
   std::string kv_dtype = "auto";
 };
@@ -34,7 +35,7 @@ std::optional<DType> dtype_flag(const std::string& s) {
 
 int run_sample(SampleArgs& a) {
   as_usage(kSampleFlags, [&] { a.o.validate(); });
-  check_threads("--threads", a.threads);
+  const int threads = model_threads(a.threads);
   try {
     if (!a.o.prompt.empty()) CharTokenizer::from_text(a.o.prompt);  // only to check its UTF-8
   } catch (const Error& e) {
@@ -43,7 +44,7 @@ int run_sample(SampleArgs& a) {
   a.o.use_cache = !a.no_cache;
   a.o.dtype = dtype_flag(a.dtype);
   a.o.kv_dtype = dtype_flag(a.kv_dtype);
-  Model m = Model::load(a.model_dir);
+  Model m = load_model_arg("qkv sample", a.model_dir);
   refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
   // whole context of every layer, is what generation still allocates.
@@ -56,15 +57,25 @@ int run_sample(SampleArgs& a) {
           std::to_string(c.layers) + ": the KV cache",
       cache);
   if (!refused.empty()) throw Error(refused);
-  m.set_threads(a.threads);
+  m.set_threads(threads);
   // Refuses invalid UTF-8 as a usage error; reports unseen characters once.
-  encode_model_prompt("qkv sample", m, a.o.prompt);
+  const Prompt p = encode_model_prompt("qkv sample", m, a.o.prompt);
+  // An empty prompt is fine: generation starts from "\n" or the beginning-of-text token.
+  if (!a.o.sliding_window && !p.ids.empty())
+    check_prompt_fits(p, m, "shorten it, or pass --sliding-window to read only its last " + std::to_string(c.context));
   std::cout << a.o.prompt << std::flush;
-  m.generate(a.o, [](const std::string& piece) {
+  const Generation g = m.generate(a.o, [](const std::string& piece) {
     std::cout << piece << std::flush;
     check_stdout();
   });
   std::cout << "\n";
+  if (g.stop == StopReason::context) {
+    const std::string unit = m.reads_characters() ? " characters" : " tokens";
+    std::cout.flush();
+    std::cerr << "qkv sample: stopped after " << g.ids.size() << " of " << a.o.tokens << unit
+              << ": the model's context of " << c.context << unit << " is full (--sliding-window goes on, "
+              << "reading only the last " << c.context << ")\n";
+  }
   return 0;
 }
 
@@ -88,7 +99,7 @@ Runner add_sample(CLI::App& app) {
                   "(0 < P <= 1; 1 = all)")
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "threads")->capture_default_str();
+  add_model_threads(cmd, a->threads);
   cmd->add_option("--dtype", a->dtype,
                   "the layers' products: float32, or bf16 (also spelt bfloat16) with float32 sums; "
                   "auto: the weights' dtype (bf16 for a folder of BF16 weights, which are read as they are)")
@@ -99,13 +110,22 @@ Runner add_sample(CLI::App& app) {
                   "auto: bf16 when the products run in bf16, else float32")
       ->check(CLI::IsMember({"auto", "float32", "bf16", "bfloat16"}))
       ->capture_default_str();
+  cmd->add_flag("--sliding-window", a->o.sliding_window,
+                "when the text fills the model's context, go on reading only its last context tokens, "
+                "their positions starting again at 0, as nanoGPT does (default: stop there and say so; "
+                "a longer --prompt is refused)");
+  cmd->add_flag("--special", a->o.special_tokens,
+                "print special tokens, such as the end-of-text token at which generation stops "
+                "(default: left out, as transformers' skip_special_tokens leaves them)");
   cmd->add_flag("--no-cache", a->no_cache,
                 "recompute the whole context at every step instead of using the KV cache "
                 "(same tokens, slower; for checking)");
-  check_integers<int64_t>(cmd, {"--tokens", "--top-k"});
+  // Whole numbers here; their ranges are the sampler's checks.
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();
+  check_counts<int64_t>(cmd, {{"--tokens", kAny, "a number of tokens >= 0"},
+                              {"--top-k", kAny, "0 (all) or a number of likeliest tokens to choose among"}});
   check_integers<uint64_t>(cmd, {"--seed"});
-  check_integers<int>(cmd, {"--threads"});
-  check_paths(cmd, {"--model"});
+  path_options(cmd, {.read_dirs = {"--model"}});
   return [a] { return run_sample(*a); };
 }
 

@@ -194,8 +194,12 @@ Runner add_size(CLI::App& app) {
                 "a custom gpt/bert shape without Linear and LayerNorm biases (qkv's and "
                 "nanoGPT's default)");
   cmd->add_flag("--json", a->json, "a JSON array, one object per model, nothing else on stdout");
-  check_integers<int64_t>(cmd, {"--layers", "--embd", "--heads", "--kv-heads", "--vocab", "--ffn",
-                                "--context", "--batch"});
+  // Whole numbers here; their ranges are checked with the shape.
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();
+  check_counts<int64_t>(cmd, {{"--layers", kAny, "a count >= 1"}, {"--embd", kAny, "a count >= 1"},
+                              {"--heads", kAny, "a count >= 1"}, {"--kv-heads", kAny, "a count >= 1 dividing --heads"},
+                              {"--vocab", kAny, "a count >= 1"}, {"--ffn", kAny, "a count >= 1"},
+                              {"--context", kAny, "a count >= 1"}, {"--batch", kAny, "a count >= 1"}});
   a->cmd = cmd;
   return [a] { return run_size(*a); };
 }

@@ -115,8 +115,7 @@ Runner add_tokenize(CLI::App& app) {
   cmd->add_option("--max-length", a->max_length,
                   "keep at most N ids per line, special tokens included (0: no limit; tokenizer.json's "
                   "truncation setting is not applied)");
-  check_integers<int64_t>(cmd, {"--max-length"});
-  cmd->get_option("--max-length")->check(CLI::NonNegativeNumber);
+  check_counts<int64_t>(cmd, {{"--max-length", 0, "0 (no limit) or a number of tokens per line, special tokens included"}});
   return [a] { return run_tokenize(*a); };
 }
 

@@ -308,7 +308,8 @@ Runner add_train(CLI::App& app) {
   CLI::Option* resume =
       cmd->add_flag("--resume", o.resume, "continue from the checkpoint in --out, with its options");
   cmd->add_flag("--force", o.force,
-                "start afresh even if --out holds a trained run (its checkpoint is overwritten)")
+                "start afresh even if --out holds a trained run (its checkpoint is overwritten) or "
+                "files qkv did not write (those of the names a run writes are replaced)")
       ->excludes(resume);  // continuing and starting over at once: one of them would be ignored
   cmd->add_option("--stop-at", o.stop_at,
                   "stop after the checkpoint of this iteration (a multiple of --eval-interval), "
@@ -317,12 +318,27 @@ Runner add_train(CLI::App& app) {
   cmd->add_flag("--eval-full", o.eval_full,
                 "evaluate on the whole validation split at every evaluation (always done at the end)");
   a->cmd = cmd;
-  check_integers<int64_t>(cmd, {"--layers", "--heads", "--kv-heads", "--embd", "--context",
-                                "--batch", "--iters", "--warmup", "--eval-interval", "--eval-iters",
-                                "--log-interval", "--stop-at"});
+  // Whole numbers here; their ranges are the library's checks (TrainOptions,
+  // GPTConfig), worded with the flags. It reads a negative stop_at as none:
+  // given here, that is a mistake.
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();
+  check_counts<int64_t>(cmd, {{"--layers", kAny, "a number of blocks >= 1"},
+                              {"--heads", kAny, "a number of heads >= 1"},
+                              {"--kv-heads", kAny, "a number of key/value heads dividing --heads"},
+                              {"--embd", kAny, "a width >= 1"},
+                              {"--context", kAny, "a number of tokens >= 1"},
+                              {"--batch", kAny, "a number of sequences >= 1"},
+                              {"--iters", kAny, "a number of steps >= 1"},
+                              {"--warmup", kAny, "a number of steps >= 0"},
+                              {"--eval-interval", kAny, "a number of steps >= 1"},
+                              {"--eval-iters", kAny, "a number of batches >= 1"},
+                              {"--log-interval", kAny, "a number of steps >= 1"},
+                              {"--stop-at", 0, "an iteration >= 0, a multiple of --eval-interval"}});
   check_integers<uint64_t>(cmd, {"--seed"});
   check_integers<int>(cmd, {"--threads"});
-  check_paths(cmd, {"--text", "--out"});
+  // The run's own files in --out are the library's to guard (for Python
+  // too); loss.png is the command's.
+  path_options(cmd, {.reads = {"--text"}, .write_dirs = {{"--out", {"loss.png"}}}});
   return [a] { return run_train(*a); };
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli_common.h"
 #include "model_prompt.h"
+#include "model_threads.h"
 #include "qkv/model.h"
 #include "support/attention_page.h"
 #include "qkv/error.h"
@@ -31,12 +32,14 @@ std::vector<int64_t> select(const std::optional<int64_t>& one, int64_t n, const 
 }  // namespace
 
 int explain_model(const ExplainModelArgs& a) {
-  Model m = Model::load(a.model_dir);
+  const int threads = model_threads(a.threads);
+  Model m = load_model_arg("qkv explain", a.model_dir);
+  m.set_threads(threads);
   const GPTConfig& cfg = m.config();
   const std::vector<int64_t> layers = select(a.layer, cfg.layers, "--layer", "layer");
   const std::vector<int64_t> heads = select(a.head, cfg.heads, "--head", "head");
   const Prompt p = encode_model_prompt("qkv explain", m, a.prompt);
-  check_prompt_fits(p, cfg.context);
+  check_prompt_fits(p, m);
   const int64_t T = static_cast<int64_t>(p.ids.size());
   const Tensor maps = m.attention_maps(p.ids);  // [L, H, T, T]
 
@@ -49,7 +52,7 @@ int explain_model(const ExplainModelArgs& a) {
       std::copy(from, from + T * T, shown.data<float>() + (i * nh + j) * T * T);
     }
   const Tensor shown64 = shown.to(DType::f64);
-  const std::vector<std::string> labels = token_labels(p);
+  const std::vector<std::string>& labels = p.labels;
 
   std::cout << "model " << a.model_dir << ": " << cfg.layers << " layers x " << cfg.heads
             << " heads (head dim " << cfg.head_dim();
@@ -82,7 +85,7 @@ int explain_model(const ExplainModelArgs& a) {
   }
   if (!a.html.empty()) {
     try {
-      write_attention_html(a.html, {a.model_dir, labels, shown, layers, heads});
+      write_attention_html(a.html, {a.model_dir, labels, shown, layers, heads, cfg.causal});
     } catch (const Error& e) {
       throw Error(std::string("--html: ") + e.what());
     }

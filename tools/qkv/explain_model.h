@@ -12,6 +12,7 @@ struct ExplainModelArgs {
   std::string png, html, weights_npy;  // outputs; empty = not written
   std::optional<int64_t> layer, head;  // one layer, one head, or both: one panel
   bool color = false;
+  std::optional<int> threads;  // unset: the physical cores (model_threads.h)
 };
 
 // Runs the checkpoint on the prompt and shows every selected layer and

@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
   const std::string cmd = "qkv " + sub->get_name();
   int code = 0;
   try {
+    // Every command's outputs, checked here once against its inputs and
+    // each other, before it reads or writes anything.
+    check_path_options(*sub);
     code = runners.at(sub)();
   } catch (const UsageError& e) {
     report_error(cmd + ": error: " + printable(e.what()) + " (see '" + cmd + " --help')");

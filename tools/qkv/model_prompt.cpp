@@ -30,6 +30,12 @@ std::string u_plus(uint32_t cp) {
 
 }  // namespace
 
+Model load_model_arg(const std::string& cmd, const std::string& dir) {
+  Model m = Model::load(dir);
+  for (const std::string& w : m.load_warnings()) std::cerr << cmd << ": warning: " << w << "\n";
+  return m;
+}
+
 void refuse_encoder(const Model& m, const std::string& what) {
   if (m.is_encoder())
     throw UsageError("--model: a " + m.architecture() + " encoder has no language-model head to give " +
@@ -47,7 +53,7 @@ Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::st
   }
   if (cut)
     std::cerr << cmd << ": warning: --prompt cut to the model's " << m.max_length() << " tokens\n";
-  for (const int32_t id : p.ids) p.chars.push_back(m.token_text(id));
+  for (const int32_t id : p.ids) p.labels.push_back(m.token_label(id));
   return p;
 }
 
@@ -60,15 +66,19 @@ Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std
   }
   // Valid UTF-8 now: a character starts at every byte that is not a
   // continuation byte (10xxxxxx).
+  std::vector<std::string> chars;
   for (size_t i = 0; i < text.size(); ++i) {
-    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) p.chars.emplace_back();
-    p.chars.back() += text[i];
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) chars.emplace_back();
+    chars.back() += text[i];
   }
+  // As typed, also where the model reads the unknown token: the label says
+  // what was there.
+  for (const std::string& c : chars) p.labels.push_back(visible_text(c));
   std::vector<std::string> unseen;
   for (size_t i = 0; i < p.ids.size(); ++i)
     if (p.ids[i] == tok.unknown_id() &&
-        std::find(unseen.begin(), unseen.end(), p.chars[i]) == unseen.end())
-      unseen.push_back(p.chars[i]);
+        std::find(unseen.begin(), unseen.end(), chars[i]) == unseen.end())
+      unseen.push_back(chars[i]);
   if (!unseen.empty()) {
     std::string list;
     for (const std::string& c : unseen) {
@@ -83,26 +93,14 @@ Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std
   return p;
 }
 
-void check_prompt_fits(const Prompt& p, int64_t context) {
+void check_prompt_fits(const Prompt& p, const Model& m, const std::string& hint) {
   const auto n = static_cast<int64_t>(p.ids.size());
+  const int64_t context = m.config().context;
+  const std::string unit = m.reads_characters() ? " characters" : " tokens";
   if (n == 0) throw UsageError("--prompt: expected at least one character, found an empty string");
   if (n > context)
-    throw UsageError("--prompt: expected at most the model's context of " + std::to_string(context) +
-                     " characters, found " + std::to_string(n));
-}
-
-std::vector<std::string> token_labels(const Prompt& p) {
-  std::vector<std::string> labels;
-  for (const std::string& c : p.chars) {
-    const uint32_t cp = code_point(c);
-    if (c == " ") labels.push_back("\u2423");  // ␣, the open box: a visible space
-    else if (c == "\n") labels.push_back("\\n");
-    else if (c == "\t") labels.push_back("\\t");
-    else if (c == "\r") labels.push_back("\\r");
-    else if (cp < 0x20 || cp == 0x7F) labels.push_back(u_plus(cp));
-    else labels.push_back(c);
-  }
-  return labels;
+    throw UsageError("--prompt: expected at most the model's context of " + std::to_string(context) + unit +
+                     ", found " + std::to_string(n) + (hint.empty() ? "" : "; " + hint));
 }
 
 }  // namespace qkv::cli

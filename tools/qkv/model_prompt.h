@@ -13,8 +13,10 @@
 namespace qkv::cli {
 
 struct Prompt {
-  std::vector<int32_t> ids;         // one token per character
-  std::vector<std::string> chars;   // the UTF-8 of each token: a character as typed, or a word piece
+  std::vector<int32_t> ids;
+  // One per token, as every picture shows it (terminal, PNG, HTML): the
+  // character as typed, or Model::token_label; visible_text() either way.
+  std::vector<std::string> labels;
 };
 
 // Encodes `text` with the model's tokenizer. Invalid UTF-8 is a UsageError
@@ -27,21 +29,23 @@ Prompt encode_prompt(const std::string& cmd, const CharTokenizer& tok, const std
 // The prompt as any model reads it: characters for qkv's models (as
 // above), an encoder's WordPiece tokens ([CLS] ... [SEP], cut to its
 // max_length with one stderr line saying so) or a decoder's BPE tokens,
-// labelled by their text.
+// labelled by the text they stand for (Model::token_label: "␣the", not
+// GPT-2's "Ġthe").
 Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::string& text);
+
+// Model::load(dir) for a command's --model, each of its load warnings on
+// one stderr line ("<cmd>: warning: "): the commands that run a model load
+// it through here, so that none leaves them unsaid.
+Model load_model_arg(const std::string& cmd, const std::string& dir);
 
 // For the commands of qkv's language models (logits, sample, export): a
 // UsageError naming --model when it is an encoder, which gives `what` no sense.
 void refuse_encoder(const Model& m, const std::string& what);
 
-// For commands that run the whole prompt through the model in one pass
-// (explain, logits): refuses an empty prompt and one longer than the model's
-// context (its positions end there), naming --prompt.
-void check_prompt_fits(const Prompt& p, int64_t context);
-
-// One label per token for heatmaps and the HTML page: the character, with
-// the space as '␣' and control characters escaped ("\n"), so that every
-// label is visible.
-std::vector<std::string> token_labels(const Prompt& p);
+// Refuses (UsageError naming --prompt) an empty prompt and one longer than
+// the model's context (its positions end there), counted in the model's
+// units (characters for qkv's models, else tokens); `hint`, when given, ends
+// the message with what else the user may do.
+void check_prompt_fits(const Prompt& p, const Model& m, const std::string& hint = "");
 
 }  // namespace qkv::cli

@@ -2,9 +2,13 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <cpuid.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -155,6 +159,27 @@ int machine_cores() {
 }  // namespace
 
 int max_threads() { return 4 * machine_cores(); }
+
+int physical_cores() {
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && *omp) return default_threads();
+  static const int cores = [] {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return default_threads();
+    // A core is named by the first CPU of its list of hardware threads
+    // ("0,64" or "0-1"); CPUs whose topology cannot be read count alone.
+    std::set<int> cores;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &mask)) continue;
+      std::ifstream list("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list");
+      int first = cpu;
+      if (!(list >> first)) first = cpu;
+      cores.insert(first);
+    }
+    return cores.empty() ? default_threads() : static_cast<int>(cores.size());
+  }();
+  return cores;
+}
 
 void check_threads(int64_t threads, const std::string& what) {
   if (threads < 0 || threads > max_threads())

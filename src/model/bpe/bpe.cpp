@@ -64,10 +64,6 @@ std::vector<Segment> split_added(const std::vector<Segment>& in, const std::vect
   return out;
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
-}
-
 std::string read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read '" + path.string() + "'");
@@ -114,7 +110,7 @@ void pre_tokenize(const bpe::PreTokenizeStep& step, std::string_view p, bool at_
     case Kind::Metaspace: {
       const std::string& rep = step.replacement;
       std::string& s = owned.emplace_back(p);
-      replace_all(s, " ", rep);
+      bpe::replace_all(s, " ", rep);
       const bool prepend = step.prepend == Prepend::Always || (step.prepend == Prepend::First && at_start);
       if (prepend && s.compare(0, rep.size(), rep) != 0) s.insert(0, rep);
       const std::string_view v = s;
@@ -139,28 +135,10 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
   using Kind = DecodeStep::Kind;
   switch (step.kind) {
     case Kind::ByteLevel: {
-      // Each token's characters back to the bytes they stand for (a token
-      // with a character that stands for no byte is taken as it is), then
-      // the whole byte string as UTF-8, repaired.
-      static const std::unordered_map<std::string, char> char_byte = [] {
-        std::unordered_map<std::string, char> m;
-        for (int b = 0; b < 256; ++b) m[bpe::byte_level_chars()[b]] = static_cast<char>(b);
-        return m;
-      }();
-      std::string bytes, token_bytes;
-      for (const std::string& t : tokens) {
-        token_bytes.clear();
-        bool mapped = true;
-        for (size_t i = 0; i < t.size() && mapped;) {
-          const auto b = static_cast<unsigned char>(t[i]);
-          const size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-          const auto it = char_byte.find(t.substr(i, len));
-          mapped = it != char_byte.end();
-          if (mapped) token_bytes += it->second;
-          i += len;
-        }
-        bytes += mapped ? token_bytes : t;
-      }
+      // Each token's characters back to the bytes they stand for, then the
+      // whole byte string as UTF-8, repaired.
+      std::string bytes;
+      for (const std::string& t : tokens) bytes += bpe::byte_level_bytes(t);
       std::string text;
       bpe::append_utf8_lossy(bytes, text);
       tokens.assign(1, text);
@@ -185,11 +163,9 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
         run_tokens = 0;
       };
       for (std::string& t : tokens) {
-        const bool is_byte = t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
-                             std::isxdigit(static_cast<unsigned char>(t[3])) &&
-                             std::isxdigit(static_cast<unsigned char>(t[4]));
-        if (is_byte) {
-          run += static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16));
+        const int byte = bpe::fallback_byte(t);
+        if (byte >= 0) {
+          run += static_cast<char>(byte);
           ++run_tokens;
         } else {
           flush();
@@ -204,7 +180,7 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
       // The replacement is a space again, except in the first token, where
       // it is what the pre-tokenizer put in front and is dropped.
       for (size_t i = 0; i < tokens.size(); ++i)
-        replace_all(tokens[i], step.from, i == 0 && step.prepend ? "" : step.to);
+        bpe::replace_all(tokens[i], step.from, i == 0 && step.prepend ? "" : step.to);
       break;
     case Kind::Fuse: {
       std::string all;
@@ -213,7 +189,7 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
       break;
     }
     case Kind::Replace:
-      for (std::string& t : tokens) replace_all(t, step.from, step.to);
+      for (std::string& t : tokens) bpe::replace_all(t, step.from, step.to);
       break;
     case Kind::Strip:
       // Up to `start` copies of the character from each token's front, up
@@ -232,7 +208,7 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
 
 std::string bpe::normalize(const std::vector<NormalizeStep>& steps, std::string text) {
   for (const NormalizeStep& s : steps) {
-    if (!s.prepend) replace_all(text, s.from, s.to);
+    if (!s.prepend) bpe::replace_all(text, s.from, s.to);
     else if (!text.empty()) text.insert(0, s.to);  // tokenizers' Prepend leaves "" alone
   }
   return text;
@@ -365,6 +341,10 @@ std::string BpeTokenizer::token(int32_t id) const {
   if (id < 0 || id >= vocab_size() || !impl_->assigned[id])
     throw Error("token id " + std::to_string(id) + " names no token (vocab_size " + std::to_string(vocab_size()) + ")");
   return impl_->tokens[id];
+}
+
+bool BpeTokenizer::has_token(int32_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->assigned[static_cast<size_t>(id)];
 }
 
 int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->tokens.size()); }

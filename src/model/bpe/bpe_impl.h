@@ -130,6 +130,27 @@ void append_utf8_lossy(std::string_view bytes, std::string& out);
 // character (UTF-8) that stands for each byte.
 const std::array<std::string, 256>& byte_level_chars();
 
+// The bytes a byte-level token's characters stand for ("Ġthe" -> " the") in
+// `out`; false when some character stands for no byte (such a token never
+// comes out of byte-level BPE).
+bool byte_level_to_bytes(const std::string& token, std::string& out);
+
+// The same, a token with a character that stands for no byte taken as it
+// is (as the ByteLevel decoder takes it).
+std::string byte_level_bytes(const std::string& token);
+
+// Every `from` in `s` replaced by `to`, left to right, never in what was put in.
+void replace_all(std::string& s, const std::string& from, const std::string& to);
+
+// The byte a byte-fallback token ("<0xE2>") stands for; -1 for another token.
+int fallback_byte(const std::string& token);
+
+// How many bytes at the end of `bytes` are the start of a character that
+// more bytes could still finish (a lead byte and the continuation bytes it
+// allows so far: "\xE2\x82" -> 2); 0 when the text ends on a whole
+// character or on bytes that no continuation can make UTF-8.
+int unfinished_utf8_tail(std::string_view bytes);
+
 }  // namespace qkv::bpe
 
 namespace qkv {

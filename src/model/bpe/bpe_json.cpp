@@ -183,22 +183,6 @@ void read_decoder(const Reader& r, const json& d, std::vector<DecodeStep>& out) 
   }
 }
 
-// Model-space spelling of a vocabulary entry: in byte-level mode the bytes
-// its characters stand for ("Ġthe" -> " the"); false when some character
-// stands for no byte (such a token never comes out of byte-level BPE).
-bool to_bytes(const std::string& token, const std::unordered_map<std::string, char>& char_byte, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < token.size();) {
-    const auto b = static_cast<unsigned char>(token[i]);
-    const size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-    const auto it = char_byte.find(token.substr(i, len));
-    if (it == char_byte.end()) return false;
-    out += it->second;
-    i += len;
-  }
-  return true;
-}
-
 // Returns the vocabulary as the file spells it.
 Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::Impl& impl) {
   const std::string path = "model";
@@ -220,8 +204,6 @@ Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::
 
   const json& vocab = r.get(m, path, "vocab");
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
-  std::unordered_map<std::string, char> char_byte;
-  for (int b = 0; b < 256; ++b) char_byte[byte_level_chars()[b]] = static_cast<char>(b);
   std::vector<std::pair<std::string, int32_t>> entries;
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31) - 1)
@@ -245,7 +227,7 @@ Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::
     impl.tokens[id] = token;
     impl.assigned[id] = 1;
     if (!byte_level) key = token;
-    else if (!to_bytes(token, char_byte, key)) continue;
+    else if (!byte_level_to_bytes(token, key)) continue;  // a token byte-level BPE never gives
     model.vocab.emplace(key, id);
   }
   const auto id_of = [&](const std::string& token, const std::string& where) {

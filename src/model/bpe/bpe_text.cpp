@@ -1,5 +1,8 @@
-// Repairing UTF-8 as tokenizers' decoders do, and GPT-2's byte-to-character map.
+// Repairing UTF-8 as tokenizers' decoders do, GPT-2's byte-to-character map,
+// and the bytes that byte-level and byte-fallback tokens stand for.
+#include <cctype>
 #include <string>
+#include <unordered_map>
 
 #include "model/bpe/bpe_impl.h"
 
@@ -74,6 +77,53 @@ const std::array<std::string, 256>& byte_level_chars() {
     return c;
   }();
   return chars;
+}
+
+bool byte_level_to_bytes(const std::string& token, std::string& out) {
+  static const std::unordered_map<std::string, char> char_byte = [] {
+    std::unordered_map<std::string, char> m;
+    for (int b = 0; b < 256; ++b) m[byte_level_chars()[b]] = static_cast<char>(b);
+    return m;
+  }();
+  out.clear();
+  for (size_t i = 0; i < token.size();) {
+    const auto b = static_cast<unsigned char>(token[i]);
+    const size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    const auto it = char_byte.find(token.substr(i, len));
+    if (it == char_byte.end()) return false;
+    out += it->second;
+    i += len;
+  }
+  return true;
+}
+
+std::string byte_level_bytes(const std::string& token) {
+  std::string bytes;
+  return byte_level_to_bytes(token, bytes) ? bytes : token;
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+}
+
+int fallback_byte(const std::string& token) {
+  const auto hex = [&](size_t i) { return std::isxdigit(static_cast<unsigned char>(token[i])) != 0; };
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>' || !hex(3) || !hex(4)) return -1;
+  return std::stoi(token.substr(3, 2), nullptr, 16);
+}
+
+int unfinished_utf8_tail(std::string_view bytes) {
+  // A character is at most 4 bytes: its lead byte is among the last 3.
+  for (size_t back = 1; back <= 3 && back <= bytes.size(); ++back) {
+    const size_t i = bytes.size() - back;
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: the lead is further back
+    const int len = sequence_at(bytes, i);
+    return len < 0 && -len == static_cast<int>(back) && lead(b).len > static_cast<int>(back)
+               ? static_cast<int>(back)
+               : 0;
+  }
+  return 0;
 }
 
 }  // namespace qkv::bpe

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <regex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -56,27 +57,110 @@ void transpose_into(const std::byte* src, const std::string& dtype, int64_t in, 
   else run([&](int64_t x) { return float_from_half(bits16(x)); });
 }
 
-// The weights files: model.safetensors, or the shards its index lists (in
-// the index's order of first mention).
-std::vector<std::string> weight_files(const std::string& dir) {
-  const std::string single = dir + "/model.safetensors", index = single + ".index.json";
-  if (std::filesystem::exists(single) || !std::filesystem::exists(index)) return {single};
+// The other files of the shard series `name` belongs to, that are in dir
+// ("model-00001-of-00003.safetensors": model-00002-of-00003.safetensors and
+// model-00003-of-00003.safetensors, where they exist); none for a name
+// of no series.
+std::vector<std::string> series_siblings(const std::string& dir, const std::string& name) {
+  static const std::regex kShard(R"((.*)-(\d{1,9})-of-(\d{1,9})\.safetensors)");
+  std::smatch m;
+  if (!std::regex_match(name, m, kShard)) return {};
+  // The folder's own files of the series: one listing, however large the
+  // count in the name claims the series is.
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string other = it->path().filename().string();
+    std::smatch o;
+    if (other != name && std::regex_match(other, o, kShard) && o[1] == m[1] && o[3] == m[3] &&
+        it->is_regular_file(ec))
+      out.push_back(dir + "/" + other);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The file names model.safetensors.index.json's weight_map gives, by tensor.
+std::map<std::string, std::string> index_entries(const std::string& index) {
   const json j = read_json(index, 64);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error("'" + index + "': expected an object with a \"weight_map\" of tensor names to files");
-  std::vector<std::string> files;
-  std::set<std::string> seen;
+  std::map<std::string, std::string> out;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
       throw Error("'" + index + "': weight_map[\"" + name + "\"] must be a file name in the folder, found " +
                   json_excerpt(file));
-    if (seen.insert(file.get<std::string>()).second) files.push_back(dir + "/" + file.get<std::string>());
+    out[name] = file.get<std::string>();
   }
-  if (files.empty()) throw Error("'" + index + "': weight_map lists no files");
-  return files;
+  if (out.empty()) throw Error("'" + index + "': weight_map lists no files");
+  return out;
 }
 
 }  // namespace
+
+Checkpoint read_checkpoint(const std::string& dir) {
+  Checkpoint c;
+  std::map<std::string, std::vector<SafetensorsEntry>> headers;  // by path, each read once
+  const auto entries_of = [&](const std::string& path) -> const std::vector<SafetensorsEntry>& {
+    auto it = headers.find(path);
+    if (it == headers.end()) it = headers.emplace(path, safetensors_entries(path)).first;
+    return it->second;
+  };
+  const auto take = [&](const std::string& path, const SafetensorsEntry& e) {
+    c.file_of[e.name] = path;
+    c.shapes[e.name] = e.shape;
+    c.dtypes[e.name] = e.dtype;
+  };
+  const std::string single = dir + "/model.safetensors", index = single + ".index.json";
+  if (std::filesystem::exists(single) || !std::filesystem::exists(index)) {
+    c.files = {single};
+    for (const SafetensorsEntry& e : entries_of(single)) take(single, e);
+    return c;
+  }
+  const std::map<std::string, std::string> wanted = index_entries(index);
+  for (const auto& [name, file] : wanted) {
+    const std::string path = dir + "/" + file;
+    if (std::find(c.files.begin(), c.files.end(), path) != c.files.end()) continue;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      throw Error("'" + index + "' maps '" + name + "' to '" + file + "', which is not in the folder");
+    c.files.push_back(path);
+  }
+  // Each tensor from the shard the index names for it; one it does not name
+  // from the first shard that has it.
+  for (const std::string& path : c.files)
+    for (const SafetensorsEntry& e : entries_of(path)) {
+      const auto named = wanted.find(e.name);
+      if (named != wanted.end() ? dir + "/" + named->second == path : !c.file_of.count(e.name)) take(path, e);
+    }
+  // An entry naming a shard without its tensor: the tensor from another
+  // shard the index lists, or of the same series ("-of-00003") in the folder.
+  std::string first;
+  int misplaced = 0;
+  for (const auto& [name, file] : wanted) {
+    if (c.file_of.count(name)) continue;
+    const std::string says = "'" + index + "' maps '" + name + "' to '" + file + "', which has no such tensor";
+    std::vector<std::string> candidates = c.files;
+    for (const std::string& s : series_siblings(dir, file))
+      if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) candidates.push_back(s);
+    std::string found;
+    for (const std::string& path : candidates) {
+      for (const SafetensorsEntry& e : entries_of(path))
+        if (e.name == name) {
+          take(path, e);
+          found = path;
+        }
+      if (!found.empty()) break;
+    }
+    if (found.empty()) throw Error(says + ", and no other shard has it");
+    if (std::find(c.files.begin(), c.files.end(), found) == c.files.end()) c.files.push_back(found);
+    if (misplaced++ == 0) first = says + "; read it from '" + std::filesystem::path(found).filename().string() + "'";
+  }
+  if (misplaced > 1) first += " (and " + std::to_string(misplaced - 1) + " more entries that name the wrong shard)";
+  if (misplaced) c.warnings.push_back(first);
+  return c;
+}
+
 
 json read_json(const std::string& path, int max_depth) {
   const std::string text = read_file(path);  // its errors name the path
@@ -152,13 +236,14 @@ Architecture read_architecture(const std::string& dir) {
   const json j = read_json(file, 64);
   if (!j.is_object()) throw Error("'" + file + "': expected a JSON object");
   const std::string type = string_field_or(j, "model_type", file, "");
-  TensorShapes tensors;
-  for (const std::string& f : weight_files(dir))
-    for (const SafetensorsEntry& e : safetensors_entries(f)) tensors[e.name] = e.shape;
-  if (type == "bert") return bert_architecture(j, file, tensors);
-  if (type == "gpt2") return gpt2_architecture(j, file, tensors);
-  if (type == "llama" || type == "mistral") return llama_architecture(j, file, tensors);
-  throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral)");
+  Checkpoint checkpoint = read_checkpoint(dir);
+  Architecture a;
+  if (type == "bert") a = bert_architecture(j, file, checkpoint.shapes);
+  else if (type == "gpt2") a = gpt2_architecture(j, file, checkpoint.shapes);
+  else if (type == "llama" || type == "mistral") a = llama_architecture(j, file, checkpoint.shapes);
+  else throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral)");
+  a.checkpoint = std::move(checkpoint);
+  return a;
 }
 
 namespace {
@@ -195,10 +280,8 @@ int64_t first_non_finite(const X* x, int64_t n) {
 
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch) {
   auto gpt = std::make_unique<GPT>(arch.config);
-  const std::vector<std::string> files = weight_files(dir);
-  std::map<std::string, std::string> dtype_of_tensor;  // the checkpoint's, by name
-  for (const std::string& f : files)
-    for (const SafetensorsEntry& e : safetensors_entries(f)) dtype_of_tensor[e.name] = e.dtype;
+  const std::vector<std::string>& files = arch.checkpoint.files;
+  const std::map<std::string, std::string>& dtype_of_tensor = arch.checkpoint.dtypes;
   // The matrices' sources' one dtype ("" when they differ). A bf16
   // checkpoint's matrices stay bf16 (half the memory; the bf16 GEMMs read
   // them as they are), used where the mapped files hold them when they can
@@ -222,8 +305,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
   const bool hold16 = common == "BF16";
   MappedWeights<bfloat16> map16;
   MappedWeights<float> map32;
-  if (hold16) map16 = map_weights<bfloat16>(*gpt, arch, matrices, files);
-  else if (common == "F32") map32 = map_weights<float>(*gpt, arch, matrices, files);
+  if (hold16) map16 = map_weights<bfloat16>(*gpt, arch, matrices);
+  else if (common == "F32") map32 = map_weights<float>(*gpt, arch, matrices);
   std::map<int64_t, bfloat16*> held;  // by parameter offset: where its bf16 values go
   if (!map16.empty()) GptLoader::hold_matrices_mapped(*gpt, map16.runs, map16.wte, map16.keep);
   else if (!map32.empty()) GptLoader::hold_matrices_mapped(*gpt, map32.runs, map32.wte, map32.keep);
@@ -270,6 +353,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
     read_safetensors_into(file, [&](const SafetensorsEntry& e) -> SafetensorsTarget {
       const auto it = slots.find(e.name);
       if (it == slots.end()) return {};  // unused (a pooler, position ids)
+      const auto source = arch.checkpoint.file_of.find(e.name);
+      if (source == arch.checkpoint.file_of.end() || source->second != file) return {};  // another shard's
       Slot& s = it->second;
       const bool transposed = arch.transposed.count(s.param->name) > 0;
       Shape want = s.param->shape;

@@ -26,6 +26,25 @@ namespace qkv::hf {
 // dim 0), make the parameter (q, k and v into the fused c_attn), or one.
 using WeightMap = std::map<std::string, std::vector<std::string>>;
 
+// The checkpoint's tensors (all shards): name -> shape.
+using TensorShapes = std::map<std::string, Shape>;
+
+// A folder's weights: model.safetensors, or the shards its
+// model.safetensors.index.json lists, and the one file each tensor is read
+// from. An index entry that names a shard without its tensor is read past
+// as transformers reads it (from whichever shard has it, one warning each);
+// a tensor no shard has is an error naming the entry.
+struct Checkpoint {
+  std::vector<std::string> files;              // paths: the shards in the order of the first tensor name (sorted) that each holds
+  std::map<std::string, std::string> file_of;  // tensor name -> its file's path
+  TensorShapes shapes;
+  std::map<std::string, std::string> dtypes;   // the file's dtype names ("BF16")
+  std::vector<std::string> warnings;           // one line each, for the user
+};
+
+// dir's checkpoint, its headers read (not its data).
+Checkpoint read_checkpoint(const std::string& dir);
+
 // What an architecture makes of a folder.
 struct Architecture {
   std::string model_type;   // config.json's, e.g. "bert"
@@ -43,6 +62,7 @@ struct Architecture {
   // mapped file holds them: an encoder, whose Linear layers see one text's
   // tokens or a batch's.
   bool pack_matrices = false;
+  Checkpoint checkpoint;  // the files it was read from (read_architecture)
 };
 
 // True when dir/config.json exists and names a "model_type" (a Hugging
@@ -56,12 +76,10 @@ bool is_hf_folder(const std::string& dir);
 Architecture read_architecture(const std::string& dir);
 
 // The model of `arch` with its weights read from dir's safetensors (one
-// file or shards), each parameter checked: every source present, shapes
-// stacking to the parameter's, a float dtype, finite values.
+// file or shards, each tensor from its file in arch.checkpoint), each
+// parameter checked: every source present, shapes stacking to the
+// parameter's, a float dtype, finite values.
 std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& arch);
-
-// The checkpoint's tensors (all shards): name -> shape.
-using TensorShapes = std::map<std::string, Shape>;
 
 // The architectures (bert.cpp, gpt2.cpp, llama.cpp): config.json's object -> config and map,
 // `file` naming config.json in messages, `tensors` the checkpoint's.

@@ -17,13 +17,14 @@ std::vector<int64_t> source_rows(const Architecture& arch, const ParamInfo& p) {
 }
 
 template <class E>
-MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std::set<int64_t>& matrices,
-                             const std::vector<std::string>& files) {
+MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std::set<int64_t>& matrices) {
   const char* dtype = std::is_same_v<E, bfloat16> ? "BF16" : "F32";
   MappedWeights<E> out;
-  for (const std::string& file : files) {
+  for (const std::string& file : arch.checkpoint.files) {
     auto m = std::make_shared<const SafetensorsMapping>(file);
     for (const SafetensorsEntry& e : m->entries()) {
+      const auto source = arch.checkpoint.file_of.find(e.name);
+      if (source == arch.checkpoint.file_of.end() || source->second != file) continue;  // another shard's
       const std::byte* at = m->data(e.name);
       // Aligned as E: the kernels read E where it lies.
       if (e.dtype == dtype && reinterpret_cast<uintptr_t>(at) % alignof(E) == 0)
@@ -52,9 +53,7 @@ MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std
   return out;
 }
 
-template MappedWeights<bfloat16> map_weights(const GPT&, const Architecture&, const std::set<int64_t>&,
-                                             const std::vector<std::string>&);
-template MappedWeights<float> map_weights(const GPT&, const Architecture&, const std::set<int64_t>&,
-                                          const std::vector<std::string>&);
+template MappedWeights<bfloat16> map_weights(const GPT&, const Architecture&, const std::set<int64_t>&);
+template MappedWeights<float> map_weights(const GPT&, const Architecture&, const std::set<int64_t>&);
 
 }  // namespace qkv::hf

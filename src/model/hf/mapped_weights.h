@@ -30,13 +30,13 @@ struct MappedWeights {
   bool empty() const { return keep.empty(); }
 };
 
-// The matrices (offsets `matrices`) of `gpt` as runs of rows in `files`
-// mapped, for E = bfloat16 (BF16 tensors) or float (F32); empty when some
-// matrix cannot be mapped. Errors are the mapping's (a file that cannot be
-// opened or mapped); the tensors' shapes are the reader's to check.
+// The matrices (offsets `matrices`) of `gpt` as runs of rows in the files
+// of arch.checkpoint mapped (each tensor in its file there), for E =
+// bfloat16 (BF16 tensors) or float (F32); empty when some matrix cannot be
+// mapped. Errors are the mapping's (a file that cannot be opened or mapped);
+// the tensors' shapes are the reader's to check.
 template <class E>
-MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std::set<int64_t>& matrices,
-                             const std::vector<std::string>& files);
+MappedWeights<E> map_weights(const GPT& gpt, const Architecture& arch, const std::set<int64_t>& matrices);
 
 // The rows of parameter p each of its sources holds: stacked sources split
 // them evenly (q, k and v of one width), or as arch.source_rows says.

@@ -41,14 +41,27 @@ Pooling::Mode pooling_mode(const std::string& file) {
 
 }  // namespace
 
-SentenceModules read_sentence_modules(const std::string& dir, int64_t context) {
+SentenceModules read_sentence_modules(const std::string& dir, int64_t context,
+                                      const std::vector<std::string>& specials) {
   SentenceModules m;
   m.max_length = context;
+  // Refused here rather than at the first text embedded: every text needs
+  // room for the special tokens, as the tokenizer adds them.
+  std::string names;
+  for (const std::string& s : specials) names += (names.empty() ? "" : " and ") + s;
+  const auto need = [&](int64_t length, const std::string& file, const char* field) {
+    if (length < static_cast<int64_t>(specials.size()))
+      throw Error("'" + file + "': " + field + " " + std::to_string(length) + " leaves no room for " + names +
+                  ", which the tokenizer adds to every text: it must be at least " + std::to_string(specials.size()));
+  };
+  need(context, dir + "/config.json", "max_position_embeddings");
   const std::string bert_cfg = dir + "/sentence_bert_config.json";
   if (std::filesystem::exists(bert_cfg)) {
     const json j = read_json(bert_cfg, 16);
     if (!j.is_object()) throw Error("'" + bert_cfg + "': expected a JSON object");
-    m.max_length = std::min(context, int_field_or(j, "max_seq_length", bert_cfg, 1, context));
+    const int64_t n = int_field_or(j, "max_seq_length", bert_cfg, 1, context);
+    need(n, bert_cfg, "max_seq_length");
+    m.max_length = std::min(context, n);
     if (flag(j, "do_lower_case", bert_cfg))
       throw Error("'" + bert_cfg + "': do_lower_case true is not supported (the tokenizer's normalizer lowercases)");
   }

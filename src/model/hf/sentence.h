@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "qkv/model.h"
 
@@ -16,8 +17,12 @@ struct SentenceModules {
 
 // Reads dir/modules.json (Transformer, Pooling, Normalize) with the Pooling
 // module's config.json and dir/sentence_bert_config.json. A module or
-// pooling mode qkv does not implement is a qkv::Error naming it.
-SentenceModules read_sentence_modules(const std::string& dir, int64_t context);
+// pooling mode qkv does not implement is a qkv::Error naming it, and so is
+// a length (max_seq_length, else config.json's max_position_embeddings,
+// `context`) too short for `specials`, the tokens the tokenizer adds to
+// every text ([CLS] and [SEP]).
+SentenceModules read_sentence_modules(const std::string& dir, int64_t context,
+                                      const std::vector<std::string>& specials);
 
 // out [C] = the pooled vector of one text's hidden states h [T, C] (T >= 1),
 // normalised to unit L2 norm when p says so. Sums in double.

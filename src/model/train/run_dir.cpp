@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "qkv/checkpoint.h"
 #include "qkv/error.h"
 #include "io/files.h"
 
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 RunLock::RunLock(const std::string& dir) {
-  const std::string path = dir + "/.qkv-train.lock";
+  const std::string path = dir + "/" + kTrainLockName;
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd_ < 0) throw Error("out_dir: cannot create the lock file '" + path + "': " + std::strerror(errno));
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -52,7 +53,7 @@ void refuse_text_in_run_files(const std::string& dir, const std::string& text_pa
   const fs::path text = fs::weakly_canonical(text_path, ec);
   if (ec) return;  // unreadable: reading it has already said so
   for (const char* name : {"log.jsonl", "config.json", "vocab.json", "model.safetensors",
-                           "train_state.safetensors", ".qkv-train.lock"}) {
+                           "train_state.safetensors", kTrainLockName}) {
     const fs::path written = fs::weakly_canonical(fs::path(dir) / name, ec);
     if (!ec && written == text)
       throw Error("text_path: '" + text_path + "' is the run's own " + name + " in out_dir '" + dir +

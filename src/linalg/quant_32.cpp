@@ -1,0 +1,90 @@
+// Q8_0 and Q4_0: 32 weights per block, one f16 scale d each. The reference
+// dequantizers, and ggml's reference quantizers (quantize_row_q8_0_ref,
+// quantize_row_q4_0_ref: the same bits, so that a file qkv writes matches
+// one ggml writes from the same floats).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "linalg/half.h"
+#include "linalg/rows.h"
+
+namespace qkv::linalg {
+namespace {
+
+// v as an integer within [lo, hi], NaN as 0. Only a block of tiny weights
+// (d below 2^-128, whose 1 / d overflows to inf) or of non-finite ones gives
+// a v outside the range, where a plain cast would be undefined; such a
+// block's d is 0, inf or NaN in f16, so its q do not matter.
+int clamp_to(float v, int lo, int hi) {
+  return std::isnan(v) ? 0 : static_cast<int>(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+}  // namespace
+
+// Q8_0, 34 bytes, 8.5 bits per weight:
+//   byte 0      2                                  34
+//        | d    | q[0] q[1] ...               q[31] |
+//          f16    int8 each
+//   x[j] = q[j] * d
+void dequantize_q8_0(const void* blocks, float* out, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 34, out += 32) {
+    const float d = f16_at(b);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+  }
+}
+
+// d = max |x| / 127, q = x * (1 / d) rounded half away from zero (roundf):
+// the largest magnitude maps to +-127. q comes from d's float32 value,
+// before d is rounded to f16, as in ggml (whose max, a > b ? a : b, this is).
+void quantize_q8_0(const float* x, void* blocks, int64_t n) {
+  auto* b = static_cast<uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 34, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = amax > std::fabs(x[j]) ? amax : std::fabs(x[j]);
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, half_from_float(d));
+    for (int j = 0; j < 32; ++j)
+      b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(clamp_to(std::round(x[j] * id), -127, 127)));
+  }
+}
+
+// Q4_0, 18 bytes, 4.5 bits per weight:
+//   byte 0      2                                  18
+//        | d    | qs[0] qs[1] ...            qs[15] |
+//          f16    qs[j] = q[j] | q[j + 16] << 4 (low nibble: the first half)
+//   x[j] = (q[j] - 8) * d,  q in 0..15
+void dequantize_q4_0(const void* blocks, float* out, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 18, out += 32) {
+    const float d = f16_at(b);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
+      out[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// d = m / -8, m the weight of largest magnitude (the first, on a tie), so m
+// itself maps to q = 0 and the other end of the range reaches q = 15;
+// q = trunc(x * (1 / d) + 8.5), at most 15.
+void quantize_q4_0(const float* x, void* blocks, int64_t n) {
+  auto* b = static_cast<uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 18, x += 32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, half_from_float(d));
+    auto q = [&](int j) { return clamp_to(std::trunc(x[j] * id + 8.5f), 0, 15); };
+    for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(q(j) | q(j + 16) << 4);
+  }
+}
+
+}  // namespace qkv::linalg

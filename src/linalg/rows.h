@@ -1,0 +1,21 @@
+// linalg/rows.h: the reference row functions of the quantized types, for
+// the table in weight_types.cpp. Each takes n weights, a multiple of its
+// block (checked by the caller), and blocks at any byte address.
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::linalg {
+
+// quant_32.cpp: 32-weight blocks.
+void dequantize_q8_0(const void* blocks, float* out, int64_t n);
+void quantize_q8_0(const float* x, void* blocks, int64_t n);
+void dequantize_q4_0(const void* blocks, float* out, int64_t n);
+void quantize_q4_0(const float* x, void* blocks, int64_t n);
+
+// quant_k.cpp: 256-weight super-blocks.
+void dequantize_q4_k(const void* blocks, float* out, int64_t n);
+void dequantize_q5_k(const void* blocks, float* out, int64_t n);
+void dequantize_q6_k(const void* blocks, float* out, int64_t n);
+
+}  // namespace qkv::linalg
