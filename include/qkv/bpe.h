@@ -42,6 +42,8 @@
 
 namespace qkv {
 
+class GgufFile;
+
 /// A BPE tokenizer as described by a Hugging Face tokenizer.json. Immutable
 /// once read; copies share the tables, and encode()/decode() may run on
 /// several threads at once.
@@ -61,6 +63,14 @@ class QKV_API BpeTokenizer {
   /// merges.txt, as transformers converts them (byte-level BPE; the config's
   /// bos/eos/unk tokens, or "<|endoftext|>", as special added tokens).
   static BpeTokenizer from_folder(const std::string& dir);
+
+  /// The tokenizer a GGUF file's metadata describes (tokenizer.ggml.*):
+  /// model "gpt2" (byte-level BPE: tokens, merges, token_type), the
+  /// pre-tokenizer "tokenizer.ggml.pre" names ("gpt-2", or Llama 3's
+  /// "llama-bpe"), bos/eos ids, add_bos_token / add_eos_token. CONTROL
+  /// tokens are special added tokens, USER_DEFINED ones added tokens. Any
+  /// other model or pre-tokenizer is a qkv::Error naming the field.
+  static BpeTokenizer from_gguf(const GgufFile& file);
 
   /// The ids of UTF-8 text: added tokens first, then each stretch between
   /// them through the normalizer, pre-tokenizer and BPE. Invalid UTF-8 is a

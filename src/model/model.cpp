@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/runtime/interrupt.h"
+#include "model/gguf_model.h"
 #include "model/hf/hf_folder.h"
 #include "model/hf/sentence.h"
 #include "model/param_tensors.h"
@@ -55,6 +56,13 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 Model Model::load(const std::string& dir) {
+  if (gguf::is_gguf_file(dir)) {  // every weight dequantized to float32
+    gguf::GgufModel g = gguf::load_model(dir);
+    Model m(std::move(g.gpt), std::nullopt);
+    m.architecture_ = g.architecture;
+    m.bpe_ = std::move(g.tokenizer);
+    return m;
+  }
   if (hf::is_hf_folder(dir)) {
     const hf::Architecture arch = hf::read_architecture(dir);
     Model m(hf::load_weights(dir, arch), std::nullopt);

@@ -159,6 +159,53 @@ def nanogpt_state(i: Inputs, drop=None, reshape=None, vocab_rows=4, untied=False
             i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
 
 
+def gguf_model(i: Inputs, drop=(), rows=None, extra=None, metadata=None, strings=None, qtype=None, out=None):
+    """A 1-layer llama GGUF file (embd 32, 2 heads, a 6-token byte-level BPE
+    vocabulary) with random float32 weights, as llama.cpp's converter names
+    them: `drop` leaves tensors out, `rows` cuts one ({name: rows}), `extra`
+    adds tensors, `metadata` adds llama.* keys, `strings` replaces string keys,
+    `qtype` (a ggml type number) stores token_embd as zero bytes of that type.
+    Returns qkv logits' args."""
+    import gguf
+    rng = np.random.default_rng(0)
+    strings = {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+               **(strings or {})}
+    arch = strings.pop("general.architecture")
+    path = i.tmp / "m.gguf"
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in {"context_length": 16, "embedding_length": 32, "block_count": 1, "feed_forward_length": 32,
+                       "attention.head_count": 2, "attention.layer_norm_rms_epsilon": 1e-5,
+                       **(metadata or {})}.items():
+        (w.add_string if isinstance(value, str) else w.add_float32 if isinstance(value, float) else w.add_uint32)(
+            f"llama.{key}", value)
+    tokens = ["<|endoftext|>", "a", "b", "c", "\u0120", "ab"]
+    w.add_string("tokenizer.ggml.model", strings["tokenizer.ggml.model"])
+    w.add_string("tokenizer.ggml.pre", strings["tokenizer.ggml.pre"])
+    w.add_token_list(tokens)
+    w.add_token_types([3, 1, 1, 1, 1, 1])
+    w.add_token_merges(["a b"])
+    shapes = {"token_embd.weight": (6, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
+              "blk.0.ffn_norm.weight": (32,), **{f"blk.0.{n}.weight": (32, 32) for n in (
+                  "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")},
+              **(extra or {})}
+    for name, shape in shapes.items():
+        if name in drop:
+            continue
+        if rows and name in rows:
+            shape = (rows[name], *shape[1:])
+        if qtype is not None and name == "token_embd.weight":
+            block, size = gguf.constants.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+            w.add_tensor(name, np.zeros((shape[0], shape[1] // block * size), np.uint8),
+                         raw_dtype=gguf.GGMLQuantizationType(qtype))
+        else:
+            w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return ["logits", "--model", path, "--prompt", "ab", "-o", out or i.tmp / "l.npy"]
+
+
 def bert_checkpoint_import(i: Inputs):
     """`qkv import` given a BERT checkpoint: F32 embeddings and I64 position ids."""
     header = {"embeddings.position_ids": {"dtype": "I64", "shape": [1, 2], "data_offsets": [0, 16]},
@@ -432,6 +479,18 @@ SETUP = {
                                                 "-o", i.tmp / "model" / "new.npy"],
     "logits-output-links-into-model": lambda i: ["logits", "--model", i.model(), "--prompt", "the", "-o",
                                                  hard_link(i, i.tmp / "model" / "config.json", "l.npy")],
+    # qkv logits --model FILE.gguf
+    "gguf-unknown-architecture": lambda i: gguf_model(i, strings={"general.architecture": "falcon"}),
+    "gguf-missing-tensor": lambda i: gguf_model(i, drop={"blk.0.ffn_down.weight"}),
+    "gguf-wrong-shape": lambda i: gguf_model(i, rows={"blk.0.attn_k.weight": 16}),
+    "gguf-unread-tensor": lambda i: gguf_model(i, extra={"rope_freqs.weight": (8,)}),
+    "gguf-extra-tensor": lambda i: gguf_model(i, extra={"blk.0.attn_q_norm.weight": (16,)}),
+    "gguf-unsupported-type": lambda i: gguf_model(i, qtype=6),
+    "gguf-unsupported-key": lambda i: gguf_model(i, metadata={"expert_count": 8}),
+    "gguf-rope-scaling": lambda i: gguf_model(i, metadata={"rope.scaling.type": "yarn"}),
+    "gguf-tokenizer-model": lambda i: gguf_model(i, strings={"tokenizer.ggml.model": "llama"}),
+    "gguf-pre-tokenizer": lambda i: gguf_model(i, strings={"tokenizer.ggml.pre": "deepseek-llm"}),
+    "gguf-output-is-model": lambda i: gguf_model(i, out=i.tmp / "m.gguf"),
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],

@@ -1,4 +1,5 @@
 // qkv sample: generate text from a model `qkv train` wrote.
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -52,8 +53,10 @@ int run_sample(SampleArgs& a) {
   const DType kv = a.o.kv_dtype.value_or(a.o.dtype.value_or(m.weights_dtype()));
   const double cache = 2.0 * static_cast<double>(dtype_size(kv)) * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
                        static_cast<double>(c.context) * static_cast<double>(c.head_dim());
+  std::error_code ec;  // a folder's config.json, or the GGUF file that holds the config
+  const std::string config = std::filesystem::is_directory(a.model_dir, ec) ? a.model_dir + "/config.json" : a.model_dir;
   const std::string refused = memory_shortfall(
-      "'" + a.model_dir + "/config.json': context " + std::to_string(c.context) + ", layers " +
+      "'" + config + "': context " + std::to_string(c.context) + ", layers " +
           std::to_string(c.layers) + ": the KV cache",
       cache);
   if (!refused.empty()) throw Error(refused);

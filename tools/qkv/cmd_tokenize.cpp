@@ -2,7 +2,8 @@
 // tokenizer gives each line of a text, as Hugging Face's `tokenizers` gives
 // them: to check a folder's tokenizer, or to see what a model will read.
 // WordPiece (BERT-family folders) or byte-level BPE (GPT-2), as the
-// folder's tokenizer.json says.
+// folder's tokenizer.json says; or the byte-level BPE tokenizer of a GGUF
+// file's metadata.
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "qkv/bpe.h"
 #include "qkv/error.h"
+#include "qkv/gguf.h"
 #include "qkv/wordpiece.h"
 
 namespace qkv::cli {
@@ -49,8 +51,11 @@ std::string model_type(const std::string& dir) {
 }
 
 Tokenizer folder_tokenizer(const std::string& dir) {
-  if (model_type(dir) == "BPE") {
-    auto bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_folder(dir));
+  std::error_code ec;
+  const bool gguf = std::filesystem::is_regular_file(dir, ec);  // else a folder (or what WordPiece reports)
+  if (gguf || model_type(dir) == "BPE") {
+    auto bpe = std::make_shared<const BpeTokenizer>(gguf ? BpeTokenizer::from_gguf(GgufFile::open(dir))
+                                                         : BpeTokenizer::from_folder(dir));
     return {[bpe](const std::string& text, int64_t max_length, bool* truncated) {
               return bpe->encode_with_specials(text, max_length, truncated);
             },
@@ -107,7 +112,8 @@ Runner add_tokenize(CLI::App& app) {
       "The token ids a Hugging Face model folder's tokenizer (tokenizer.json: WordPiece or byte-level BPE; "
       "else vocab.txt) gives each line of a text, one output line per input line, as Hugging Face's "
       "tokenizers gives them ([CLS] word pieces [SEP] for a BERT-family folder).");
-  cmd->add_option("--model", a->model_dir, "a Hugging Face model folder with tokenizer.json or vocab.txt")
+  cmd->add_option("--model", a->model_dir,
+                  "a Hugging Face model folder with tokenizer.json or vocab.txt, or a GGUF file")
       ->required();
   cmd->add_option("--input", a->input, "the text, UTF-8, one sequence per line (\"-\": standard input)")
       ->required();

@@ -86,9 +86,8 @@ size_t BpeTokenizer::settled(const std::vector<int32_t>& ids, bool skip_special)
 
 // Each push() decodes the settled ids from the start: the decoder's steps
 // (a Strip of the text's first space, a run of byte tokens) see the whole
-// text, so a piece is the difference of two whole decodings. That is
-// O(tokens) a push, about 1 ms at 2,000 tokens here: small beside a model's
-// step.
+// text, so a piece is the difference of two whole decodings: O(tokens) a
+// push, string work beside a model's step, which reads every weight.
 BpeTextStream::BpeTextStream(BpeTokenizer tok, bool skip_special)
     : tok_(std::move(tok)), skip_special_(skip_special) {}
 

@@ -1,0 +1,304 @@
+// gguf_model.cpp: a GGUF file as one configuration of qkv's model. The
+// metadata keys and tensor names are llama.cpp's (convert_hf_to_gguf.py):
+//
+//   llama (Llama 2/3, TinyLlama, SmolLM, Mistral)     gpt2
+//   token_embd                         -> wte         token_embd, position_embd -> wte, wpe
+//   blk.N.attn_norm                    -> ln_1        blk.N.attn_norm (+ bias)   -> ln_1
+//   blk.N.attn_{q,k,v} (stacked)       -> c_attn      blk.N.attn_qkv (fused)     -> c_attn
+//   blk.N.attn_output                  -> c_proj      blk.N.attn_output          -> c_proj
+//   blk.N.ffn_norm                     -> ln_2        blk.N.ffn_norm             -> ln_2
+//   blk.N.ffn_{gate,up} (stacked)      -> mlp.c_fc    blk.N.ffn_up               -> mlp.c_fc
+//   blk.N.ffn_down                     -> mlp.c_proj  blk.N.ffn_down             -> mlp.c_proj
+//   output_norm, output (absent: tied) -> ln_f, head  output_norm, output        -> ln_f, head
+//
+// A GGUF matrix's ne[0] is its row (a Linear's input), so [in, out] in
+// ggml's order is qkv's [out, in]. The converter permutes the rows of
+// llama's q and k within each head so that RoPE's pairs are adjacent rows
+// (2i, 2i + 1), as llama.cpp's rope kernel turns them; qkv turns the
+// half-split pairs (i, i + hs/2) of transformers' layout, so the permutation
+// is undone here. Every tensor is dequantized to float32 at load.
+#include "model/gguf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "model/gpt_work.h"
+#include "qkv/error.h"
+#include "qkv/gguf.h"
+#include "qkv/weight_type.h"
+
+namespace qkv::gguf {
+
+namespace {
+
+using Kind = GPTConfig::RopeScaling::Kind;
+
+// One source tensor of a parameter: its rows there, and, for llama's q and
+// k, the heads over which the converter's RoPE permutation is undone.
+struct Source {
+  std::string name;
+  int64_t rows = 0;
+  int64_t unpermute_heads = 0;
+};
+using SourceMap = std::map<std::string, std::vector<Source>>;  // by qkv's parameter name
+
+std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
+
+// The metadata keys of each architecture qkv reads (the key without its
+// "ARCH." prefix); any other key under the prefix may change the maths and
+// is refused by name.
+const std::set<std::string>& known_keys(const std::string& arch) {
+  static const std::set<std::string> llama = {
+      "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+      "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+      "attention.key_length", "attention.value_length", "rope.freq_base", "rope.dimension_count",
+      "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+      "rope.scaling.finetuned", "rope.scale_linear"};
+  static const std::set<std::string> gpt2 = {
+      "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+      "attention.head_count", "attention.head_count_kv", "attention.layer_norm_epsilon"};
+  return arch == "llama" ? llama : gpt2;
+}
+
+// Reads the metadata of `f` under the prefix "ARCH.", each error naming the
+// file and the key.
+struct Meta {
+  const GgufFile& f;
+  std::string prefix;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw Error("'" + f.name() + "': metadata " + in_quotes(prefix + key) + ": " + why);
+  }
+  bool has(const std::string& key) const { return f.find(prefix + key) != nullptr; }
+  int64_t size(const std::string& key) const {
+    const int64_t v = f.get_int(prefix + key);
+    if (v < 1) fail(key, "expected an integer >= 1, found " + std::to_string(v));
+    return v;
+  }
+  int64_t size_or(const std::string& key, int64_t fallback) const { return has(key) ? size(key) : fallback; }
+  double positive_or(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    const double v = f.get_float(prefix + key);
+    if (!(v > 0)) fail(key, "expected a number > 0, found " + std::to_string(v));
+    return v;
+  }
+  // `key`, when given, must equal `want` (what the other keys make).
+  void expect(const std::string& key, int64_t want, const std::string& because) const {
+    if (has(key) && f.get_int(prefix + key) != want)
+      fail(key, std::to_string(f.get_int(prefix + key)) + " is not supported (only " + std::to_string(want) +
+                    ", " + because + ")");
+  }
+};
+
+// RoPE's base and scaling: none or linear (rope.scaling.type, or the older
+// rope.scale_linear); YaRN and the others are refused by name.
+void read_rope(const Meta& m, GPTConfig& c) {
+  c.rope_theta = m.positive_or("rope.freq_base", 10000.0);
+  m.expect("rope.dimension_count", c.head_dim(), "RoPE on every dimension of a head");
+  std::string type = m.has("rope.scaling.type") ? m.f.get_string(m.prefix + "rope.scaling.type") : "none";
+  double factor = m.positive_or("rope.scaling.factor", 1.0);
+  if (m.has("rope.scale_linear")) {
+    if (m.has("rope.scaling.type")) m.fail("rope.scale_linear", "given beside rope.scaling.type; a file gives one");
+    type = "linear";
+    factor = m.positive_or("rope.scale_linear", 1.0);
+  }
+  if (type == "none") return;
+  if (type != "linear") m.fail("rope.scaling.type", in_quotes(type) + " is not supported (none, linear)");
+  if (factor != 1.0) {
+    c.rope_scaling.kind = Kind::linear;
+    c.rope_scaling.factor = factor;
+  }
+}
+
+// The config of the file's architecture from its metadata; the vocabulary
+// is the token list's length.
+GPTConfig read_config(const GgufFile& f, const std::string& arch) {
+  const Meta m{f, arch + "."};
+  for (const auto& [key, value] : f.metadata())
+    if (key.rfind(m.prefix, 0) == 0 && !known_keys(arch).count(key.substr(m.prefix.size())))
+      throw Error("'" + f.name() + "': metadata " + in_quotes(key) + " is not supported by qkv's " + arch +
+                  " model (it may change the maths)");
+  GPTConfig c;
+  c.vocab = static_cast<int64_t>(f.get_strings("tokenizer.ggml.tokens").size());
+  if (c.vocab < 1) throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.tokens\": the token list is empty");
+  m.expect("vocab_size", c.vocab, "the length of tokenizer.ggml.tokens");
+  c.embd = m.size("embedding_length");
+  c.layers = m.size("block_count");
+  c.heads = m.size("attention.head_count");
+  c.kv_heads = m.size_or("attention.head_count_kv", c.heads);
+  c.ffn = m.size("feed_forward_length");
+  c.context = m.size("context_length");
+  if (c.embd % c.heads != 0)
+    m.fail("attention.head_count", std::to_string(c.heads) + " does not divide embedding_length " + std::to_string(c.embd));
+  if (c.heads % c.kv_heads != 0)
+    m.fail("attention.head_count_kv", std::to_string(c.kv_heads) + " does not divide head_count " + std::to_string(c.heads));
+  m.expect("attention.key_length", c.head_dim(), "embedding_length / head_count");
+  m.expect("attention.value_length", c.head_dim(), "embedding_length / head_count");
+  if (arch == "llama") {
+    if (!m.has("attention.layer_norm_rms_epsilon")) m.fail("attention.layer_norm_rms_epsilon", "missing");
+    c.norm_eps = m.positive_or("attention.layer_norm_rms_epsilon", 0);
+    read_rope(m, c);
+    c.rope = true;
+    c.bias = false;
+    c.rms_norm = true;
+    c.swiglu = true;
+    c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.mlp_bias = f.find_tensor("blk.0.ffn_gate.bias") != nullptr;
+  } else {
+    if (c.kv_heads != c.heads) m.fail("attention.head_count_kv", "must equal head_count in a gpt2 model");
+    if (!m.has("attention.layer_norm_epsilon")) m.fail("attention.layer_norm_epsilon", "missing");
+    c.norm_eps = m.positive_or("attention.layer_norm_epsilon", 0);
+    c.gelu = nn::Gelu::tanh;  // ggml's gelu, as GPT-2's gelu_new
+    c.bias = true;
+  }
+  c.tied_head = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+// qkv's parameter names -> the file's tensors that make them.
+SourceMap source_map(const GPTConfig& c, const std::string& arch) {
+  SourceMap s;
+  const int64_t hs = c.head_dim(), q = c.heads * hs, kv = c.kv_heads * hs;
+  s["transformer.wte.weight"] = {{"token_embd.weight", c.vocab}};
+  if (arch == "gpt2") s["transformer.wpe.weight"] = {{"position_embd.weight", c.context}};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string to = "transformer.h." + std::to_string(l) + ".", from = "blk." + std::to_string(l) + ".";
+    for (const char* kind : {"weight", "bias"}) {
+      const std::string k = kind;
+      if (arch == "gpt2") {
+        s[to + "ln_1." + k] = {{from + "attn_norm." + k, c.embd}};
+        s[to + "attn.c_attn." + k] = {{from + "attn_qkv." + k, 3 * c.embd}};
+        s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
+        s[to + "ln_2." + k] = {{from + "ffn_norm." + k, c.embd}};
+        s[to + "mlp.c_fc." + k] = {{from + "ffn_up." + k, c.ffn}};
+        s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
+        continue;
+      }
+      if (k == "weight" || c.attn_bias) {
+        s[to + "attn.c_attn." + k] = {{from + "attn_q." + k, q, c.heads},
+                                      {from + "attn_k." + k, kv, c.kv_heads},
+                                      {from + "attn_v." + k, kv}};
+        s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
+      }
+      if (k == "weight" || c.mlp_bias) {
+        s[to + "mlp.c_fc." + k] = {{from + "ffn_gate." + k, c.ffn}, {from + "ffn_up." + k, c.ffn}};
+        s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
+      }
+    }
+    if (arch == "llama") {
+      s[to + "ln_1.weight"] = {{from + "attn_norm.weight", c.embd}};
+      s[to + "ln_2.weight"] = {{from + "ffn_norm.weight", c.embd}};
+    }
+  }
+  s["transformer.ln_f.weight"] = {{"output_norm.weight", c.embd}};
+  if (arch == "gpt2") s["transformer.ln_f.bias"] = {{"output_norm.bias", c.embd}};
+  if (!c.tied_head) s["lm_head.weight"] = {{"output.weight", c.vocab}};
+  return s;
+}
+
+// The `rows` rows of `width` floats at x (`heads` heads of hs rows each)
+// from the converter's order within each head (row 2i + h of a head is its
+// pair half h, index i) back to the half-split order (row h * hs/2 + i).
+void unpermute(float* x, int64_t rows, int64_t heads, int64_t width) {
+  const int64_t hs = rows / heads, half = hs / 2;
+  const std::vector<float> in(x, x + rows * width);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t part = 0; part < 2; ++part)
+      for (int64_t i = 0; i < half; ++i)
+        std::memcpy(x + (h * hs + part * half + i) * width, in.data() + (h * hs + 2 * i + part) * width,
+                    sizeof(float) * static_cast<size_t>(width));
+}
+
+// The values of tensor `t` (of `want` shape, ggml's order) as float32 at
+// `out`: its rows dequantized in parallel, each a whole number of blocks.
+void dequantize_into(const GgufFile& f, const GgufTensor& t, const Shape& want, float* out) {
+  if (t.shape != want)
+    throw Error("'" + f.name() + "': tensor " + t.name + " should be " + shape_str(want) +
+                " (ne[0] first, from the metadata), found " + shape_str(t.shape));
+  const WeightTypeInfo* type = weight_type_from_ggml(t.ggml_type);
+  if (!type) {
+    const GgmlTypeLayout* layout = ggml_type_layout(t.ggml_type);
+    throw Error("'" + f.name() + "': tensor " + t.name + " is of type " + (layout ? layout->name : "?") +
+                ", which qkv does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
+  }
+  const int64_t width = want[0], rows = want.size() > 1 ? want[1] : 1;
+  if (width % type->block != 0)
+    throw Error("'" + f.name() + "': tensor " + t.name + " of type " + type->name + " has rows of " +
+                std::to_string(width) + " values, not a multiple of its block of " + std::to_string(type->block));
+  const uint64_t row_bytes = weight_bytes(type->type, width);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(type->type, t.bytes.data() + static_cast<uint64_t>(r) * row_bytes, out + r * width, width);
+  const int64_t n = width * rows;
+  int64_t first = n;
+#pragma omp parallel for schedule(static) reduction(min : first)
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(out[i])) first = std::min(first, i);
+  if (first < n)
+    throw Error("'" + f.name() + "': tensor " + t.name + " holds a non-finite value at element " + std::to_string(first));
+}
+
+// Every parameter of `gpt` read from its sources; every tensor of the file
+// must be read (one that is not would change the maths).
+void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const SourceMap& sources) {
+  float* w = GptLoader::weights(gpt);
+  std::set<std::string> read;
+  for (const ParamInfo& p : gpt.params()) {
+    const auto it = sources.find(p.name);
+    if (it == sources.end()) throw Error("model: no GGUF tensor is mapped to " + p.name);
+    const int64_t width = p.size / p.shape[0];
+    int64_t at = 0;
+    for (const Source& s : it->second) {
+      const GgufTensor* t = f.find_tensor(s.name);
+      if (!t) throw Error("'" + f.name() + "': the file has no tensor " + s.name + " (the model's " + p.name + ")");
+      const Shape want = p.shape.size() == 1 ? Shape{s.rows} : Shape{width, s.rows};
+      float* dst = w + p.offset + at * width;
+      dequantize_into(f, *t, want, dst);
+      if (s.unpermute_heads) unpermute(dst, s.rows, s.unpermute_heads, width);
+      at += s.rows;
+      read.insert(s.name);
+    }
+    if (at != p.shape[0]) throw Error("model: the sources of " + p.name + " do not make its rows");
+  }
+  for (const GgufTensor& t : f.tensors()) {
+    if (read.count(t.name)) continue;
+    if (t.name == "rope_freqs.weight")
+      throw Error("'" + f.name() + "': tensor rope_freqs.weight (RoPE frequency factors, as Llama 3.1's "
+                  "rope scaling is stored) is not supported");
+    throw Error("'" + f.name() + "': tensor " + t.name + " is not part of qkv's " + arch +
+                " model (it would change the maths)");
+  }
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  if (std::filesystem::path(path).extension() == ".gguf") return true;
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+GgufModel load_model(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  GgufModel m;
+  m.architecture = f.get_string("general.architecture");
+  if (m.architecture != "llama" && m.architecture != "gpt2")
+    throw Error("'" + path + "': metadata \"general.architecture\": " + in_quotes(m.architecture) +
+                " is not supported (qkv runs: gpt2, llama)");
+  const GPTConfig c = read_config(f, m.architecture);
+  m.tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_gguf(f));
+  m.gpt = std::make_unique<GPT>(c);
+  read_weights(f, m.architecture, *m.gpt, source_map(c, m.architecture));
+  return m;
+}
+
+}  // namespace qkv::gguf

@@ -1,0 +1,396 @@
+"""GGUF files (llama.cpp's format) loaded as models: written here from
+transformers' random Llama and GPT-2 models as llama.cpp's converter
+(convert_hf_to_gguf.py) writes them (its tensor names, its metadata, its
+permutation of Llama's q and k rows, the tokenizer from the `tokenizers`
+object), then read by qkv.Model.load and `qkv logits --model FILE.gguf`."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+import qkv
+
+from gpt2_folders import EOT, gpt2_tokenizer, run_qkv
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+tokenizers = pytest.importorskip("tokenizers")
+
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.",
+           "  thou art 1234 <|endoftext|> my lord's!"]
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Q8_0 rounds each weight to 1/254 of its block's largest: the logits of
+# these small random models move by about 1e-3; the bound leaves room.
+Q8_TOLERANCE = 2e-2
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok():
+    return gpt2_tokenizer()
+
+
+def llama3_tokenizer(tok):
+    """`tok`'s vocabulary and merges with Llama 3's pre-tokenizer, merges
+    ignored for whole words, and the beginning-of-text token in front (here
+    <|endoftext|>), as Llama 3's tokenizer.json has them."""
+    spec = json.loads(tok.to_str())
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    spec["model"]["ignore_merges"] = True
+    eot = tok.token_to_id(EOT)
+    spec["post_processor"] = {"type": "TemplateProcessing",
+                              "single": [{"SpecialToken": {"id": EOT, "type_id": 0}},
+                                         {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+                              "special_tokens": {EOT: {"id": EOT, "ids": [eot], "tokens": [EOT]}}}
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+
+def add_tokenizer(w, tok, pre, add_bos):
+    """The tokenizer metadata the converter writes for a byte-level BPE tokenizer."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    special = {a.content for a in tok.get_added_tokens_decoder().values() if a.special}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in json.loads(tok.to_str())["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tok.token_to_id(EOT))
+    w.add_eos_token_id(tok.token_to_id(EOT))
+    w.add_add_bos_token(add_bos)
+
+
+def permute(w, n_head):
+    """LlamaModel.permute of convert_hf_to_gguf.py: each head's rows from
+    RoPE's half-split pairs to adjacent ones."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(path, arch, tensors, metadata, tok, pre, add_bos, qtype=None, skip=(), reshape=None, replace=None):
+    """`tensors` (llama.cpp's names -> float32 arrays, PyTorch's shapes) and
+    `metadata` (keys under ARCH.) to a GGUF file; 2-D tensors as `qtype` when
+    given (1-D ones stay F32, as llama.cpp keeps norms). `replace` gives
+    tensors other values: a float32 array, or (its blocks' bytes, ggml type).
+    `skip` leaves tensors out and `reshape` changes them, for the tests of bad files."""
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in metadata.items():
+        if isinstance(value, str):
+            w.add_string(f"{arch}.{key}", value)
+        elif isinstance(value, float):
+            w.add_float32(f"{arch}.{key}", value)
+        else:
+            w.add_uint32(f"{arch}.{key}", value)
+    add_tokenizer(w, tok, pre, add_bos)
+    for name, a in tensors.items():
+        if name in skip:
+            continue
+        if replace and name in replace:
+            a = replace[name]
+            if isinstance(a, tuple):
+                w.add_tensor(name, a[0], raw_dtype=a[1])
+                continue
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if reshape and name in reshape:
+            a = a[: reshape[name]]
+        if qtype is not None and a.ndim == 2:
+            w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def llama_model(tok, seed=0, **config):
+    kw = dict(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rope_theta=500000.0,
+              rms_norm_eps=1e-5, tie_word_embeddings=False, attn_implementation="eager")
+    kw.update(config)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def rope_theta(config):
+    """RoPE's base: transformers 5 keeps it in rope_parameters, 4 beside them."""
+    params = getattr(config, "rope_parameters", None) or {}
+    return params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+
+
+def llama_gguf(model, path, tok, **kw):
+    """The converter's llama file of `model`."""
+    c = model.config
+    names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    tensors = {}
+    for name, t in model.state_dict().items():
+        a = t.float().numpy()
+        if name == "model.embed_tokens.weight":
+            tensors["token_embd.weight"] = a
+        elif name == "model.norm.weight":
+            tensors["output_norm.weight"] = a
+        elif name == "lm_head.weight":
+            if not c.tie_word_embeddings:
+                tensors["output.weight"] = a
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, kind = rest.rsplit(".", 1)
+            if module == "self_attn.q_proj":
+                a = permute(a, c.num_attention_heads)
+            elif module == "self_attn.k_proj":
+                a = permute(a, c.num_key_value_heads)
+            tensors[f"blk.{layer}.{names[module]}.{kind}"] = a
+    metadata = {"context_length": c.max_position_embeddings, "embedding_length": c.hidden_size,
+                "block_count": c.num_hidden_layers, "feed_forward_length": c.intermediate_size,
+                "attention.head_count": c.num_attention_heads, "attention.head_count_kv": c.num_key_value_heads,
+                "attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
+                "rope.freq_base": float(rope_theta(c)), "rope.dimension_count": c.hidden_size // c.num_attention_heads,
+                "vocab_size": c.vocab_size}
+    metadata.update(kw.pop("metadata", {}))
+    return write_gguf(path, "llama", tensors, metadata, tok, kw.pop("pre", "llama-bpe"), kw.pop("add_bos", True), **kw)
+
+
+def gpt2_gguf(model, path, tok, **kw):
+    """The converter's gpt2 file of `model`: Conv1D weights transposed to
+    [out, in], the head written as a copy of token_embd."""
+    c = model.config
+    names = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+             "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    tensors = {}
+    for name, t in model.state_dict().items():
+        a = t.float().numpy()
+        if name.endswith((".attn.bias", ".attn.masked_bias")) or name == "lm_head.weight":
+            continue
+        if name == "transformer.wte.weight":
+            tensors["token_embd.weight"] = tensors["output.weight"] = a
+        elif name == "transformer.wpe.weight":
+            tensors["position_embd.weight"] = a
+        elif name.startswith("transformer.ln_f."):
+            tensors["output_norm." + name.rsplit(".", 1)[1]] = a
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, kind = rest.rsplit(".", 1)
+            if kind == "weight" and module in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                a = a.T
+            tensors[f"blk.{layer}.{names[module]}.{kind}"] = a
+    metadata = {"context_length": c.n_positions, "embedding_length": c.n_embd, "block_count": c.n_layer,
+                "feed_forward_length": 4 * c.n_embd, "attention.head_count": c.n_head,
+                "attention.layer_norm_epsilon": float(c.layer_norm_epsilon)}
+    return write_gguf(path, "gpt2", tensors, metadata, tok, "gpt-2", False, **kw)
+
+
+def gpt2_model(tok, seed=0):
+    torch.manual_seed(seed)
+    eot = tok.token_to_id(EOT)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        bos_token_id=eot, eos_token_id=eot, attn_implementation="eager")).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" in name or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def hf_logits(ref, ids):
+    with torch.no_grad():
+        return ref(torch.tensor([ids])).logits[0].numpy()
+
+
+@pytest.fixture(scope="module", params=["llama-gqa", "llama-tied", "gpt2"])
+def case(request, gpt2_tok, tmp_path_factory):
+    """(path of the F32 file, the transformers model, the tokenizer, arch)."""
+    path = tmp_path_factory.mktemp(request.param) / "model.gguf"
+    if request.param == "gpt2":
+        ref = gpt2_model(gpt2_tok)
+        return gpt2_gguf(ref, path, gpt2_tok), ref, gpt2_tok, "gpt2"
+    tok = llama3_tokenizer(gpt2_tok)
+    ref = llama_model(tok, tie_word_embeddings=request.param == "llama-tied")
+    return llama_gguf(ref, path, tok), ref, tok, "llama"
+
+
+def test_f32_logits_match_transformers(case):
+    path, ref, tok, arch = case
+    m = qkv.Model.load(path)
+    assert m.config["architecture"] == arch
+    for text in PROMPTS:
+        ids = m.tokenize(text)
+        assert ids == tok.encode(text).ids, text
+        got, want = m.logits(ids), hf_logits(ref, ids)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() < 1e-4, text
+
+
+def test_greedy_tokens_match_transformers(case):
+    path, ref, tok, _ = case
+    m = qkv.Model.load(path)
+    prompt = "ROMEO:"
+    ids = tok.encode(prompt).ids
+    with torch.no_grad():  # the mask said: the beginning-of-text token is the pad token here
+        want = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                            do_sample=False, max_new_tokens=24,
+                            pad_token_id=tok.token_to_id(EOT))[0, len(ids):].tolist()
+    assert m.generate(prompt, tokens=24, temperature=0.0) == tok.decode(want)
+
+
+def test_q8_0_logits_near_float32(case, tmp_path):
+    path, ref, tok, arch = case
+    q8 = tmp_path / "q8.gguf"
+    if arch == "gpt2":
+        gpt2_gguf(ref, q8, tok, qtype=gguf.GGMLQuantizationType.Q8_0)
+    else:
+        llama_gguf(ref, q8, tok, qtype=gguf.GGMLQuantizationType.Q8_0)
+    assert q8.stat().st_size < path.stat().st_size / 2
+    m32, m8 = qkv.Model.load(path), qkv.Model.load(q8)
+    ids = m32.tokenize(PROMPTS[1])
+    diff = np.abs(m8.logits(ids) - m32.logits(ids)).max()
+    assert 0 < diff < Q8_TOLERANCE
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
+def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, tmp_path):
+    # The gguf package quantizes only some types: random blocks stand in (a
+    # small scale d, and dmin, in every block), and the float32 file holds
+    # what the package's dequantizer makes of them. Same weights, same logits.
+    tok = llama3_tokenizer(gpt2_tok)
+    ref = llama_model(tok, hidden_size=256, intermediate_size=256)
+    qt = getattr(gguf.GGMLQuantizationType, qtype)
+    block, size = gguf.constants.GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng(0)
+    blocks, values = {}, {}
+    for name, t in ref.state_dict().items():
+        if t.ndim != 2:
+            continue
+        rows, cols = t.shape
+        b = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+        scale = np.frombuffer(np.float16(3e-4).tobytes(), np.uint8)
+        if qtype == "Q6_K":
+            b[..., -2:] = scale
+        elif qtype in ("Q4_K", "Q5_K"):
+            b[..., 0:2] = b[..., 2:4] = scale
+        elif qtype == "Q4_0":
+            b[..., 0:2] = scale
+        elif qtype == "F16":  # values of about 1e-2, each of either sign
+            b = (rng.standard_normal((rows, cols)) * 1e-2).astype(np.float16).view(np.uint8).reshape(rows, cols, 2)
+        else:  # BF16: the same
+            b = (rng.standard_normal((rows, cols)).astype(np.float32) * 1e-2).view(np.uint32) >> 16
+            b = b.astype(np.uint16).view(np.uint8).reshape(rows, cols, 2)
+        b = b.reshape(rows, -1)
+        blocks[name], values[name] = (b, qt), gguf.quants.dequantize(b, qt)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
+    gname = lambda n: names.get(n) or "blk.{}.{}.weight".format(n.split(".")[2], {
+        "q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output", "gate_proj": "ffn_gate",
+        "up_proj": "ffn_up", "down_proj": "ffn_down"}[n.split(".")[4]])
+    quantized = llama_gguf(ref, tmp_path / "q.gguf", tok, replace={gname(n): v for n, v in blocks.items()})
+    wide = llama_gguf(ref, tmp_path / "f32.gguf", tok, replace={gname(n): v for n, v in values.items()})
+    assert quantized.stat().st_size < wide.stat().st_size / 1.9
+    mq, mf = qkv.Model.load(quantized), qkv.Model.load(wide)
+    ids = mf.tokenize(PROMPTS[1])
+    got, want = mq.logits(ids), mf.logits(ids)
+    assert np.isfinite(want).all() and want.std() > 1e-3
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cli_logits_reads_a_gguf_file(case, tmp_path):
+    path, ref, tok, _ = case
+    out = tmp_path / "logits.npy"
+    r = run_qkv("logits", "--model", path, "--prompt", "ROMEO:", "--out", out)
+    assert r.returncode == 0, r.stderr
+    ids = tok.encode("ROMEO:").ids
+    assert np.abs(np.load(out).reshape(len(ids), -1) - hf_logits(ref, ids)).max() < 1e-4
+
+
+def test_cli_tokenize_reads_a_gguf_file(case):
+    path, _, tok, _ = case
+    lines = ["ROMEO: the king", "  thou art 1234 <|endoftext|> my lord's!"]
+    r = run_qkv("tokenize", "--model", path, "--input", "-", input="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert [[int(x) for x in line.split()] for line in r.stdout.splitlines()] == [tok.encode(t).ids for t in lines]
+
+
+@pytest.fixture(scope="module")
+def small_llama(gpt2_tok):
+    tok = llama3_tokenizer(gpt2_tok)
+    return llama_model(tok, hidden_size=32, intermediate_size=64), tok
+
+
+BAD = {
+    "missing tensor": (dict(skip={"blk.1.ffn_down.weight"}),
+                       "the file has no tensor blk.1.ffn_down.weight"),
+    "wrong shape": (dict(reshape={"blk.0.attn_k.weight": 8}),
+                    "tensor blk.0.attn_k.weight should be [32, 16] (ne[0] first, from the metadata), found [32, 8]"),
+    "unsupported pre-tokenizer": (dict(pre="deepseek-llm"),
+                                  "metadata \"tokenizer.ggml.pre\": \"deepseek-llm\" is not supported (gpt-2, llama-bpe)"),
+    "rope scaling": (dict(metadata={"rope.scaling.type": "yarn"}),
+                     "metadata \"llama.rope.scaling.type\": \"yarn\" is not supported (none, linear)"),
+    "unknown key": (dict(metadata={"expert_count": 8}),
+                    "metadata \"llama.expert_count\" is not supported by qkv's llama model (it may change the maths)"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD))
+def test_bad_files_are_refused(bad, small_llama, tmp_path):
+    model, tok = small_llama
+    kw, message = BAD[bad]
+    path = llama_gguf(model, tmp_path / "bad.gguf", tok, **kw)
+    with pytest.raises(ValueError, match="^'.*bad.gguf': " + re.escape(message)):
+        qkv.Model.load(path)
+    r = run_qkv("logits", "--model", path, "--prompt", "a", "--out", tmp_path / "l.npy")
+    assert r.returncode == 1
+    assert r.stderr.startswith("qkv logits: error: '") and message in r.stderr, r.stderr
+
+
+def rewrite_string(path, key, value, out):
+    """`path` with the string metadata `key` set to `value`."""
+    reader = gguf.GGUFReader(str(path))
+    arch = value if key == "general.architecture" else reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(out), arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        if field.name == key:
+            w.add_string(key, value)
+        elif vtype == gguf.GGUFValueType.ARRAY:
+            w.add_array(field.name, field.contents())
+        else:
+            w.add_key_value(field.name, field.contents(), vtype)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("general.architecture", "falcon",
+     "metadata \"general.architecture\": \"falcon\" is not supported (qkv runs: gpt2, llama)"),
+    ("tokenizer.ggml.model", "llama",
+     "metadata \"tokenizer.ggml.model\": \"llama\" is not supported (qkv reads \"gpt2\", byte-level BPE)"),
+])
+def test_unsupported_architecture_and_tokenizer_are_named(key, value, message, small_llama, tmp_path):
+    model, tok = small_llama
+    good = llama_gguf(model, tmp_path / "good.gguf", tok)
+    path = rewrite_string(good, key, value, tmp_path / "bad.gguf")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        qkv.Model.load(path)
+    r = run_qkv("logits", "--model", path, "--prompt", "a", "--out", tmp_path / "l.npy")
+    assert r.returncode == 1 and message in r.stderr, r.stderr
