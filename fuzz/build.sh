@@ -49,7 +49,7 @@ declare -A sources=(
 # parsers above are compiled here with the sanitizers. The loader's own
 # objects come first and win (--allow-multiple-definition), so the archives
 # only fill in what the harness does not compile itself.
-release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a \
+release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a $root/build/release/libqkv_linalg.a \
   $root/build/release/libqkv_io.a $root/build/release/libqkv_core.a -ldnnl -lutf8proc -lgomp -lpthread"
 declare -A libs=(
   [checkpoint]="$release_libs"
