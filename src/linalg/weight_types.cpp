@@ -1,11 +1,13 @@
 // The table of weight types (qkv/weight_type.h), the unquantized types'
 // rows, and the checked entry points.
+#include <array>
 #include <cstring>
 #include <string>
 
 #include "linalg/half.h"
 #include "linalg/rows.h"
 #include "qkv/error.h"
+#include "qkv/gguf.h"
 #include "qkv/weight_type.h"
 
 namespace qkv {
@@ -33,24 +35,35 @@ void dequantize_bf16(const void* src, float* out, int64_t n) {
   }
 }
 
+// A weight type: its name, block and bytes from ggml's layouts (the io
+// layer's one table, which bounds every GGUF tensor), and qkv's functions.
+WeightTypeInfo entry(WeightType type, void (*dequantize)(const void*, float*, int64_t),
+                     void (*quantize)(const float*, void*, int64_t)) {
+  const GgmlTypeLayout& l = *ggml_type_layout(static_cast<uint32_t>(type));
+  return {type, l.name, l.block, static_cast<size_t>(l.block_bytes), dequantize, quantize};
+}
+
 // In the order of ggml's numbers.
-constexpr WeightTypeInfo kTypes[] = {
-    {WeightType::f32, "F32", 1, 4, dequantize_f32, nullptr},
-    {WeightType::f16, "F16", 1, 2, dequantize_f16, nullptr},
-    {WeightType::q4_0, "Q4_0", 32, 18, linalg::dequantize_q4_0, linalg::quantize_q4_0},
-    {WeightType::q8_0, "Q8_0", 32, 34, linalg::dequantize_q8_0, linalg::quantize_q8_0},
-    {WeightType::q4_k, "Q4_K", 256, 144, linalg::dequantize_q4_k, nullptr},
-    {WeightType::q5_k, "Q5_K", 256, 176, linalg::dequantize_q5_k, nullptr},
-    {WeightType::q6_k, "Q6_K", 256, 210, linalg::dequantize_q6_k, nullptr},
-    {WeightType::bf16, "BF16", 1, 2, dequantize_bf16, nullptr},
-};
+const std::array<WeightTypeInfo, 8>& types() {
+  static const std::array<WeightTypeInfo, 8> kTypes = {
+      entry(WeightType::f32, dequantize_f32, nullptr),
+      entry(WeightType::f16, dequantize_f16, nullptr),
+      entry(WeightType::q4_0, linalg::dequantize_q4_0, linalg::quantize_q4_0),
+      entry(WeightType::q8_0, linalg::dequantize_q8_0, linalg::quantize_q8_0),
+      entry(WeightType::q4_k, linalg::dequantize_q4_k, nullptr),
+      entry(WeightType::q5_k, linalg::dequantize_q5_k, nullptr),
+      entry(WeightType::q6_k, linalg::dequantize_q6_k, nullptr),
+      entry(WeightType::bf16, dequantize_bf16, nullptr),
+  };
+  return kTypes;
+}
 
 }  // namespace
 
-std::span<const WeightTypeInfo> weight_types() { return kTypes; }
+std::span<const WeightTypeInfo> weight_types() { return types(); }
 
 const WeightTypeInfo* weight_type_from_ggml(uint32_t id) {
-  for (const WeightTypeInfo& t : kTypes)
+  for (const WeightTypeInfo& t : types())
     if (static_cast<uint32_t>(t.type) == id) return &t;
   return nullptr;
 }
