@@ -9,9 +9,15 @@ each with a tokenizer trained on --text in its family's format):
               50257 (byte-level BPE), 1024 positions, tied head;
   tinyllama   TinyLlama-1.1B's shape: 22 layers, width 2048, 32 heads over 4
               key/value heads, intermediate 5632, vocabulary 32000
-              (SentencePiece-style BPE with byte fallback, "<s> $A").
+              (SentencePiece-style BPE with byte fallback, "<s> $A");
+  tinyllama-bpe  the same shape with a byte-level BPE tokenizer (as Llama 3's),
+              which a GGUF file carries in a form qkv reads.
 Each in float32 and bf16 (--dtypes): the folder's weights stored in that
 dtype; qkv runs generate(dtype=...), PyTorch the model in that dtype.
+Quantized types (--dtypes q8_0,q4_0,q4_k_m; gpt2-124m and tinyllama-bpe):
+the float32 folder converted to GGUF by llama.cpp's converter, then
+quantized by its llama-quantize (--llama-quantize); qkv (Model.load of
+the file) and llama.cpp run that same file, PyTorch sits out.
 
 Workload: a prompt of --prompt-tokens tokens (the start of --text), then
 --new-tokens greedy tokens. Prefill is the time to the first new token
@@ -71,6 +77,8 @@ SHAPES = {
         intermediate_size=5632, max_position_embeddings=2048, rms_norm_eps=1e-5,
         rope_theta=10000.0, tie_word_embeddings=False)),
 }
+SHAPES["tinyllama-bpe"] = dict(SHAPES["tinyllama"], tokenizer="gpt2")
+QUANTIZED = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}  # --dtypes -> llama-quantize's type
 PAUSE_S = 0.2
 # Runs convert_hf_to_gguf.py (argv[1]) on argv[2:], taking the GPT-2 folders'
 # trained tokenizers for GPT-2's pre-tokenizer (the converter knows
@@ -103,6 +111,8 @@ def parse_args():
                    help="llama.cpp's llama-bench binary (default $LLAMA_BENCH; without it, no llama.cpp)")
     p.add_argument("--llama-convert", type=Path, default=os.environ.get("LLAMA_CONVERT"),
                    help="llama.cpp's convert_hf_to_gguf.py (default $LLAMA_CONVERT), its gguf-py beside it")
+    p.add_argument("--llama-quantize", type=Path, default=os.environ.get("LLAMA_QUANTIZE"),
+                   help="llama.cpp's llama-quantize (default $LLAMA_QUANTIZE), for the quantized --dtypes")
     p.add_argument("--json", type=Path, help="also write every measurement here")
     a = p.parse_args()
     if (a.llama_bench is None) != (a.llama_convert is None):
@@ -114,8 +124,13 @@ def parse_args():
     a.dtypes = [d.strip() for d in a.dtypes.split(",")]
     if not all(m in SHAPES for m in a.models):
         p.error(f"--models: expected names from {', '.join(SHAPES)}, found {','.join(a.models)!r}")
-    if not all(d in ("float32", "bf16") for d in a.dtypes):
-        p.error(f"--dtypes: expected float32 and/or bf16, found {','.join(a.dtypes)!r}")
+    if not all(d in ("float32", "bf16", *QUANTIZED) for d in a.dtypes):
+        p.error(f"--dtypes: expected from float32, bf16, {', '.join(QUANTIZED)}; found {','.join(a.dtypes)!r}")
+    if any(d in QUANTIZED for d in a.dtypes):
+        if a.llama_bench is None or a.llama_quantize is None or not a.llama_quantize.is_file():
+            p.error("the quantized --dtypes need --llama-bench, --llama-convert and --llama-quantize")
+        if "tinyllama" in a.models:
+            p.error("the quantized --dtypes run gpt2-124m and tinyllama-bpe (qkv reads byte-level BPE from GGUF)")
     if min(a.rounds, a.prompt_tokens, a.new_tokens, a.threads) < 1:
         p.error("--rounds, --prompt-tokens, --new-tokens and --threads: at least 1")
     if not a.text.is_file():
@@ -142,7 +157,7 @@ def train_tokenizer(family, vocab, text):
     trained on `text`; the ids training leaves over are added tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     lines = text.splitlines()
-    if family == "gpt2":
+    if family != "llama":  # byte-level BPE
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -177,7 +192,7 @@ def make_folder(name, dtype, text_path, path):
     import torch
     import transformers
     shape = SHAPES[name]
-    tok = train_tokenizer(shape["family"], shape["vocab"], text_path.read_text(encoding="utf-8"))
+    tok = train_tokenizer(shape.get("tokenizer", shape["family"]), shape["vocab"], text_path.read_text(encoding="utf-8"))
     torch.manual_seed(0)
     if shape["family"] == "gpt2":
         cfg = transformers.GPT2Config(vocab_size=shape["vocab"], **shape["config"])
@@ -239,6 +254,16 @@ def prompt_text(tok, text, tokens):
     return out
 
 
+def gguf_weight_bytes(path):
+    """weight_bytes of a GGUF file: its tensors' bytes but the embedding
+    table's (unless the head is tied to it) and the positions'."""
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    names = {t.name for t in r.tensors}
+    return sum(int(t.n_bytes) for t in r.tensors
+               if t.name != "position_embd.weight" and (t.name != "token_embd.weight" or "output.weight" not in names))
+
+
 def weight_bytes(folder):
     """Bytes each decoded token reads: every tensor but the embedding table
     (a head tied to it is read whole; the table itself only a row)."""
@@ -287,9 +312,10 @@ def make_qkv(folder, dtype, threads):
     import qkv
     m = qkv.Model.load(str(folder))
     m.set_threads(threads)
+    compute = "float32" if dtype in QUANTIZED else dtype  # a GGUF file's products: its own
 
     def generate(text, n):
-        return m.generate(text, tokens=n, temperature=0.0, dtype=dtype)
+        return m.generate(text, tokens=n, temperature=0.0, dtype=compute)
     return generate
 
 
@@ -316,8 +342,8 @@ class LlamaCpp:
     """llama.cpp on the folder's GGUF conversion, through llama-bench."""
     name = "llama.cpp"
 
-    def __init__(self, a, folder, dtype, family):
-        self.a, self.gguf = a, folder.with_name(folder.name + ".gguf")
+    def __init__(self, a, folder, dtype, family, gguf=None):
+        self.a, self.gguf = a, gguf or folder.with_name(folder.name + ".gguf")
         if not self.gguf.is_file():
             print(f"converting {folder} to {self.gguf} (not timed) ...", file=sys.stderr, flush=True)
             tmp = self.gguf.with_name(self.gguf.name + ".tmp")
@@ -350,6 +376,21 @@ class LlamaCpp:
         pass
 
 
+def quantized_file(a, folder, dtype, family):
+    """The float32 folder's GGUF (llama.cpp's converter) quantized to
+    `dtype` by llama-quantize, made once beside the folder."""
+    path = folder.with_name(f"{folder.name}.{dtype}.gguf")
+    if not path.is_file():
+        f32 = LlamaCpp(a, folder, "float32", family).gguf
+        print(f"quantizing {f32} to {path} (not timed) ...", file=sys.stderr, flush=True)
+        tmp = path.with_name(path.name + ".tmp")
+        r = subprocess.run([str(a.llama_quantize), str(f32), str(tmp), QUANTIZED[dtype]], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"bench/generate.py: llama-quantize failed on {f32}:\n{r.stderr[-3000:]}")
+        tmp.replace(path)
+    return path
+
+
 # --- The run -------------------------------------------------------------------
 
 def check_greedy(a, folder, text, workers):
@@ -363,18 +404,24 @@ def check_greedy(a, folder, text, workers):
 
 def bench_one(ctx, a, name, dtype):
     from tokenizers import Tokenizer
-    folder = ensure_folder(ctx, a, name, dtype)
+    quantized = dtype in QUANTIZED
+    folder = ensure_folder(ctx, a, name, "float32" if quantized else dtype)
+    family = SHAPES[name]["family"] if SHAPES[name].get("tokenizer") != "gpt2" else "gpt2"
+    model_file = quantized_file(a, folder, dtype, family) if quantized else folder
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
     warm_file_cache(sorted(f for f in folder.iterdir() if f.is_file()))
-    workers = {c: Worker(ctx, "bench/generate.py", c, partial(make_contender, c, folder, dtype, a.threads),
-                         ALL_CPUS) for c in CONTENDERS}
+    if quantized:
+        warm_file_cache([model_file])
+    contenders = ["qkv"] if quantized else CONTENDERS  # PyTorch does not run GGUF's types
+    workers = {c: Worker(ctx, "bench/generate.py", c, partial(make_contender, c, model_file, dtype, a.threads),
+                         ALL_CPUS) for c in contenders}
     for w in workers.values():  # warm-up: buffers allocated, bf16 weights rounded, threads started
         w.call("run", text, 2)
     same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
     if a.llama_bench:
-        workers["llama.cpp"] = LlamaCpp(a, folder, dtype, SHAPES[name]["family"])
+        workers["llama.cpp"] = LlamaCpp(a, folder, dtype, family, model_file if quantized else None)
         warm_file_cache([workers["llama.cpp"].gguf])
     names = list(workers)
     times = {(c, w): [] for c in names for w in ("prefill", "decode")}
@@ -395,7 +442,7 @@ def bench_one(ctx, a, name, dtype):
             others += [busy1, busy2]
         print(f"{name} {dtype}: round {rnd + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     peak = {c: w.stop() for c, w in workers.items()}  # llama.cpp's: None (llama-bench's own)
-    nbytes = weight_bytes(folder)
+    nbytes = gguf_weight_bytes(model_file) if quantized else weight_bytes(folder)
     rows = []
     for c in names:
         pre, dec = statistics.median(times[(c, "prefill")]), statistics.median(times[(c, "decode")])
@@ -427,11 +474,11 @@ def main():
     print(f"CPU: {cpu_model()}; {a.threads} threads; {a.rounds} alternating rounds, medians; "
           f"prompt of ~{a.prompt_tokens} tokens, then {a.new_tokens} greedy tokens")
     print(f"{'model':10} {'dtype':8} {'contender':9} {'prefill tok/s':>14} {'decode tok/s':>13} "
-          f"{'decode GB/s':>12} {'vs torch (prefill / decode)':>28} {'load s':>7} {'peak RSS GB':>12} "
+          f"{'decode GB/s':>12} {'vs torch or llama.cpp':>28} {'load s':>7} {'peak RSS GB':>12} "
           f"{'weights GB':>11}")
     for r in rows:
-        ref = next(x for x in rows if x["model"] == r["model"] and x["dtype"] == r["dtype"]
-                   and x["contender"] == "torch")
+        ref = next((x for x in rows if x["model"] == r["model"] and x["dtype"] == r["dtype"]
+                    and x["contender"] == ("llama.cpp" if r["dtype"] in QUANTIZED else "torch")), r)
         vs = f"{r['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x / {r['decode_tok_s'] / ref['decode_tok_s']:.2f}x"
         load = "-" if r["load_s"] is None else f"{r['load_s']:.2f}"
         rss = "-" if r["peak_rss_bytes"] is None else f"{r['peak_rss_bytes'] / 1e9:.2f}"

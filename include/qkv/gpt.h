@@ -231,6 +231,10 @@ class BasicGPT {
   /// them in float32 (float32 compute, training, weights()): then they are
   /// widened, exactly, once, and it holds both.
   DType matrices_dtype() const { return matrices_in_bf16_ ? DType::bf16 : dtype_of<T>(); }
+  /// True while the matrices are held quantized (a GGUF model): each
+  /// Linear's product is weight_matmul's, in float32 whatever the compute
+  /// dtype, until something needs them in float32 (see matrices_dtype()).
+  bool matrices_quantized() const { return matrices_quantized_; }
   /// The bytes of weights read where the checkpoint's files, mapped into
   /// memory, hold them (a float32 or bf16 checkpoint whose matrices are
   /// stored as the model reads them: no copy, the memory is the system's
@@ -353,8 +357,11 @@ class BasicGPT {
   /// Work::weights16 rounded from w_'s matrices (src/model/gpt_weights.cpp).
   void round_matrices();
   /// Fills w_'s matrices (and wte) from where they are held instead: bf16
-  /// copies, or a mapped float32 checkpoint.
+  /// copies, a mapped float32 checkpoint, or quantized weights.
   void widen_matrices();
+  /// widen_matrices' part for quantized weights: each dequantized exactly
+  /// (the reference dequantizers) into w_ (src/model/gpt_quantized.cpp).
+  void dequantize_matrices();
   /// Offsets of absent parameters (no bias, no wpe) are -1: null pointers.
   const T* w(int64_t off) const { return off < 0 ? nullptr : w_.data() + off; }
   T* g(int64_t off) { return off < 0 ? nullptr : g_.data() + off; }
@@ -372,6 +379,9 @@ class BasicGPT {
   /// The matrices (and wte) are read where a mapped float32 checkpoint holds
   /// them (Work::mats32); w_'s copy of them is unwritten.
   bool matrices_mapped_ = false;
+  /// The matrices and wte are quantized (Work::matsq, a GGUF file's), the
+  /// products weight_matmul's (qkv/weight.h); w_'s copy of them is unwritten.
+  bool matrices_quantized_ = false;
   std::unique_ptr<Work> work_;  ///< heavy and address-stable
 };
 

@@ -93,7 +93,14 @@ class QKV_API Model {
   /// truncated or inconsistent file is a qkv::Error naming it.
   /// A Hugging Face folder is recognised by config.json's "model_type"; a
   /// model_type, option or tensor qkv does not implement is an error naming it.
+  /// A GGUF file (llama.cpp's format: a name ending in .gguf, or its magic)
+  /// keeps its matrices as the file stores them, quantized or not
+  /// (qkv/weight.h), read where the mapped file holds them.
   static Model load(const std::string& dir);
+  /// load(), with a GGUF file's every weight dequantized to float32 when
+  /// `dequantize` (the reference its quantized products are checked
+  /// against; about 4 bytes a weight); other models load as load() does.
+  static Model load(const std::string& dir, bool dequantize);
   /// A model of config `cfg` (validated) whose parameters are taken from
   /// `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
   /// Every parameter must be there, float32, of its shape, with finite

@@ -71,6 +71,10 @@ QKV_API uint64_t weight_bytes(WeightType type, int64_t n);
 /// The n weights at `blocks` (weight_bytes(type, n) bytes) as float32 in
 /// out[0..n): the table's reference dequantizer, after the check of n.
 QKV_API void dequantize_row(WeightType type, const void* blocks, float* out, int64_t n);
+/// Whether every one of the n weights at `blocks` is finite: for a block
+/// type, every scale (and min) of its blocks, the integers being bounded;
+/// n checked as in weight_bytes.
+QKV_API bool all_finite(WeightType type, const void* blocks, int64_t n);
 /// n float32 weights to weight_bytes(type, n) bytes at `blocks`: the
 /// reference quantizer; a type without one is a qkv::Error naming it.
 QKV_API void quantize_row(WeightType type, const float* x, void* blocks, int64_t n);

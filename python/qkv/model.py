@@ -35,13 +35,17 @@ class Model:
         self._m = model
 
     @classmethod
-    def load(cls, dir: Union[str, os.PathLike]) -> "Model":
-        """Reads and checks the model directory (or a GGUF file of a llama or
-        gpt2 model, its weights dequantized to float32); ValueError names any
-        bad file.
+    def load(cls, dir: Union[str, os.PathLike], dequantize: bool = False) -> "Model":
+        """Reads and checks the model directory, or a GGUF file of a llama or
+        gpt2 model (its matrices kept as the file stores them, quantized or
+        not; `dequantize=True` widens every weight to float32 instead, the
+        reference the quantized products are checked against); ValueError
+        names any bad file.
         What it reads past (a shard index that names the wrong shard for a
         tensor, as transformers reads it) is a RuntimeWarning."""
-        m = _qkv.Model.load(_path(dir, "dir"))
+        if not isinstance(dequantize, bool):
+            raise TypeError(f"dequantize: expected True or False, found {dequantize!r}")
+        m = _qkv.Model.load(_path(dir, "dir"), dequantize)
         for w in m.load_warnings():
             warnings.warn(w, RuntimeWarning, stacklevel=2)
         return cls(m)

@@ -79,8 +79,8 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
 
 void bind_model(nb::module_& m) {
   nb::class_<qkv::Model>(m, "Model")
-      .def_static("load", &qkv::Model::load, nb::arg("dir"),
-                  nb::call_guard<nb::gil_scoped_release>())
+      .def_static("load", nb::overload_cast<const std::string&, bool>(&qkv::Model::load), nb::arg("dir"),
+                  nb::arg("dequantize") = false, nb::call_guard<nb::gil_scoped_release>())
       .def("config",
            [](const qkv::Model& self) {
              const qkv::GPTConfig& c = self.config();

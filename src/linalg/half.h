@@ -9,8 +9,17 @@
 
 namespace qkv::linalg {
 
+// f16 bits h as float32, exactly: a normal half rebiased in place (the
+// common case, inline: a quantized block's scale is read per block), the
+// rest (zero, subnormals, inf, NaN) by the io layer's full conversion.
+inline float half_to_float(uint16_t h) {
+  const uint32_t e = (h >> 10) & 31u;
+  if (e == 0 || e == 31) return float_from_half(h);
+  return std::bit_cast<float>((h & 0x8000u) << 16 | (e + 112) << 23 | (h & 1023u) << 13);
+}
+
 // The f16 at p (2 bytes) as float32, exactly.
-inline float f16_at(const uint8_t* p) { return float_from_half(static_cast<uint16_t>(p[0] | p[1] << 8)); }
+inline float f16_at(const uint8_t* p) { return half_to_float(static_cast<uint16_t>(p[0] | p[1] << 8)); }
 
 // float32 to f16 bits, rounded to nearest, ties to even (as NumPy's
 // astype(float16) and ggml's GGML_FP32_TO_FP16 round): past the largest

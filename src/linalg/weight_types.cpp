@@ -1,6 +1,7 @@
 // The table of weight types (qkv/weight_type.h), the unquantized types'
 // rows, and the checked entry points.
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -86,6 +87,37 @@ uint64_t weight_bytes(WeightType type, int64_t n) {
 void dequantize_row(WeightType type, const void* blocks, float* out, int64_t n) {
   weight_bytes(type, n);  // the check of n
   weight_type_info(type).dequantize(blocks, out, n);
+}
+
+bool all_finite(WeightType type, const void* blocks, int64_t n) {
+  const WeightTypeInfo& t = weight_type_info(type);
+  weight_bytes(type, n);
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  auto f16_ok = [&](int64_t at) { return ((b[at + 1] >> 2) & 31) != 31; };  // exponent not all ones
+  const auto bb = static_cast<int64_t>(t.block_bytes);
+  for (int64_t i = 0; i < n / t.block; ++i, b += bb) {
+    switch (type) {
+      case WeightType::f32: {
+        float v;
+        std::memcpy(&v, b, sizeof v);
+        if (!std::isfinite(v)) return false;
+        break;
+      }
+      case WeightType::bf16:
+        if ((b[1] & 0x7f) == 0x7f && (b[0] & 0x80)) return false;  // exponent all ones
+        break;
+      case WeightType::q6_k:
+        if (!f16_ok(208)) return false;
+        break;
+      case WeightType::q4_k:
+      case WeightType::q5_k:
+        if (!f16_ok(0) || !f16_ok(2)) return false;
+        break;
+      default:  // F16, Q8_0, Q4_0: an f16 first
+        if (!f16_ok(0)) return false;
+    }
+  }
+  return true;
 }
 
 void quantize_row(WeightType type, const float* x, void* blocks, int64_t n) {

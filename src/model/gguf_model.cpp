@@ -16,7 +16,13 @@
 // llama's q and k within each head so that RoPE's pairs are adjacent rows
 // (2i, 2i + 1), as llama.cpp's rope kernel turns them; qkv turns the
 // half-split pairs (i, i + hs/2) of transformers' layout, so the permutation
-// is undone here. Every tensor is dequantized to float32 at load.
+// is undone here (whole rows, whatever their type).
+//
+// In a quantized file, the Linear matrices, the head and the embedding
+// table stay as the file stores them (qkv/weight.h), read where the mapped
+// file holds them (q and k, rearranged, in a buffer of the model's), unless
+// the caller asks for every weight dequantized; norms and biases are
+// dequantized to float32, as is everything in a file of float types only.
 #include "model/gguf_model.h"
 
 #include <algorithm>
@@ -202,22 +208,22 @@ SourceMap source_map(const GPTConfig& c, const std::string& arch) {
   return s;
 }
 
-// The `rows` rows of `width` floats at x (`heads` heads of hs rows each)
-// from the converter's order within each head (row 2i + h of a head is its
-// pair half h, index i) back to the half-split order (row h * hs/2 + i).
-void unpermute(float* x, int64_t rows, int64_t heads, int64_t width) {
+// The `rows` rows of `row_bytes` bytes at `in` (`heads` heads of hs rows
+// each) to `out`, from the converter's order within each head (row 2i + h
+// of a head is its pair half h, index i) back to the half-split order (row
+// h * hs/2 + i).
+void unpermute(const uint8_t* in, uint8_t* out, int64_t rows, int64_t heads, uint64_t row_bytes) {
   const int64_t hs = rows / heads, half = hs / 2;
-  const std::vector<float> in(x, x + rows * width);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t part = 0; part < 2; ++part)
       for (int64_t i = 0; i < half; ++i)
-        std::memcpy(x + (h * hs + part * half + i) * width, in.data() + (h * hs + 2 * i + part) * width,
-                    sizeof(float) * static_cast<size_t>(width));
+        std::memcpy(out + static_cast<uint64_t>(h * hs + part * half + i) * row_bytes,
+                    in + static_cast<uint64_t>(h * hs + 2 * i + part) * row_bytes, row_bytes);
 }
 
-// The values of tensor `t` (of `want` shape, ggml's order) as float32 at
-// `out`: its rows dequantized in parallel, each a whole number of blocks.
-void dequantize_into(const GgufFile& f, const GgufTensor& t, const Shape& want, float* out) {
+// The type of tensor `t`, checked: `want` its shape (ggml's order), a type
+// qkv computes with, rows a whole number of its blocks.
+const WeightTypeInfo& checked_type(const GgufFile& f, const GgufTensor& t, const Shape& want) {
   if (t.shape != want)
     throw Error("'" + f.name() + "': tensor " + t.name + " should be " + shape_str(want) +
                 " (ne[0] first, from the metadata), found " + shape_str(t.shape));
@@ -227,27 +233,66 @@ void dequantize_into(const GgufFile& f, const GgufTensor& t, const Shape& want, 
     throw Error("'" + f.name() + "': tensor " + t.name + " is of type " + (layout ? layout->name : "?") +
                 ", which qkv does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
   }
-  const int64_t width = want[0], rows = want.size() > 1 ? want[1] : 1;
-  if (width % type->block != 0)
+  if (want[0] % type->block != 0)
     throw Error("'" + f.name() + "': tensor " + t.name + " of type " + type->name + " has rows of " +
-                std::to_string(width) + " values, not a multiple of its block of " + std::to_string(type->block));
-  const uint64_t row_bytes = weight_bytes(type->type, width);
+                std::to_string(want[0]) + " values, not a multiple of its block of " + std::to_string(type->block));
+  return *type;
+}
+
+// Tensor t's `rows` rows of `width` weights all finite (a block type's:
+// its scales), else an error naming the first row that is not.
+void check_finite(const GgufFile& f, const GgufTensor& t, WeightType type, int64_t rows, int64_t width) {
+  const uint64_t row_bytes = weight_bytes(type, width);
+  int64_t first = rows;
+#pragma omp parallel for schedule(static) reduction(min : first)
+  for (int64_t r = 0; r < rows; ++r)
+    if (!all_finite(type, t.bytes.data() + static_cast<uint64_t>(r) * row_bytes, width)) first = std::min(first, r);
+  if (first < rows)
+    throw Error("'" + f.name() + "': tensor " + t.name + " holds a non-finite value in row " + std::to_string(first));
+}
+
+// The values of tensor `t` (`rows` rows of `width`, type checked) as
+// float32 at `out`: its rows dequantized in parallel.
+void dequantize_into(const GgufTensor& t, WeightType type, int64_t rows, int64_t width, float* out) {
+  const uint64_t row_bytes = weight_bytes(type, width);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
-    dequantize_row(type->type, t.bytes.data() + static_cast<uint64_t>(r) * row_bytes, out + r * width, width);
-  const int64_t n = width * rows;
-  int64_t first = n;
-#pragma omp parallel for schedule(static) reduction(min : first)
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(out[i])) first = std::min(first, i);
-  if (first < n)
-    throw Error("'" + f.name() + "': tensor " + t.name + " holds a non-finite value at element " + std::to_string(first));
+    dequantize_row(type, t.bytes.data() + static_cast<uint64_t>(r) * row_bytes, out + r * width, width);
+}
+
+// Whether some 2-D tensor of the model is of a block type (a quantized
+// file): its matrices are then held as stored. A file of float32, F16 or
+// BF16 matrices only runs the float32 GEMMs, on its weights widened.
+bool has_blocks(const GgufFile& f, const SourceMap& sources) {
+  for (const auto& [param, list] : sources)
+    for (const Source& s : list) {
+      const GgufTensor* t = f.find_tensor(s.name);
+      const WeightTypeInfo* type = t ? weight_type_from_ggml(t->ggml_type) : nullptr;
+      if (type && type->block > 1 && t->shape.size() == 2) return true;
+    }
+  return false;
 }
 
 // Every parameter of `gpt` read from its sources; every tensor of the file
-// must be read (one that is not would change the maths).
-void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const SourceMap& sources) {
+// must be read (one that is not would change the maths). With `quantized`
+// the matrices and the embedding table are held as stored (the model
+// computes with them: GptLoader::hold_matrices_quantized), else every
+// tensor is dequantized into the model's float32 weights.
+void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const SourceMap& sources, bool quantized) {
   float* w = GptLoader::weights(gpt);
+  const std::set<int64_t> matrices = GptLoader::bf16_matrix_offsets(gpt);
+  auto held = [&](const ParamInfo& p) { return quantized && (matrices.count(p.offset) || p.name == "transformer.wte.weight"); };
+  // The bytes of the rearranged (q and k) tensors, held by the model: sized
+  // first, so that runs can point into it as it fills.
+  uint64_t owned_bytes = 0;
+  for (const ParamInfo& p : gpt.params())
+    if (held(p))
+      for (const Source& s : sources.at(p.name))
+        if (const GgufTensor* t = f.find_tensor(s.name); t && s.unpermute_heads) owned_bytes += t->bytes.size();
+  std::vector<uint8_t> owned(owned_bytes);
+  uint64_t owned_at = 0;
+  std::map<int64_t, std::vector<Weight>> runs;
+  Weight wte;
   std::set<std::string> read;
   for (const ParamInfo& p : gpt.params()) {
     const auto it = sources.find(p.name);
@@ -258,9 +303,27 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
       const GgufTensor* t = f.find_tensor(s.name);
       if (!t) throw Error("'" + f.name() + "': the file has no tensor " + s.name + " (the model's " + p.name + ")");
       const Shape want = p.shape.size() == 1 ? Shape{s.rows} : Shape{width, s.rows};
-      float* dst = w + p.offset + at * width;
-      dequantize_into(f, *t, want, dst);
-      if (s.unpermute_heads) unpermute(dst, s.rows, s.unpermute_heads, width);
+      const WeightType type = checked_type(f, *t, want).type;
+      check_finite(f, *t, type, s.rows, width);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(t->bytes.data());
+      if (held(p)) {
+        Weight run{type, s.rows, width, bytes};
+        if (s.unpermute_heads) {
+          unpermute(bytes, owned.data() + owned_at, s.rows, s.unpermute_heads, run.row_bytes());
+          run.data = owned.data() + owned_at;
+          owned_at += t->bytes.size();
+        }
+        if (p.name == "transformer.wte.weight") wte = run;
+        if (matrices.count(p.offset)) runs[p.offset].push_back(run);  // a tied head: wte's too
+      } else {
+        float* dst = w + p.offset + at * width;
+        dequantize_into(*t, type, s.rows, width, dst);
+        if (s.unpermute_heads) {
+          const std::vector<float> in(dst, dst + s.rows * width);
+          unpermute(reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(dst), s.rows,
+                    s.unpermute_heads, sizeof(float) * static_cast<uint64_t>(width));
+        }
+      }
       at += s.rows;
       read.insert(s.name);
     }
@@ -273,6 +336,10 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
                   "rope scaling is stored) is not supported");
     throw Error("'" + f.name() + "': tensor " + t.name + " is not part of qkv's " + arch +
                 " model (it would change the maths)");
+  }
+  if (quantized) {
+    GptLoader::hold_matrices_quantized(gpt, std::move(runs), wte, std::move(owned),
+                                       {std::make_shared<const GgufFile>(f)});
   }
 }
 
@@ -287,7 +354,7 @@ bool is_gguf_file(const std::string& path) {
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-GgufModel load_model(const std::string& path) {
+GgufModel load_model(const std::string& path, bool dequantize) {
   const GgufFile f = GgufFile::open(path);
   GgufModel m;
   m.architecture = f.get_string("general.architecture");
@@ -297,7 +364,8 @@ GgufModel load_model(const std::string& path) {
   const GPTConfig c = read_config(f, m.architecture);
   m.tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_gguf(f));
   m.gpt = std::make_unique<GPT>(c);
-  read_weights(f, m.architecture, *m.gpt, source_map(c, m.architecture));
+  const SourceMap sources = source_map(c, m.architecture);
+  read_weights(f, m.architecture, *m.gpt, sources, !dequantize && has_blocks(f, sources));
   return m;
 }
 

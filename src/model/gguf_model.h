@@ -1,7 +1,8 @@
 // gguf_model.h: a GGUF file (llama.cpp's format, qkv/gguf.h) read into
-// qkv's model: the metadata into a GPTConfig, every tensor dequantized with
-// the reference dequantizers (qkv/weight_type.h) into the model's float32
-// weights, and the byte-level BPE tokenizer its metadata describes.
+// qkv's model: the metadata into a GPTConfig, the matrices kept in their
+// types (qkv/weight.h) or dequantized with the reference dequantizers
+// (qkv/weight_type.h) into the model's float32 weights, and the byte-level
+// BPE tokenizer its metadata describes.
 #pragma once
 
 #include <memory>
@@ -27,7 +28,9 @@ struct GgufModel {
 // TinyLlama, SmolLM, Mistral) and gpt2, names and shapes as llama.cpp's
 // converter writes them. Whatever it cannot run exactly (a metadata key or
 // tensor that changes the maths, a tensor type without a dequantizer, a
-// missing or misshapen tensor) is a qkv::Error naming the file and it.
-GgufModel load_model(const std::string& path);
+// missing or misshapen tensor, a non-finite weight) is a qkv::Error naming
+// the file and it. `dequantize`: every weight to float32 (the reference the
+// quantized products are checked against), else the matrices as stored.
+GgufModel load_model(const std::string& path, bool dequantize = false);
 
 }  // namespace qkv::gguf

@@ -203,7 +203,7 @@ template <class T>
 void BasicGPT<T>::init(uint64_t seed) {
   NumpyGenerator rng(seed);
   weights_written_ = true;
-  matrices_in_bf16_ = matrices_mapped_ = false;  // every weight is written below
+  matrices_in_bf16_ = matrices_mapped_ = matrices_quantized_ = false;  // every weight is written below
   work_->wte16 = nullptr;
   work_->wte32 = nullptr;
   work_->mats32.clear();
@@ -229,6 +229,19 @@ void BasicGPT<T>::init(uint64_t seed) {
 }
 
 namespace {
+
+// out [nb, nt, C]: the rows of a quantized embedding table at ids,
+// dequantized, plus wpe's row of each position (when given).
+void embed_quantized(float* out, const int32_t* ids, const Weight& wte, const float* wpe, int64_t nb, int64_t nt,
+                     int64_t C) {
+#pragma omp parallel for schedule(static) if (nb * nt > 1)
+  for (int64_t i = 0; i < nb * nt; ++i) {
+    float* o = out + i * C;
+    dequantize_row(wte.type, wte.row(ids[i]), o, C);
+    if (wpe)
+      for (int64_t c = 0; c < C; ++c) o[c] += wpe[(i % nt) * C + c];
+  }
+}
 
 // A LinearIn of n elements, in bf16 under bf16 compute, else in T.
 template <class In>
@@ -267,12 +280,14 @@ void gelu_to(In& out, const T* inp, int64_t N, nn::Gelu form) {
 
 // A Linear layer's weight [OC, C]: in the flat buffer (w); or, when set,
 // as the GEMM reads it instead: rounded to bf16 (bf16 compute, Work::mats16)
-// or where a mapped float32 checkpoint holds it (Work::mats32).
+// or where a mapped float32 checkpoint holds it (Work::mats32), or
+// quantized (Work::matsq).
 template <class T>
 struct LinearWeight {
   const T* w;
   const Bf16Matrix* w16 = nullptr;
   const RowRuns<T>* w32 = nullptr;
+  const std::vector<Weight>* wq = nullptr;
 };
 
 // out [BT, OC] = inp [BT, C] · wᵀ + b.
@@ -281,8 +296,10 @@ void linear_to(T* out, const TI* inp, const LinearWeight<T>& lw, const T* b, int
                int64_t OC, nn::Matmul matmul) {
   if constexpr (std::is_same_v<T, float>) {
     if (lw.w16) return linear_runs(out, inp, *lw.w16, b, BT, C, OC);
-    if constexpr (std::is_same_v<TI, float>)
+    if constexpr (std::is_same_v<TI, float>) {
       if (lw.w32) return linear_runs(out, inp, *lw.w32, b, BT, C, OC);
+      if (lw.wq) return linear_runs(out, inp, *lw.wq, b, BT, C, OC);
+    }
   }
   const T* w = lw.w;
   if constexpr (std::is_same_v<TI, bfloat16>) nn::linear_forward(out, inp, w, b, BT, C, OC);
@@ -377,7 +394,8 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   Work& W = *work_;
   // Under bf16 compute the Linear products run in bf16 here too; with a
   // KV cache, attention reads the cache's float32 keys and values.
-  const DType compute = compute_;
+  // A quantized model's products are weight_matmul's, on float32 inputs.
+  const DType compute = matrices_quantized_ ? DType::f32 : compute_;
   const nn::Matmul mm = matmul_for(compute);
   const bool packed = !lengths.empty();
   int64_t rows = B * Tn;
@@ -392,7 +410,9 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // head: bf16 (bf16 compute), or mapped float32.
   const Bf16Matrix* m16 = nullptr;
   const RowRuns<T>* m32 = matrices_mapped_ ? W.mats32.data() : nullptr;
-  if (compute != DType::bf16 && !matrices_mapped_) widen_matrices();  // float32 products need float32 matrices
+  const std::vector<Weight>* mq = matrices_quantized_ ? W.matsq.data() : nullptr;
+  if (compute != DType::bf16 && !matrices_mapped_ && !matrices_quantized_)
+    widen_matrices();  // float32 products need float32 matrices
   if constexpr (std::is_same_v<T, float>) {
     if (compute == DType::bf16) {
       if (weights_written_ || W.mats16.empty()) round_matrices();
@@ -404,7 +424,8 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // Block l's matrix j: c_attn, c_proj, c_fc ([2F, C] for SwiGLU), mlp.c_proj;
   // j = 0 of block `layers` is the head.
   auto lw = [&](int64_t l, int j, int64_t offset) {
-    return LinearWeight<T>{w(offset), m16 ? m16 + 4 * l + j : nullptr, m32 ? m32 + 4 * l + j : nullptr};
+    return LinearWeight<T>{w(offset), m16 ? m16 + 4 * l + j : nullptr, m32 ? m32 + 4 * l + j : nullptr,
+                           mq ? mq + 4 * l + j : nullptr};
   };
   for (int64_t i = 0; i < BT; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V)
@@ -421,8 +442,10 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
   // A table held only where a mapped file holds it (bf16 or float32) is read there.
   auto embed = [&](T* out, const int32_t* ids, int64_t nb, int64_t nt) {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       if (W.wte16) return nn::embedding_forward(out, ids, W.wte16, wpe, nb, nt, C);
+      if (matrices_quantized_) return embed_quantized(out, ids, W.wteq, wpe, nb, nt, C);
+    }
     nn::embedding_forward(out, ids, W.wte32 ? W.wte32 : w(W.wte), wpe, nb, nt, C);
   };
   if (packed) {

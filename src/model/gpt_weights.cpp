@@ -25,35 +25,14 @@ namespace qkv {
 
 namespace {
 
-// One matrix Work::weights16 holds: its parameter's offset in the flat
-// buffer, its rows and its row length.
-struct Part {
-  int64_t offset, rows, cols;
-  int64_t size() const { return rows * cols; }
-};
-
-// The matrices Work::weights16 holds, in its order: each block's four Linear
-// weights, then the head's matrix (wte when tied).
-template <class Work>
-std::vector<Part> bf16_matrices(const Work& W, const GPTConfig& cfg) {
-  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = fc_width(cfg);
-  const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
-  std::vector<Part> parts;
-  for (const auto& L : W.layer)
-    parts.insert(parts.end(), {{L.attn_w, qkv_out, C}, {L.attn_proj_w, C, C}, {L.fc_w, fc_out, C},
-                               {L.fc_proj_w, C, F}});
-  if (cfg.lm_head) parts.push_back({cfg.tied_head ? W.wte : W.lm_head, cfg.vocab, C});
-  return parts;
-}
-
 // Work::weights16 sized for every part, and Work::mats16 one run into it
 // for each; returns where each part starts. Laid out once (resizing to the
 // same size keeps the buffer): a bf16 training step rounds into the same
 // runs.
 template <class Work>
-std::vector<bfloat16*> own_matrices(Work& W, const std::vector<Part>& parts) {
+std::vector<bfloat16*> own_matrices(Work& W, const std::vector<MatrixPart>& parts) {
   int64_t total = 0;
-  for (const Part& p : parts) total += p.size();
+  for (const MatrixPart& p : parts) total += p.size();
   W.weights16.resize(static_cast<size_t>(total));
   bool laid_out = W.mats16.size() == parts.size();
   std::vector<bfloat16*> at;
@@ -97,7 +76,7 @@ template <class T>
 void BasicGPT<T>::round_matrices() {
   if constexpr (std::is_same_v<T, float>) {
     Work& W = *work_;
-    const std::vector<Part> parts = bf16_matrices(W, cfg_);
+    const std::vector<MatrixPart> parts = linear_matrices(W, cfg_);
     const std::vector<bfloat16*> at = own_matrices(W, parts);
     for (size_t i = 0; i < parts.size(); ++i) {
       // From w_, or from the mapped float32 file's runs.
@@ -116,10 +95,11 @@ void BasicGPT<T>::round_matrices() {
 
 template <class T>
 void BasicGPT<T>::widen_matrices() {
+  if (matrices_quantized_) return dequantize_matrices();
   if (!matrices_in_bf16_ && !matrices_mapped_) return;
   if constexpr (std::is_same_v<T, float>) {
     Work& W = *work_;
-    const std::vector<Part> parts = bf16_matrices(W, cfg_);
+    const std::vector<MatrixPart> parts = linear_matrices(W, cfg_);
     // From bf16 copies, the exact inverse of rounding (mats16 stays valid),
     // or copied from the mapped float32 file (which is then let go).
     auto fill = [&](const auto& mats, const auto* wte) {
@@ -155,7 +135,7 @@ template <class T>
 int64_t BasicGPT<T>::mapped_weight_bytes() const {
   const Work& W = *work_;
   if (W.mapped.empty()) return 0;
-  const std::vector<Part> parts = bf16_matrices(W, cfg_);
+  const std::vector<MatrixPart> parts = linear_matrices(W, cfg_);
   auto bytes = [&](size_t elem, bool mats, const void* wte) {
     int64_t n = 0;
     for (size_t i = 0; mats && i < parts.size(); ++i)
@@ -163,6 +143,7 @@ int64_t BasicGPT<T>::mapped_weight_bytes() const {
     if (wte) n += cfg_.vocab * cfg_.embd;
     return n * static_cast<int64_t>(elem);
   };
+  if (matrices_quantized_) return quantized_bytes(W, cfg_);
   if (matrices_mapped_) return bytes(sizeof(T), W.panels32.empty(), W.wte32);
   return bytes(sizeof(bfloat16), true, W.wte16);
 }
@@ -172,7 +153,7 @@ int64_t BasicGPT<T>::packed_weight_bytes() const {
   const Work& W = *work_;
   if (!matrices_mapped_ || W.panels32.empty()) return 0;
   int64_t n = 0;
-  for (const Part& part : bf16_matrices(W, cfg_)) n += part.size();
+  for (const MatrixPart& part : linear_matrices(W, cfg_)) n += part.size();
   return n * static_cast<int64_t>(sizeof(float));
 }
 
@@ -180,13 +161,13 @@ float* GptLoader::weights(GPT& m) { return m.w_.data(); }
 
 std::set<int64_t> GptLoader::bf16_matrix_offsets(const GPT& m) {
   std::set<int64_t> out;
-  for (const Part& part : bf16_matrices(*m.work_, m.cfg_)) out.insert(part.offset);
+  for (const MatrixPart& part : linear_matrices(*m.work_, m.cfg_)) out.insert(part.offset);
   return out;
 }
 
 std::map<int64_t, bfloat16*> GptLoader::hold_matrices_in_bf16(GPT& m) {
   GPT::Work& W = *m.work_;
-  const std::vector<Part> parts = bf16_matrices(W, m.cfg_);
+  const std::vector<MatrixPart> parts = linear_matrices(W, m.cfg_);
   const std::vector<bfloat16*> at = own_matrices(W, parts);
   written_sparsely(m.w_.data(), m.w_.size() * sizeof(float));
   std::map<int64_t, bfloat16*> where;
@@ -213,7 +194,7 @@ void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs,
                                      std::vector<std::shared_ptr<const void>> keep) {
   GPT::Work& W = *m.work_;
   std::vector<RowRuns<E>> mats;
-  for (const Part& part : bf16_matrices(W, m.cfg_)) {
+  for (const MatrixPart& part : linear_matrices(W, m.cfg_)) {
     RowRuns<E>& mat = runs.at(part.offset);
     int64_t rows = 0;
     for (const RowRun<E>& run : mat) rows += run.rows;
@@ -237,9 +218,9 @@ void GptLoader::hold_matrices_mapped(GPT& m, std::map<int64_t, RowRuns<E>> runs,
 void GptLoader::pack_matrices(GPT& m) {
   GPT::Work& W = *m.work_;
   if (!m.matrices_mapped_) return;
-  const std::vector<Part> parts = bf16_matrices(W, m.cfg_);
+  const std::vector<MatrixPart> parts = linear_matrices(W, m.cfg_);
   int64_t total = 0;
-  for (const Part& p : parts) total += kernels::panels_size(p.rows, p.cols);
+  for (const MatrixPart& p : parts) total += kernels::panels_size(p.rows, p.cols);
   W.panels32.resize(static_cast<size_t>(total));  // zeros: the last panels' missing rows
   float* next = W.panels32.data();
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -18,6 +18,7 @@
 #include "qkv/attention.h"
 #include "qkv/gpt.h"
 #include "qkv/nn.h"
+#include "qkv/weight.h"
 
 namespace qkv {
 
@@ -160,6 +161,13 @@ struct BasicGPT<T>::Work {
   std::vector<RowRuns<T>> mats32;
   const T* wte32 = nullptr;
   std::vector<float, ZeroedAllocator<float>> panels32;
+  // The matrices of a quantized model (matrices_quantized_), in mats16's
+  // order, each as runs of Weights (qkv/weight.h) of the file's types,
+  // read where the mapped file holds them or, rearranged at load (a
+  // Llama's q and k rows), in quant_owned; wteq the embedding table.
+  std::vector<std::vector<Weight>> matsq;
+  Weight wteq;
+  std::vector<uint8_t> quant_owned;
   std::vector<std::shared_ptr<const void>> mapped;  // kept alive with the model
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
@@ -171,6 +179,39 @@ struct BasicGPT<T>::Work {
   Tensor dout;
   AttentionGrads dattn;
 };
+
+// One Linear matrix of the model: its parameter's offset in the flat
+// buffer, its rows and its row length.
+struct MatrixPart {
+  int64_t offset, rows, cols;
+  int64_t size() const { return rows * cols; }
+};
+
+// The matrices in the order Work::mats16, mats32 and matsq hold them: each
+// block's four Linear weights, then the head's matrix (wte when tied).
+template <class Work>
+std::vector<MatrixPart> linear_matrices(const Work& W, const GPTConfig& cfg) {
+  const int64_t C = cfg.embd, F = cfg.ffn_dim(), fc_out = fc_width(cfg);
+  const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
+  std::vector<MatrixPart> parts;
+  for (const auto& L : W.layer)
+    parts.insert(parts.end(), {{L.attn_w, qkv_out, C}, {L.attn_proj_w, C, C}, {L.fc_w, fc_out, C},
+                               {L.fc_proj_w, C, F}});
+  if (cfg.lm_head) parts.push_back({cfg.tied_head ? W.wte : W.lm_head, cfg.vocab, C});
+  return parts;
+}
+
+// The bytes of a quantized model's matrices and table (matrices_quantized_),
+// a tied head counted once.
+template <class Work>
+int64_t quantized_bytes(const Work& W, const GPTConfig& cfg) {
+  uint64_t n = W.wteq.data ? W.wteq.row_bytes() * static_cast<uint64_t>(W.wteq.rows) : 0;
+  for (size_t i = 0; i < W.matsq.size(); ++i)
+    for (const Weight& run : W.matsq[i])
+      if (!(cfg.tied_head && i + 1 == W.matsq.size() && run.data == W.wteq.data))
+        n += run.row_bytes() * static_cast<uint64_t>(run.rows);
+  return static_cast<int64_t>(n);
+}
 
 // What a checkpoint reader (src/model/hf) needs beyond GPT's public API:
 // the flat buffer as it is (no widening, not marked written), and a model
@@ -205,6 +246,12 @@ struct GptLoader {
   // sequential read a thread, with no horizontal sums, where the dot
   // products of the rows where they lie wait on many streams.
   static void pack_matrices(GPT& m);
+  // Makes m hold its matrices quantized (gpt_quantized.cpp): `runs` by
+  // ParamInfo offset for every matrix (a tied head: wte's offset), `wte`
+  // the embedding table, `owned` the bytes some runs point into and `keep`
+  // the mappings the others do; the flat buffer's copies stay unwritten.
+  static void hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<Weight>> runs, const Weight& wte,
+                                      std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep);
 };
 
 }  // namespace qkv

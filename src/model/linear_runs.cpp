@@ -5,7 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/gemm_dot_kernels.h"
 #include "model/column_shares.h"
@@ -91,6 +93,28 @@ void linear_runs(float* out, const bfloat16* inp, const RowRuns<bfloat16>& w, co
 void linear_runs(float* out, const float* inp, const RowRuns<float>& w, const float* b, int64_t BT,
                  int64_t C, int64_t OC) {
   run_pieces(out, inp, w, b, BT, C, OC);
+}
+
+void linear_runs(float* out, const float* inp, const std::vector<Weight>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC) {
+  int64_t rows = 0;
+  for (const Weight& run : w) rows += run.rows;
+  if (rows != OC) throw Error("linear: the quantized runs make " + std::to_string(rows) + " rows, not " + std::to_string(OC));
+  if (BT < kQuantGemmRows) return weight_matmul(out, inp, BT, C, w, b);
+  thread_local std::vector<float> chunk;  // the caller's: allocated once, reused by every call
+  if (chunk.size() < static_cast<size_t>(kQuantChunkRows * C)) chunk.resize(static_cast<size_t>(kQuantChunkRows * C));
+  int64_t j0 = 0;
+  for (const Weight& run : w) {
+    for (int64_t r0 = 0; r0 < run.rows; r0 += kQuantChunkRows) {
+      const int64_t n = std::min(kQuantChunkRows, run.rows - r0);
+      float* dst = chunk.data();
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < n; ++r) dequantize_row(run.type, run.row(r0 + r), dst + r * C, C);
+      kernels::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, dst, C, 0.0f, b ? b + j0 + r0 : nullptr,
+                          out + j0 + r0, OC);
+    }
+    j0 += run.rows;
+  }
 }
 
 }  // namespace qkv

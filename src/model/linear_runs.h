@@ -24,4 +24,16 @@ void linear_runs(float* out, const bfloat16* inp, const RowRuns<bfloat16>& w, co
 void linear_runs(float* out, const float* inp, const RowRuns<float>& w, const float* b, int64_t BT,
                  int64_t C, int64_t OC);
 
+// The same over quantized runs (a GGUF model's, qkv/weight.h). Few rows (a
+// decoded token, a short text: BT < kQuantGemmRows) run weight_matmul's
+// integer dot products, which read each weight once as stored. Many rows
+// (a prompt's prefill) are compute-bound: the weights are dequantized
+// exactly, kQuantChunkRows rows at a time, into a float32 scratch that the
+// float32 GEMM (sgemm) multiplies, each of its products reused by all BT
+// rows. Both give the same bits for any thread count.
+constexpr int64_t kQuantGemmRows = 32;
+constexpr int64_t kQuantChunkRows = 256;
+void linear_runs(float* out, const float* inp, const std::vector<Weight>& w, const float* b, int64_t BT,
+                 int64_t C, int64_t OC);
+
 }  // namespace qkv

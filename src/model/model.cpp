@@ -55,9 +55,11 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-Model Model::load(const std::string& dir) {
-  if (gguf::is_gguf_file(dir)) {  // every weight dequantized to float32
-    gguf::GgufModel g = gguf::load_model(dir);
+Model Model::load(const std::string& dir) { return load(dir, false); }
+
+Model Model::load(const std::string& dir, bool dequantize) {
+  if (gguf::is_gguf_file(dir)) {
+    gguf::GgufModel g = gguf::load_model(dir, dequantize);
     Model m(std::move(g.gpt), std::nullopt);
     m.architecture_ = g.architecture;
     m.bpe_ = std::move(g.tokenizer);

@@ -25,6 +25,19 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 # Q8_0 rounds each weight to 1/254 of its block's largest: the logits of
 # these small random models move by about 1e-3; the bound leaves room.
 Q8_TOLERANCE = 2e-2
+# A quantized model's products round each activation to int8 in blocks
+# (qkv/weight.h), as llama.cpp's do: against the same weights dequantized
+# to float32, the logits move by this much of their largest magnitude.
+ACTIVATION_TOLERANCE = 3e-2
+
+
+def near_dequantized(got, want):
+    """The quantized path's logits `got` against the dequantized model's:
+    within ACTIVATION_TOLERANCE of the largest, and not the same bits (the
+    quantized products ran)."""
+    scale = np.abs(want).max()
+    diff = np.abs(got - want).max()
+    assert 0 < diff <= ACTIVATION_TOLERANCE * scale, (diff, scale)
 
 
 @pytest.fixture(scope="module")
@@ -257,13 +270,14 @@ def test_q8_0_logits_near_float32(case, tmp_path):
     else:
         llama_gguf(ref, q8, tok, qtype=gguf.GGMLQuantizationType.Q8_0)
     assert q8.stat().st_size < path.stat().st_size / 2
-    m32, m8 = qkv.Model.load(path), qkv.Model.load(q8)
+    m32, m8, m8d = qkv.Model.load(path), qkv.Model.load(q8), qkv.Model.load(q8, dequantize=True)
     ids = m32.tokenize(PROMPTS[1])
-    diff = np.abs(m8.logits(ids) - m32.logits(ids)).max()
+    diff = np.abs(m8d.logits(ids) - m32.logits(ids)).max()
     assert 0 < diff < Q8_TOLERANCE
+    near_dequantized(m8.logits(ids), m8d.logits(ids))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
 def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, tmp_path):
     # The gguf package quantizes only some types: random blocks stand in (a
     # small scale d, and dmin, in every block), and the float32 file holds
@@ -279,12 +293,14 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
             continue
         rows, cols = t.shape
         b = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
-        scale = np.frombuffer(np.float16(3e-4).tobytes(), np.uint8)
+        # Q6_K's int8 scales reach 128 where the others' stay below 64:
+        # a smaller d keeps its weights of the others' size.
+        scale = np.frombuffer(np.float16(2e-5 if qtype == "Q6_K" else 3e-4).tobytes(), np.uint8)
         if qtype == "Q6_K":
             b[..., -2:] = scale
         elif qtype in ("Q4_K", "Q5_K"):
             b[..., 0:2] = b[..., 2:4] = scale
-        elif qtype == "Q4_0":
+        elif qtype in ("Q4_0", "Q8_0"):
             b[..., 0:2] = scale
         elif qtype == "F16":  # values of about 1e-2, each of either sign
             b = (rng.standard_normal((rows, cols)) * 1e-2).astype(np.float16).view(np.uint8).reshape(rows, cols, 2)
@@ -300,11 +316,22 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
     quantized = llama_gguf(ref, tmp_path / "q.gguf", tok, replace={gname(n): v for n, v in blocks.items()})
     wide = llama_gguf(ref, tmp_path / "f32.gguf", tok, replace={gname(n): v for n, v in values.items()})
     assert quantized.stat().st_size < wide.stat().st_size / 1.9
-    mq, mf = qkv.Model.load(quantized), qkv.Model.load(wide)
+    mq, mqd, mf = qkv.Model.load(quantized), qkv.Model.load(quantized, dequantize=True), qkv.Model.load(wide)
     ids = mf.tokenize(PROMPTS[1])
-    got, want = mq.logits(ids), mf.logits(ids)
+    want = mf.logits(ids)
     assert np.isfinite(want).all() and want.std() > 1e-3
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(mqd.logits(ids), want)
+    if qtype in ("F16", "BF16"):  # a file of float matrices runs the float32 GEMMs
+        np.testing.assert_array_equal(mq.logits(ids), want)
+    else:
+        near_dequantized(mq.logits(ids), want)
+    # A prompt of 32 tokens and more runs the float32 GEMM on the weights
+    # dequantized exactly, a chunk of rows at a time: the float32 model's
+    # logits but for the order of its sums.
+    long_ids = mf.tokenize(PROMPTS[1] + " " + PROMPTS[1])
+    assert 32 <= len(long_ids) <= 64
+    want = mf.logits(long_ids)
+    np.testing.assert_allclose(mq.logits(long_ids), want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
 def test_cli_logits_reads_a_gguf_file(case, tmp_path):

@@ -1,0 +1,157 @@
+// The quantized dot products on AVX2 (compiled with -mavx2 -mfma, run only
+// from the avx2 path up). Each block's integer products are exact in int32
+// lanes: vpmaddubsw multiplies an unsigned byte by a signed one (a signed
+// weight rides on |w| and the activation with w's sign), adding pairs to
+// int16 (never saturating: at most 2 · 128 · 127), vpmaddwd adds those
+// pairs to int32 (times a sub-block's scale, for the K-quants). A block's
+// eight int32 lanes then scale by its float scale into eight float32
+// accumulators, summed across at the end: another order than the scalar
+// path's, within the same bound (qkv/weight.h).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "linalg/half.h"
+#include "linalg/k_scales.h"
+#include "linalg/quant_dot.h"
+
+namespace qkv::linalg {
+namespace {
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+__m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Σ w x of 32 signed bytes each, as eight int32 lanes (w > -128 or x > -128).
+__m256i dot_i8(__m256i w, __m256i x) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// Q8_0 · Q8_0 (block: f16 d, then 32 int8).
+float dot_q8_0(const void* w, const void* x, int64_t K) {
+  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < K / 32; ++i, a += 34, b += 34) {
+    const __m256 d = _mm256_set1_ps(f16_at(a) * f16_at(b));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(load32(a + 2), load32(b + 2))), acc);
+  }
+  return hsum(acc);
+}
+
+// Q4_0 · Q8_0: 16 bytes of nibbles, the low ones weights 0-15, the high
+// ones 16-31, each less 8.
+float dot_q4_0(const void* w, const void* x, int64_t K) {
+  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
+  const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < K / 32; ++i, a += 18, b += 34) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+    const __m256 d = _mm256_set1_ps(f16_at(a) * f16_at(b));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(_mm256_sub_epi8(q, eight), load32(b + 2))), acc);
+  }
+  return hsum(acc);
+}
+
+// The bit of each byte of qh that is set in `bit`, as 16 (Q5_K's fifth bit).
+__m256i fifth_bit(__m256i qh, int j) {
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
+}
+
+// Q4_K's and Q5_K's 12 bytes of scales (linalg/k_scales.h) as two words
+// of four bytes each for the scales, and two for the mins: byte j of
+// sc[j / 4] is sub-block j's sc, byte j of m[j / 4] its m.
+struct Scales8 {
+  uint32_t sc[2], m[2];
+};
+Scales8 unpack_scales(const uint8_t* s) {
+  uint32_t u[3];
+  std::memcpy(u, s, sizeof u);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  return {{u[0] & k6, (u[2] & k4) | ((u[0] >> 6) & k2) << 4}, {u[1] & k6, ((u[2] >> 4) & k4) | ((u[1] >> 6) & k2) << 4}};
+}
+
+// Q4_K and Q5_K · Q8_K: chunk c of 32 bytes holds sub-block 2c in its low
+// nibbles and 2c + 1 in its high ones; sc scales each sub-block's sum in
+// vpmaddwd. The mins' part, Σ_j m_j (bsums[2j] + bsums[2j + 1]), is eight
+// int32 lanes too, scaled by dmin into accumulators of their own.
+template <bool kFifthBit>
+float dot_q45_k(const void* w, const void* x, int64_t K) {
+  constexpr int kBytes = kFifthBit ? 176 : 144, kQs = kFifthBit ? 48 : 16;
+  const auto* a = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const BlockQ8K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < K / 256; ++i, a += kBytes, ++y) {
+    const Scales8 s = unpack_scales(a + 4);
+    // bsums in pairs (one per sub-block of 32) times the mins.
+    const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y->bsums)), ones);
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(s.m[1]), static_cast<int>(s.m[0])));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifthBit) qh = load32(a + 16);
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32(a + kQs + 32 * c);
+      __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kFifthBit) {
+        lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
+        hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
+      }
+      const uint32_t word = s.sc[c / 2] >> (16 * (c % 2));
+      const auto sc_lo = static_cast<int16_t>(word & 0xff), sc_hi = static_cast<int16_t>((word >> 8) & 0xff);
+      const __m256i plo = _mm256_maddubs_epi16(lo, load32(y->qs + 64 * c));
+      const __m256i phi = _mm256_maddubs_epi16(hi, load32(y->qs + 64 * c + 32));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc_lo)));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc_hi)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * y->d), _mm256_cvtepi32_ps(isum), acc);
+    macc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 2) * y->d), _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), macc);
+  }
+  return hsum(acc) - hsum(macc);
+}
+
+// Q6_K · Q8_K: per half of 128 weights, quarter k's 32 six-bit weights are
+// nibbles of ql (bytes 0-31 or 32-63, low or high) and bits 2k, 2k + 1 of
+// qh; their sum spans two sub-blocks of 16 (one per 128-bit lane), scaled
+// in vpmaddwd. The offset of 32 is one integer sum over bsums.
+float dot_q6_k(const void* w, const void* x, int64_t K) {
+  const auto* a = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const BlockQ8K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < K / 256; ++i, a += 210, ++y) {
+    const auto* sc = reinterpret_cast<const int8_t*>(a + 192);
+    // 32 Σ_s scales[s] bsums[s], in eight int32 lanes, taken from the start.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y->bsums)));
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 5));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load32(a + 64 * h), l1 = load32(a + 64 * h + 32), qh = load32(a + 128 + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i nib = _mm256_and_si256(k < 2 ? (k == 0 ? l0 : l1) : _mm256_srli_epi16(k == 2 ? l0 : l1, 4), low4);
+        const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2), 4);
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_or_si256(nib, top), load32(y->qs + 128 * h + 32 * k));
+        const int sub = 8 * h + 2 * k;
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[sub + 1]), _mm_set1_epi16(sc[sub]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, scale));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 208) * y->d), _mm256_cvtepi32_ps(isum), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace
+
+const DotKernels dot_avx2 = {dot_q8_0, dot_q4_0, dot_q45_k<false>, dot_q45_k<true>, dot_q6_k};
+
+}  // namespace qkv::linalg

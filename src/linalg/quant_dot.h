@@ -1,0 +1,47 @@
+// linalg/quant_dot.h: the dot products of a quantized weight row with a row
+// of activations quantized to int8 (qkv/weight.h), on each path.
+//
+// The activations' two formats (ggml's, so that the products are
+// llama.cpp's):
+//   Q8_0 (beside Q8_0 and Q4_0 weights): blocks of 32 int8 and an f16
+//     scale, the reference quantizer of linalg/rows.h;
+//   Q8_K (beside the K-quants): blocks of 256 int8 with a float32 scale,
+//     and the sum of each 16 of them, which the mins of Q4_K and Q5_K and
+//     Q6_K's offset of 32 multiply (their sums never touch each weight).
+#pragma once
+
+#include <cstdint>
+
+namespace qkv::linalg {
+
+struct BlockQ8K {
+  float d;            // x = d * qs
+  int8_t qs[256];     // in -127..127
+  int16_t bsums[16];  // bsums[i] = qs[16 i] + ... + qs[16 i + 15]
+};
+
+// Activations x [K] (K a multiple of 32) to Q8_0 blocks: the reference
+// quantizer's bits (linalg/rows.h), but a block holding a non-finite x
+// gets a NaN scale, so that every product with it is NaN, never a number.
+void quantize_q8_0_x(const float* x, void* blocks, int64_t K);
+
+// Activations x [K] (K a multiple of 256) to K / 256 blocks: d = amax / 127,
+// qs = x / d rounded to nearest. A non-finite x makes its block's d NaN, so
+// that every product with it is NaN, never a number.
+void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K);
+
+// The dot of K weights (one row, its type's blocks at w) with K activations
+// in the type's activation format at x (Q8_0 blocks, or BlockQ8K).
+using DotFn = float (*)(const void* w, const void* x, int64_t K);
+
+// One path's dots, by weight type.
+struct DotKernels {
+  DotFn q8_0, q4_0, q4_k, q5_k, q6_k;
+};
+extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64
+extern const DotKernels dot_avx2;    // kernels/quant_dot_avx2.cpp: AVX2 and FMA
+
+// The dots of active_isa()'s path: AVX2's from avx2 up.
+const DotKernels& dot_kernels();
+
+}  // namespace qkv::linalg

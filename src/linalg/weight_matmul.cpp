@@ -1,0 +1,141 @@
+// weight_matmul (qkv/weight.h): out = x · Wᵀ + bias over runs of weights of
+// any type. Each call quantizes x's rows once into the formats its runs
+// need, then the threads share the outputs, four weight rows at a time:
+// each row's bytes are read from memory once per call and its dots with
+// every row of x follow while it sits in L1.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "linalg/quant_dot.h"
+#include "qkv/error.h"
+#include "qkv/weight.h"
+
+namespace qkv {
+namespace {
+
+using linalg::BlockQ8K;
+
+// The format a type's dots read x in.
+enum class XForm { f32, q8_0, q8_k };
+
+XForm form_of(WeightType t) {
+  switch (t) {
+    case WeightType::q8_0:
+    case WeightType::q4_0: return XForm::q8_0;
+    case WeightType::q4_k:
+    case WeightType::q5_k:
+    case WeightType::q6_k: return XForm::q8_k;
+    default: return XForm::f32;
+  }
+}
+
+linalg::DotFn dot_of(const linalg::DotKernels& k, WeightType t) {
+  switch (t) {
+    case WeightType::q8_0: return k.q8_0;
+    case WeightType::q4_0: return k.q4_0;
+    case WeightType::q4_k: return k.q4_k;
+    case WeightType::q5_k: return k.q5_k;
+    case WeightType::q6_k: return k.q6_k;
+    default: return nullptr;
+  }
+}
+
+// Σ w x in eight float32 chains, added pairwise at the end (a float
+// weight's row, dequantized, beside x as it is).
+float dot_f32(const float* w, const float* x, int64_t K) {
+  float s[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int l = 0; l < 8; ++l) s[l] += w[k + l] * x[k + l];
+  for (; k < K; ++k) s[k % 8] += w[k] * x[k];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// x's rows in the formats the runs read: Q8_0 (34 bytes a block of 32),
+// Q8_K (a BlockQ8K a block of 256). Kept by the calling thread and reused,
+// so that a decode step allocates nothing.
+struct XRows {
+  std::vector<uint8_t> q8_0;
+  std::vector<BlockQ8K> q8_k;
+};
+
+}  // namespace
+
+void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
+                   const float* bias) {
+  if (M < 0 || K < 0) throw Error("weight_matmul: negative size M = " + std::to_string(M) + ", K = " + std::to_string(K));
+  bool need[3] = {};
+  int64_t N = 0;
+  for (const Weight& r : w) {
+    if (r.cols != K)
+      throw Error("weight_matmul: a " + std::string(weight_type_info(r.type).name) + " weight of " +
+                  std::to_string(r.cols) + " columns beside activations of " + std::to_string(K));
+    if (r.rows < 0) throw Error("weight_matmul: a weight of negative rows " + std::to_string(r.rows));
+    weight_bytes(r.type, K);  // K a multiple of the block, else an error naming both
+    need[static_cast<int>(form_of(r.type))] = true;
+    N += r.rows;
+  }
+  if (M == 0 || N == 0) return;
+  thread_local XRows xr;
+  const auto uM = static_cast<size_t>(M), uK = static_cast<size_t>(K);
+  const size_t q8_0_row = uK / 32 * 34, q8_k_row = uK / 256;
+  if (need[static_cast<int>(XForm::q8_0)] && xr.q8_0.size() < uM * q8_0_row) xr.q8_0.resize(uM * q8_0_row);
+  if (need[static_cast<int>(XForm::q8_k)] && xr.q8_k.size() < uM * q8_k_row) xr.q8_k.resize(uM * q8_k_row);
+  uint8_t* xq8_0 = xr.q8_0.data();
+  BlockQ8K* xq8_k = xr.q8_k.data();
+  const linalg::DotKernels& kernels = linalg::dot_kernels();
+  // The runs' first outputs, for finding the run of output j.
+  std::vector<int64_t> first(w.size() + 1, 0);
+  for (size_t r = 0; r < w.size(); ++r) first[r + 1] = first[r] + w[r].rows;
+  constexpr int64_t kTile = 4;  // weight rows a thread takes at a time
+
+#pragma omp parallel if (!omp_in_parallel())
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i) {
+      if (need[static_cast<int>(XForm::q8_0)]) linalg::quantize_q8_0_x(x + i * K, xq8_0 + i * q8_0_row, K);
+      if (need[static_cast<int>(XForm::q8_k)]) linalg::quantize_q8_k(x + i * K, xq8_k + i * q8_k_row, K);
+    }
+    thread_local std::vector<float> wrow;  // a float weight's row, dequantized
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    // This thread's outputs: a contiguous range of whole tiles.
+    const int64_t tiles = (N + kTile - 1) / kTile;
+    const int64_t j0 = std::min(N, tiles * t / T * kTile), j1 = std::min(N, tiles * (t + 1) / T * kTile);
+    size_t r = 0;
+    for (int64_t jt = j0; jt < j1; jt += kTile) {
+      // The tile's rows: where each lies, its dot and the x it reads.
+      const int64_t n = std::min(j1, jt + kTile) - jt;
+      const uint8_t* row[kTile];
+      linalg::DotFn dot[kTile];
+      XForm form[kTile];
+      for (int64_t u = 0; u < n; ++u) {
+        while (first[r + 1] <= jt + u) ++r;
+        row[u] = w[r].row(jt + u - first[r]);
+        dot[u] = dot_of(kernels, w[r].type);
+        form[u] = form_of(w[r].type);
+        if (form[u] == XForm::f32 && w[r].type != WeightType::f32) {  // dequantized into wrow
+          if (wrow.size() < kTile * uK) wrow.resize(kTile * uK);
+          dequantize_row(w[r].type, row[u], wrow.data() + u * K, K);
+          row[u] = reinterpret_cast<const uint8_t*>(wrow.data() + u * K);
+        }
+      }
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t u = 0; u < n; ++u) {
+          const int64_t j = jt + u;
+          float v = 0.0f;
+          switch (form[u]) {
+            case XForm::q8_0: v = dot[u](row[u], xq8_0 + i * q8_0_row, K); break;
+            case XForm::q8_k: v = dot[u](row[u], xq8_k + i * q8_k_row, K); break;
+            case XForm::f32: v = dot_f32(reinterpret_cast<const float*>(row[u]), x + i * K, K); break;
+          }
+          out[i * N + j] = bias ? v + bias[j] : v;
+        }
+    }
+  }
+}
+
+}  // namespace qkv

@@ -1,0 +1,256 @@
+// weight_matmul (qkv/weight.h) on every path this CPU runs, for every weight
+// type: each output within the stated bound of the float64 product of x
+// and the reference-dequantized row, at 1, few and many rows; exact
+// activations leave only float rounding; the same bits for any thread
+// count; runs of mixed types equal to their separate products; NaN in,
+// NaN out; and the sizes it refuses.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "isa_fixture.h"
+#include "linalg/half.h"
+#include "qkv/error.h"
+#include "qkv/weight.h"
+
+using qkv::Weight;
+using qkv::WeightType;
+
+namespace {
+
+constexpr WeightType kTypes[] = {WeightType::f32,  WeightType::f16,  WeightType::bf16,
+                                 WeightType::q8_0, WeightType::q4_0, WeightType::q4_k,
+                                 WeightType::q5_k, WeightType::q6_k};
+
+// rows x cols weights of type t: random bytes, each block's f16 scales set
+// to random positive values in [lo, 2 lo) (positive, so that a K-quant's
+// two terms can be told apart below); float types random normal.
+std::vector<uint8_t> random_weights(WeightType t, int64_t rows, int64_t cols, std::mt19937& gen, float lo = 0.002f) {
+  const qkv::WeightTypeInfo& info = qkv::weight_type_info(t);
+  std::vector<uint8_t> b(qkv::weight_bytes(t, rows * cols));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(lo, 2 * lo);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  if (info.block == 1) {
+    std::vector<float> f(static_cast<size_t>(rows * cols));
+    for (float& v : f) v = normal(gen);
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (t == WeightType::f32) std::memcpy(&b[4 * i], &f[i], 4);
+      uint32_t bits;
+      std::memcpy(&bits, &f[i], 4);
+      const uint16_t h = t == WeightType::f16 ? qkv::linalg::half_from_float(f[i]) : static_cast<uint16_t>(bits >> 16);
+      if (t != WeightType::f32) qkv::linalg::put_f16(&b[2 * i], h);
+    }
+    return b;
+  }
+  for (uint8_t& v : b) v = static_cast<uint8_t>(byte(gen));
+  for (size_t at = 0; at < b.size(); at += info.block_bytes) {
+    auto put = [&](size_t off) { qkv::linalg::put_f16(&b[at + off], qkv::linalg::half_from_float(scale(gen))); };
+    if (t == WeightType::q6_k) put(208);
+    else put(0);
+    if (t == WeightType::q4_k || t == WeightType::q5_k) put(2);
+  }
+  return b;
+}
+
+std::vector<float> dequantized_row(const Weight& w, int64_t r) {
+  std::vector<float> out(static_cast<size_t>(w.cols));
+  qkv::dequantize_row(w.type, w.row(r), out.data(), w.cols);
+  return out;
+}
+
+// Per weight, the size of the largest term its products involve: |w|, or
+// for Q4_K and Q5_K (d sc) q + dmin m, both parts positive (the block with
+// dmin's sign flipped), so that the bound covers the float rounding of
+// the two terms before they cancel.
+std::vector<double> magnitudes(const Weight& w, int64_t r) {
+  const std::vector<float> v = dequantized_row(w, r);
+  std::vector<double> mag(v.size());
+  if (w.type == WeightType::q4_k || w.type == WeightType::q5_k) {
+    std::vector<uint8_t> row(w.row(r), w.row(r) + w.row_bytes());
+    const size_t block = qkv::weight_type_info(w.type).block_bytes;
+    for (size_t at = 0; at < row.size(); at += block) row[at + 3] ^= 0x80;
+    std::vector<float> flipped(v.size());
+    qkv::dequantize_row(w.type, row.data(), flipped.data(), w.cols);
+    for (size_t k = 0; k < v.size(); ++k) mag[k] = std::fabs(flipped[k]);
+    return mag;
+  }
+  double top = 0;
+  for (float x : v) top = std::max(top, std::fabs(static_cast<double>(x)));
+  for (size_t k = 0; k < v.size(); ++k) mag[k] = std::fabs(v[k]) + (w.type == WeightType::q6_k ? top : 0.0);
+  return mag;
+}
+
+// The bound of qkv/weight.h for output (row r of w, activations x): half a
+// step of x's block scale (amax / 127; a Q8_0 scale, an f16, may be off by
+// 2^-11 of itself at 127 steps) times the block's Σ|w|, plus 2^-16 of
+// Σ|x| · magnitude for the float32 sums.
+double bound(const Weight& w, int64_t r, const float* x) {
+  const std::vector<float> v = dequantized_row(w, r);
+  const std::vector<double> mag = magnitudes(w, r);
+  int64_t bx = 0;
+  double slack = 0.5;
+  if (w.type == WeightType::q8_0 || w.type == WeightType::q4_0) bx = 32, slack += 127.0 / 2048;
+  if (w.type == WeightType::q4_k || w.type == WeightType::q5_k || w.type == WeightType::q6_k) bx = 256;
+  double b = 0;
+  for (int64_t k0 = 0; bx && k0 < w.cols; k0 += bx) {
+    double amax = 0, sw = 0;
+    for (int64_t k = k0; k < k0 + bx; ++k) {
+      amax = std::max(amax, std::fabs(static_cast<double>(x[k])));
+      sw += std::fabs(static_cast<double>(v[static_cast<size_t>(k)]));
+    }
+    b += slack * amax / 127 * sw;
+  }
+  double sm = 0;
+  for (int64_t k = 0; k < w.cols; ++k) sm += std::fabs(static_cast<double>(x[k])) * mag[static_cast<size_t>(k)];
+  return b + sm * std::ldexp(1.0, -16);
+}
+
+double product(const Weight& w, int64_t r, const float* x) {
+  const std::vector<float> v = dequantized_row(w, r);
+  double s = 0;
+  for (int64_t k = 0; k < w.cols; ++k) s += static_cast<double>(v[static_cast<size_t>(k)]) * x[k];
+  return s;
+}
+
+std::vector<float> random_x(int64_t M, int64_t K, std::mt19937& gen) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (float& v : x) v = normal(gen);
+  for (int64_t i = 0; i < M; ++i) x[static_cast<size_t>(i * K)] *= 8;  // an outlier in each row, as real activations have
+  return x;
+}
+
+class WeightMatmul : public qkv::test::OnIsa {};
+
+// Every type, every shape class: 1 row (a decoded token), few, many; a
+// K of one block, of several; N not a multiple of the threads' tiles.
+TEST_P(WeightMatmul, WithinTheBoundOfTheDequantizedProduct) {
+  std::mt19937 gen(11);
+  for (WeightType t : kTypes)
+    for (int64_t K : {256, 512, 1024})
+      for (int64_t M : {1, 3, 19}) {
+        const int64_t N = 37;
+        const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+        const Weight w{t, N, K, bytes.data()};
+        const std::vector<float> x = random_x(M, K, gen);
+        std::vector<float> bias(N), out(static_cast<size_t>(M * N));
+        for (int64_t j = 0; j < N; ++j) bias[static_cast<size_t>(j)] = 0.01f * static_cast<float>(j);
+        qkv::weight_matmul(out.data(), x.data(), M, K, {&w, 1}, bias.data());
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const float* xi = x.data() + i * K;
+            const double want = product(w, j, xi) + bias[static_cast<size_t>(j)];
+            ASSERT_NEAR(out[static_cast<size_t>(i * N + j)], want, bound(w, j, xi) + 1e-6)
+                << qkv::weight_type_info(t).name << " K " << K << " M " << M << " (" << i << ", " << j << ")";
+          }
+      }
+}
+
+// Activations that quantize exactly (integers up to 127 with 127 in every
+// block: the scale is 1) leave only the float32 sums: any misplaced weight,
+// scale or min would show far beyond 2^-16.
+TEST_P(WeightMatmul, ExactActivationsLeaveOnlyFloatRounding) {
+  std::mt19937 gen(12);
+  std::uniform_int_distribution<int> q(-127, 127);
+  const int64_t K = 512, N = 9;
+  std::vector<float> x(K);
+  for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = k % 32 == 5 ? 127.0f : static_cast<float>(q(gen));
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+    const Weight w{t, N, K, bytes.data()};
+    std::vector<float> out(N);
+    qkv::weight_matmul(out.data(), x.data(), 1, K, {&w, 1}, nullptr);
+    for (int64_t j = 0; j < N; ++j) {
+      double sm = 0;
+      const std::vector<double> mag = magnitudes(w, j);
+      for (int64_t k = 0; k < K; ++k) sm += std::fabs(x[static_cast<size_t>(k)]) * mag[static_cast<size_t>(k)];
+      ASSERT_NEAR(out[static_cast<size_t>(j)], product(w, j, x.data()), sm * std::ldexp(1.0, -16))
+          << qkv::weight_type_info(t).name << " row " << j;
+    }
+  }
+}
+
+TEST_P(WeightMatmul, SameBitsForAnyThreadCount) {
+  std::mt19937 gen(13);
+  const int64_t K = 512, N = 131, M = 5;
+  const int before = omp_get_max_threads();
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+    const Weight w{t, N, K, bytes.data()};
+    const std::vector<float> x = random_x(M, K, gen);
+    std::vector<float> one(static_cast<size_t>(M * N)), many(one.size());
+    omp_set_num_threads(1);
+    qkv::weight_matmul(one.data(), x.data(), M, K, {&w, 1}, nullptr);
+    for (int threads : {2, 3, 4}) {
+      omp_set_num_threads(threads);
+      qkv::weight_matmul(many.data(), x.data(), M, K, {&w, 1}, nullptr);
+      ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+          << qkv::weight_type_info(t).name << " on " << threads << " threads";
+    }
+  }
+  omp_set_num_threads(before);
+}
+
+// q, k and v of a Q4_K_M file are three tensors, of two types: one matrix.
+TEST_P(WeightMatmul, RunsOfMixedTypesAreOneMatrix) {
+  std::mt19937 gen(14);
+  const int64_t K = 256, M = 2;
+  const std::vector<uint8_t> a = random_weights(WeightType::q4_k, 10, K, gen),
+                             b = random_weights(WeightType::q6_k, 3, K, gen),
+                             c = random_weights(WeightType::f16, 6, K, gen);
+  const Weight runs[] = {{WeightType::q4_k, 10, K, a.data()}, {WeightType::q6_k, 3, K, b.data()},
+                         {WeightType::f16, 6, K, c.data()}};
+  const std::vector<float> x = random_x(M, K, gen);
+  std::vector<float> bias(19, 0.5f), whole(M * 19);
+  qkv::weight_matmul(whole.data(), x.data(), M, K, runs, bias.data());
+  int64_t j0 = 0;
+  for (const Weight& run : runs) {
+    std::vector<float> part(static_cast<size_t>(M * run.rows));
+    qkv::weight_matmul(part.data(), x.data(), M, K, {&run, 1}, bias.data());
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < run.rows; ++j)
+        ASSERT_EQ(whole[static_cast<size_t>(i * 19 + j0 + j)], part[static_cast<size_t>(i * run.rows + j)]);
+    j0 += run.rows;
+  }
+}
+
+TEST_P(WeightMatmul, NonFiniteActivationsGiveNaN) {
+  std::mt19937 gen(15);
+  const int64_t K = 256;
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, 4, K, gen);
+    const Weight w{t, 4, K, bytes.data()};
+    for (float bad : {NAN, INFINITY}) {
+      std::vector<float> x = random_x(1, K, gen), out(4);
+      x[100] = bad;
+      qkv::weight_matmul(out.data(), x.data(), 1, K, {&w, 1}, nullptr);
+      for (float v : out) EXPECT_TRUE(std::isnan(v) || (std::isinf(v) && std::isinf(bad))) << qkv::weight_type_info(t).name << " " << v;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, WeightMatmul, ::testing::ValuesIn(qkv::all_isas()), qkv::test::isa_test_name);
+
+TEST(WeightMatmulChecks, RefusesSizesItCannotRun) {
+  std::vector<uint8_t> bytes(qkv::weight_bytes(WeightType::q4_k, 2 * 256));
+  float x[512] = {}, out[4] = {};
+  const Weight w{WeightType::q4_k, 2, 256, bytes.data()};
+  EXPECT_THROW(qkv::weight_matmul(out, x, 1, 512, {&w, 1}, nullptr), qkv::Error);  // cols != K
+  const Weight odd{WeightType::q4_k, 1, 300, bytes.data()};
+  try {
+    qkv::weight_matmul(out, x, 1, 300, {&odd, 1}, nullptr);
+    FAIL() << "a K that is not a multiple of the block was taken";
+  } catch (const qkv::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(qkv::weight_matmul(out, x, -1, 256, {&w, 1}, nullptr), qkv::Error);
+}
+
+}  // namespace
