@@ -2,8 +2,9 @@
 // type: each output within the stated bound of the float64 product of x
 // and the reference-dequantized row, at 1, few and many rows; exact
 // activations leave only float rounding; the same bits for any thread
-// count; runs of mixed types equal to their separate products; NaN in,
-// NaN out; and the sizes it refuses.
+// count; the path's dequantizers give the reference's bits; runs of mixed
+// types equal to their separate products; NaN in, NaN out; and the sizes
+// it refuses.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -233,6 +234,26 @@ TEST_P(WeightMatmul, NonFiniteActivationsGiveNaN) {
       for (float v : out) EXPECT_TRUE(std::isnan(v) || (std::isinf(v) && std::isinf(bad))) << qkv::weight_type_info(t).name << " " << v;
     }
   }
+}
+
+// The long prompts' GEMM reads the weights dequantized by the path's own
+// code: the reference dequantizer's bits, every type, rows anywhere.
+TEST_P(WeightMatmul, DequantizedRowsAreTheReferenceBits) {
+  std::mt19937 gen(16);
+  const int64_t K = 512, N = 7;
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+    const Weight w{t, N, K, bytes.data()};
+    std::vector<float> got(static_cast<size_t>(3 * K));
+    qkv::dequantize_rows(w, 2, 3, got.data());
+    for (int64_t r = 0; r < 3; ++r) {
+      const std::vector<float> want = dequantized_row(w, 2 + r);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data() + r * K, sizeof(float) * static_cast<size_t>(K)))
+          << qkv::weight_type_info(t).name << " row " << 2 + r;
+    }
+  }
+  std::vector<float> out(K);
+  EXPECT_THROW(qkv::dequantize_rows(Weight{WeightType::q8_0, N, K, nullptr}, 6, 2, out.data()), qkv::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, WeightMatmul, ::testing::ValuesIn(qkv::all_isas()), qkv::test::isa_test_name);

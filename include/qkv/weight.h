@@ -39,10 +39,10 @@ namespace qkv {
 /// bytes at data + r * that. The bytes are not owned (a mapped file or a
 /// buffer of the caller's).
 struct Weight {
-  WeightType type = WeightType::f32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  const void* data = nullptr;
+  WeightType type = WeightType::f32;  ///< how each row is stored
+  int64_t rows = 0;                   ///< N: outputs (a Linear's out)
+  int64_t cols = 0;                   ///< K: weights a row (a Linear's in), a multiple of the type's block
+  const void* data = nullptr;         ///< row 0's first byte
   /// The bytes of one row.
   uint64_t row_bytes() const { return weight_bytes(type, cols); }
   /// Where row r starts.
@@ -57,5 +57,10 @@ struct Weight {
 /// K, K is not a multiple of a run's block, or a size is negative.
 QKV_API void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
                            const float* bias);
+
+/// Rows [r0, r0 + n) of w as float32 at out [n, cols]: the bits of
+/// dequantize_row (the reference), on the active path's vector code where it
+/// has one, the rows split between the caller's OpenMP threads.
+QKV_API void dequantize_rows(const Weight& w, int64_t r0, int64_t n, float* out);
 
 }  // namespace qkv

@@ -34,9 +34,15 @@ void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K);
 // in the type's activation format at x (Q8_0 blocks, or BlockQ8K).
 using DotFn = float (*)(const void* w, const void* x, int64_t K);
 
-// One path's dots, by weight type.
+// n weights (a multiple of the block) to float32: the reference
+// dequantizer's bits (linalg/rows.h).
+using DequantFn = void (*)(const void* blocks, float* out, int64_t n);
+
+// One path's dots and dequantizers, by weight type; a null dequantizer is
+// the reference's.
 struct DotKernels {
   DotFn q8_0, q4_0, q4_k, q5_k, q6_k;
+  DequantFn dequantize_q8_0, dequantize_q4_0, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k;
 };
 extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64
 extern const DotKernels dot_avx2;    // kernels/quant_dot_avx2.cpp: AVX2 and FMA

@@ -134,7 +134,8 @@ float dot_q6_k(const void* w, const void* x, int64_t K) {
 
 }  // namespace
 
-const DotKernels dot_scalar = {dot_q8_0, dot_q4_0, dot_q45_k<false>, dot_q45_k<true>, dot_q6_k};
+const DotKernels dot_scalar = {dot_q8_0, dot_q4_0, dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
+                               nullptr,  nullptr,  nullptr,          nullptr,         nullptr};
 
 const DotKernels& dot_kernels() { return active_isa() == Isa::scalar ? dot_scalar : dot_avx2; }
 

@@ -65,6 +65,27 @@ struct XRows {
 
 }  // namespace
 
+void dequantize_rows(const Weight& w, int64_t r0, int64_t n, float* out) {
+  if (r0 < 0 || n < 0 || r0 + n > w.rows)
+    throw Error("dequantize_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ") of a weight of " +
+                std::to_string(w.rows));
+  const linalg::DotKernels& k = linalg::dot_kernels();
+  linalg::DequantFn fast = nullptr;
+  switch (w.type) {
+    case WeightType::q8_0: fast = k.dequantize_q8_0; break;
+    case WeightType::q4_0: fast = k.dequantize_q4_0; break;
+    case WeightType::q4_k: fast = k.dequantize_q4_k; break;
+    case WeightType::q5_k: fast = k.dequantize_q5_k; break;
+    case WeightType::q6_k: fast = k.dequantize_q6_k; break;
+    default: break;
+  }
+  if (!fast) fast = weight_type_info(w.type).dequantize;
+  weight_bytes(w.type, w.cols);  // the check of cols
+  const int64_t K = w.cols;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+  for (int64_t r = 0; r < n; ++r) fast(w.row(r0 + r), out + r * K, K);
+}
+
 void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
                    const float* bias) {
   if (M < 0 || K < 0) throw Error("weight_matmul: negative size M = " + std::to_string(M) + ", K = " + std::to_string(K));

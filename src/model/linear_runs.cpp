@@ -108,8 +108,7 @@ void linear_runs(float* out, const float* inp, const std::vector<Weight>& w, con
     for (int64_t r0 = 0; r0 < run.rows; r0 += kQuantChunkRows) {
       const int64_t n = std::min(kQuantChunkRows, run.rows - r0);
       float* dst = chunk.data();
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < n; ++r) dequantize_row(run.type, run.row(r0 + r), dst + r * C, C);
+      dequantize_rows(run, r0, n, dst);
       kernels::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, dst, C, 0.0f, b ? b + j0 + r0 : nullptr,
                           out + j0 + r0, OC);
     }

@@ -488,7 +488,7 @@ SETUP = {
     "gguf-unsupported-type": lambda i: gguf_model(i, qtype=6),
     "gguf-unsupported-key": lambda i: gguf_model(i, metadata={"expert_count": 8}),
     "gguf-rope-scaling": lambda i: gguf_model(i, metadata={"rope.scaling.type": "yarn"}),
-    "gguf-tokenizer-model": lambda i: gguf_model(i, strings={"tokenizer.ggml.model": "llama"}),
+    "gguf-tokenizer-model": lambda i: gguf_model(i, strings={"tokenizer.ggml.model": "bert"}),
     "gguf-pre-tokenizer": lambda i: gguf_model(i, strings={"tokenizer.ggml.pre": "deepseek-llm"}),
     "gguf-output-is-model": lambda i: gguf_model(i, out=i.tmp / "m.gguf"),
     # qkv import, qkv export

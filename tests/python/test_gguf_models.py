@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
+SHAKESPEARE = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare.txt"
 PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.",
            "  thou art 1234 <|endoftext|> my lord's!"]
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -64,7 +65,16 @@ def llama3_tokenizer(tok):
 
 
 def add_tokenizer(w, tok, pre, add_bos):
-    """The tokenizer metadata the converter writes for a byte-level BPE tokenizer."""
+    """The tokenizer metadata the converter writes for a byte-level BPE
+    tokenizer, or for a SentencePiece one (an SpmVocab as `tok`)."""
+    if isinstance(tok, SpmVocab):
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tok.tokens)
+        w.add_token_scores(tok.scores)
+        w.add_token_types(tok.types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        return
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = [None] * len(vocab)
     for t, i in vocab.items():
@@ -79,6 +89,55 @@ def add_tokenizer(w, tok, pre, add_bos):
     w.add_bos_token_id(tok.token_to_id(EOT))
     w.add_eos_token_id(tok.token_to_id(EOT))
     w.add_add_bos_token(add_bos)
+
+
+class SpmVocab:
+    """A SentencePiece BPE vocabulary as llama.cpp's converter writes one
+    from a tokenizer.model: <unk>, <s>, </s>, the 256 byte pieces <0xNN>,
+    then pieces learned (by the tokenizers library's BPE trainer) on `text`,
+    "▁" for a space; each piece's score is minus its id, as SentencePiece
+    scores pieces by frequency."""
+
+    def __init__(self, text, size=600):
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+        t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+        t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        t.train_from_iterator(text.splitlines(), trainers.BpeTrainer(
+            vocab_size=size, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=100, show_progress=False))
+        learned = sorted(t.get_vocab().items(), key=lambda kv: kv[1])
+        self.tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        self.tokens += [p for p, _ in learned if p not in self.tokens]
+        self.types = [2, 3, 3] + [6] * 256 + [1] * (len(self.tokens) - 259)
+        self.scores = [0.0] * 259 + [-float(i) for i in range(259, len(self.tokens))]
+
+    def get_vocab_size(self):
+        return len(self.tokens)
+
+    def encode(self, text):
+        """llama.cpp's SentencePiece tokenizer (llm_tokenizer_spm), plainly:
+        "▁" in front and for each space, then, while some adjacent pair's
+        union is a piece, the highest-scoring union merges (the leftmost of
+        equals); a character that is no piece becomes its byte pieces.
+        <s> in front; no text, no "▁"."""
+        if not text:
+            return [1]
+        ids = {}
+        for i, p in enumerate(self.tokens):
+            ids.setdefault(p, i)
+        sym = list("\u2581" + text.replace(" ", "\u2581"))
+        while True:
+            best = None
+            for i in range(len(sym) - 1):
+                u = sym[i] + sym[i + 1]
+                if u in ids and ids[u] >= 259 and (best is None or self.scores[ids[u]] > self.scores[ids[best[1]]]):
+                    best = (i, u)
+            if best is None:
+                break
+            sym[best[0]:best[0] + 2] = [best[1]]
+        out = [1]
+        for p in sym:
+            out += [ids[p]] if p in ids else [ids[f"<0x{b:02X}>"] for b in p.encode()]
+        return out
 
 
 def permute(w, n_head):
@@ -410,8 +469,9 @@ def rewrite_string(path, key, value, out):
 @pytest.mark.parametrize("key,value,message", [
     ("general.architecture", "falcon",
      "metadata \"general.architecture\": \"falcon\" is not supported (qkv runs: gpt2, llama)"),
-    ("tokenizer.ggml.model", "llama",
-     "metadata \"tokenizer.ggml.model\": \"llama\" is not supported (qkv reads \"gpt2\", byte-level BPE)"),
+    ("tokenizer.ggml.model", "bert",
+     "metadata \"tokenizer.ggml.model\": \"bert\" is not supported (qkv reads \"gpt2\", byte-level BPE, "
+     "and \"llama\", SentencePiece BPE)"),
 ])
 def test_unsupported_architecture_and_tokenizer_are_named(key, value, message, small_llama, tmp_path):
     model, tok = small_llama
@@ -421,3 +481,27 @@ def test_unsupported_architecture_and_tokenizer_are_named(key, value, message, s
         qkv.Model.load(path)
     r = run_qkv("logits", "--model", path, "--prompt", "a", "--out", tmp_path / "l.npy")
     assert r.returncode == 1 and message in r.stderr, r.stderr
+
+
+SPM_TEXTS = ["ROMEO: the king's men", "  two  spaces, then\ttab", "First Citizen:\nBefore we proceed",
+             "caf\u00e9 na\u00efve \u2014 \u4e2d\u6587 \U0001F600 qu\u2019il", "a", ""]
+
+
+def test_sentencepiece_tokenizer_of_a_gguf_file(tmp_path):
+    # A Llama 2 / TinyLlama / Mistral file's tokenizer: qkv's ids are those
+    # of llama.cpp's algorithm on the file's pieces and scores, and decode
+    # gives the text back (pieces the vocabulary lacks as byte pieces).
+    text = open(SHAKESPEARE, encoding="utf-8").read()[:200_000] if SHAKESPEARE.exists() else " ".join(PROMPTS) * 50
+    vocab = SpmVocab(text)
+    model = llama_model(vocab, hidden_size=32, intermediate_size=64)
+    path = llama_gguf(model, tmp_path / "spm.gguf", vocab)
+    m = qkv.Model.load(path)
+    for t in SPM_TEXTS + PROMPTS:
+        ids = m.tokenize(t)
+        assert ids == vocab.encode(t), t
+        assert m.decode(ids[1:]) == t, t
+    out = m.generate("ROMEO:", tokens=8, temperature=0.0)
+    assert isinstance(out, str)
+    r = run_qkv("tokenize", "--model", path, "--input", "-", input=SPM_TEXTS[0] + "\n")
+    assert r.returncode == 0, r.stderr
+    assert [int(x) for x in r.stdout.split()] == vocab.encode(SPM_TEXTS[0])

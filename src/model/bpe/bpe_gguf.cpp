@@ -9,7 +9,19 @@
 //   tokenizer.ggml.merges       "left right", by rank
 //   tokenizer.ggml.token_type   1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
 //   tokenizer.ggml.{bos,eos}_token_id, add_bos_token, add_eos_token
+// and a SentencePiece BPE tokenizer (Llama 2, TinyLlama, Mistral) as
+//   tokenizer.ggml.model        "llama"
+//   tokenizer.ggml.tokens       every piece, "▁" for a space, "<0xNN>" bytes
+//   tokenizer.ggml.scores       each piece's score: SentencePiece merges the
+//                               adjacent pair whose union scores highest
+//   tokenizer.ggml.token_type   as above; the unknown piece is type 2
+//   tokenizer.ggml.add_space_prefix   "▁" in front of the text (default on)
+// which becomes the byte-fallback BPE of a Llama 2 tokenizer.json, its
+// merges derived from the scores (spm_merges).
+#include <algorithm>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +36,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kControl = 3, kUserDefined = 4;
+constexpr int64_t kUnknown = 2, kControl = 3, kUserDefined = 4;
 
 // The pre-tokenizer of a tokenizer.json for the name llama.cpp gives it,
 // and whether its BPE model ignores merges (Llama 3's: a word in the
@@ -75,15 +87,77 @@ void template_token(const std::vector<std::string>& tokens, int32_t id, json& si
   specials[t] = {{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
 }
 
+// The merges of a SentencePiece BPE vocabulary, as the tokenizers library
+// derives them from a SentencePiece model: every split of a piece into two
+// pieces of the vocabulary is a merge, ranked by the whole piece's score
+// (highest first; equal scores by id), a piece's splits by their ids. BPE
+// over these ranks merges what SentencePiece merges: the adjacent pair
+// whose union scores highest. A piece holding a space cannot be written as
+// a merge ("left right") and is left out (SentencePiece writes "▁").
+json spm_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores) {
+  std::unordered_map<std::string, size_t> id_of;
+  for (size_t id = 0; id < tokens.size(); ++id) id_of.emplace(tokens[id], id);
+  std::vector<size_t> order(tokens.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+  json merges = json::array();
+  std::vector<std::pair<size_t, size_t>> local;
+  for (const size_t id : order) {
+    const std::string& t = tokens[id];
+    if (t.find(' ') != std::string::npos) continue;
+    local.clear();
+    for (size_t at = 1; at < t.size(); ++at) {
+      if ((static_cast<unsigned char>(t[at]) & 0xC0) == 0x80) continue;  // inside a character
+      const auto l = id_of.find(t.substr(0, at)), r = id_of.find(t.substr(at));
+      if (l != id_of.end() && r != id_of.end()) local.emplace_back(l->second, r->second);
+    }
+    std::sort(local.begin(), local.end());
+    for (const auto& [l, r] : local) merges.push_back(tokens[l] + " " + tokens[r]);
+  }
+  return merges;
+}
+
+// The tokenizer.json parts of a SentencePiece vocabulary: Llama 2's
+// normalizer ("▁" in front, spaces as "▁") and decoder, byte fallback, the
+// unknown piece, the merges its scores imply.
+void spm_parts(const GgufFile& f, const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
+               json& spec) {
+  const std::vector<double>& scores = f.get_floats("tokenizer.ggml.scores");
+  if (scores.size() != tokens.size())
+    throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.scores\" has " + std::to_string(scores.size()) +
+                " entries, tokenizer.ggml.tokens " + std::to_string(tokens.size()));
+  const bool prefix = flag_or(f, "tokenizer.ggml.add_space_prefix", true);
+  const json replace_space = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  json norm = json::array();
+  if (prefix) norm.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+  norm.push_back(replace_space);
+  spec["normalizer"] = {{"type", "Sequence"}, {"normalizers", norm}};
+  spec["pre_tokenizer"] = nullptr;
+  json dec = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                          {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
+  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  spec["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+  json& model = spec["model"];
+  model["merges"] = spm_merges(tokens, scores);
+  model["byte_fallback"] = true;
+  model["fuse_unk"] = true;
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (types[id] == kUnknown) {
+      model["unk_token"] = tokens[id];
+      break;
+    }
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
-  if (model != "gpt2")
+  if (model != "gpt2" && model != "llama")
     throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.model\": \"" + model +
-                "\" is not supported (qkv reads \"gpt2\", byte-level BPE)");
+                "\" is not supported (qkv reads \"gpt2\", byte-level BPE, and \"llama\", SentencePiece BPE)");
+  const bool spm = model == "llama";
   bool ignore_merges = false;
-  const json pre = pre_tokenizer(f, ignore_merges);
+  const json pre = spm ? json(nullptr) : pre_tokenizer(f, ignore_merges);
   const std::vector<std::string>& tokens = f.get_strings("tokenizer.ggml.tokens");
   std::vector<int64_t> types(tokens.size(), 1);
   if (f.find("tokenizer.ggml.token_type")) {
@@ -102,11 +176,12 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
                        {"special", types[id] == kControl}});
   }
   json merges = json::array();
-  for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) merges.push_back(m);
+  if (!spm)
+    for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) merges.push_back(m);
   const int32_t bos = token_id(f, "tokenizer.ggml.bos_token_id", tokens.size());
   const int32_t eos = token_id(f, "tokenizer.ggml.eos_token_id", tokens.size());
   json single = json::array({json{{"Sequence", json{{"id", "A"}, {"type_id", 0}}}}}), specials = json::object();
-  if (flag_or(f, "tokenizer.ggml.add_bos_token", ignore_merges) && bos >= 0)
+  if (flag_or(f, "tokenizer.ggml.add_bos_token", ignore_merges || spm) && bos >= 0)
     template_token(tokens, bos, single, specials, true);
   if (flag_or(f, "tokenizer.ggml.add_eos_token", false) && eos >= 0)
     template_token(tokens, eos, single, specials, false);
@@ -116,6 +191,7 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
                {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                             {"use_regex", true}}},
                {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", ignore_merges}}}};
+  if (spm) spm_parts(f, tokens, types, spec);
   if (!specials.empty())
     spec["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
   auto impl = std::make_shared<Impl>();
