@@ -37,6 +37,7 @@
 #include "qkv/gpt.h"
 #include "qkv/sampler.h"
 #include "qkv/tokenizer.h"
+#include "qkv/weight_type.h"
 
 namespace qkv {
 
@@ -84,6 +85,21 @@ struct Generation {
 /// byte that is not part of a whole UTF-8 character as "\xNN".
 QKV_API std::string visible_text(std::string_view bytes);
 
+/// Options of Model::load.
+struct LoadOptions {
+  /// A GGUF file's every weight dequantized to float32 (about 4 bytes a
+  /// weight): the reference its quantized products are checked against.
+  bool dequantize = false;
+  /// A folder's (Hugging Face or qkv's own) Linear matrices, head and
+  /// embedding table quantized as they are read, with ggml's reference
+  /// quantizer (the bits llama.cpp's would write), then run as a GGUF file's
+  /// are (qkv/weight.h): WeightType::q8_0 or q4_0; every matrix's rows must
+  /// be a multiple of 32. Unset: the weights as stored.
+  std::optional<WeightType> quantize;
+  /// qkv::Error naming the first field out of range.
+  void validate() const;
+};
+
 /// A loaded model: its network, its tokenizer and, for an encoder, its pooling.
 /// Calls on one Model from several threads are safe: they take turns (each
 /// call reuses the network's scratch); separate Models run in parallel.
@@ -97,10 +113,9 @@ class QKV_API Model {
   /// keeps its matrices as the file stores them, quantized or not
   /// (qkv/weight.h), read where the mapped file holds them.
   static Model load(const std::string& dir);
-  /// load(), with a GGUF file's every weight dequantized to float32 when
-  /// `dequantize` (the reference its quantized products are checked
-  /// against; about 4 bytes a weight); other models load as load() does.
-  static Model load(const std::string& dir, bool dequantize);
+  /// load() with options (LoadOptions): a GGUF file dequantized, or a
+  /// folder's matrices quantized as they are read.
+  static Model load(const std::string& dir, const LoadOptions& options);
   /// A model of config `cfg` (validated) whose parameters are taken from
   /// `tensors` by their names (ParamInfo::name: nanoGPT's state_dict names).
   /// Every parameter must be there, float32, of its shape, with finite
@@ -202,6 +217,8 @@ class QKV_API Model {
 
  private:
   Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok);
+  /// load() of the weights as stored (a GGUF file's dequantized when asked).
+  static Model load_as_stored(const std::string& dir, bool dequantize);
 
   std::unique_ptr<GPT> gpt_;  ///< heavy and address-stable: scratch points into it
   // One call at a time: the network's scratch is reused by every call, so

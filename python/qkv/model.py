@@ -35,17 +35,22 @@ class Model:
         self._m = model
 
     @classmethod
-    def load(cls, dir: Union[str, os.PathLike], dequantize: bool = False) -> "Model":
+    def load(cls, dir: Union[str, os.PathLike], dequantize: bool = False,
+             quantize: Optional[str] = None) -> "Model":
         """Reads and checks the model directory, or a GGUF file of a llama or
         gpt2 model (its matrices kept as the file stores them, quantized or
         not; `dequantize=True` widens every weight to float32 instead, the
         reference the quantized products are checked against); ValueError
-        names any bad file.
+        names any bad file. quantize="q8_0" or "q4_0" quantizes a folder's
+        matrices as they are read, as llama.cpp stores those types, and runs
+        them so.
         What it reads past (a shard index that names the wrong shard for a
         tensor, as transformers reads it) is a RuntimeWarning."""
         if not isinstance(dequantize, bool):
             raise TypeError(f"dequantize: expected True or False, found {dequantize!r}")
-        m = _qkv.Model.load(_path(dir, "dir"), dequantize)
+        if quantize not in (None, "q8_0", "q4_0"):
+            raise ValueError(f"quantize: expected None, \"q8_0\" or \"q4_0\", found {quantize!r}")
+        m = _qkv.Model.load(_path(dir, "dir"), dequantize, quantize or "")
         for w in m.load_warnings():
             warnings.warn(w, RuntimeWarning, stacklevel=2)
         return cls(m)

@@ -79,8 +79,19 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
 
 void bind_model(nb::module_& m) {
   nb::class_<qkv::Model>(m, "Model")
-      .def_static("load", nb::overload_cast<const std::string&, bool>(&qkv::Model::load), nb::arg("dir"),
-                  nb::arg("dequantize") = false, nb::call_guard<nb::gil_scoped_release>())
+      .def_static(
+          "load",
+          [](const std::string& dir, bool dequantize, const std::string& quantize) {
+            qkv::LoadOptions o;
+            o.dequantize = dequantize;
+            if (quantize == "q8_0") o.quantize = qkv::WeightType::q8_0;
+            else if (quantize == "q4_0") o.quantize = qkv::WeightType::q4_0;
+            else if (!quantize.empty())
+              throw qkv::Error("quantize: expected \"q8_0\" or \"q4_0\", found \"" + quantize + "\"");
+            return qkv::Model::load(dir, o);
+          },
+          nb::arg("dir"), nb::arg("dequantize") = false, nb::arg("quantize") = "",
+          nb::call_guard<nb::gil_scoped_release>())
       .def("config",
            [](const qkv::Model& self) {
              const qkv::GPTConfig& c = self.config();

@@ -2,7 +2,10 @@
 // GGUF file's weights as they are stored): taking them from a loader, and
 // dequantizing them into the float32 buffer when something needs that
 // (training, weights(), bf16 compute).
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <map>
 #include <memory>
 #include <utility>
@@ -50,6 +53,106 @@ void GptLoader::hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<We
   written_sparsely(m.w_.data(), m.w_.size() * sizeof(float));
   m.matrices_quantized_ = true;
   m.weights_written_ = false;
+}
+
+namespace {
+
+// Row o of a matrix (cols wide) held as `runs`, as float32 at out.
+template <class E>
+void row_of(const RowRuns<E>& runs, int64_t o, int64_t cols, float* out) {
+  for (const RowRun<E>& run : runs) {
+    if (o >= run.rows) {
+      o -= run.rows;
+      continue;
+    }
+    for (int64_t i = 0; i < cols; ++i) {
+      if constexpr (std::is_same_v<E, bfloat16>) out[i] = bf16_to_float(run(o, i, cols));
+      else out[i] = run(o, i, cols);
+    }
+    return;
+  }
+}
+
+// rows x cols weights, row o given by row(o, float* out), quantized to
+// `type` at dst, rows split between the threads.
+template <class Row>
+void quantize_rows(WeightType type, int64_t rows, int64_t cols, uint8_t* dst, Row row) {
+  const uint64_t row_bytes = weight_bytes(type, cols);
+#pragma omp parallel
+  {
+    std::vector<float> x(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < rows; ++o) {
+      row(o, x.data());
+      quantize_row(type, x.data(), dst + static_cast<uint64_t>(o) * row_bytes, cols);
+    }
+  }
+}
+
+}  // namespace
+
+void GptLoader::quantize_matrices(GPT& m, WeightType type) {
+  GPT::Work& W = *m.work_;
+  const GPTConfig& c = m.cfg_;
+  const std::vector<MatrixPart> parts = linear_matrices(W, c);
+  for (const MatrixPart& p : parts)
+    if (p.cols % weight_type_info(type).block != 0)
+      throw Error(std::string("quantize: ") + weight_type_info(type).name + " needs rows of a multiple of " +
+                  std::to_string(weight_type_info(type).block) + " weights; a matrix of the model has rows of " +
+                  std::to_string(p.cols));
+  if (c.embd % weight_type_info(type).block != 0)
+    throw Error("quantize: the embedding's rows of " + std::to_string(c.embd) + " are not whole blocks");
+  // The bytes of every matrix (a tied head is the table's) and the table.
+  std::vector<uint64_t> at;
+  uint64_t total = 0;
+  for (const MatrixPart& p : parts) {
+    at.push_back(total);
+    if (!(c.tied_head && p.offset == W.wte)) total += weight_bytes(type, p.rows * p.cols);
+  }
+  const uint64_t wte_at = total;
+  total += weight_bytes(type, c.vocab * c.embd);
+  std::vector<uint8_t> owned(total);
+  const float* w = m.w_.data();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const MatrixPart& p = parts[i];
+    if (c.tied_head && p.offset == W.wte) continue;  // the table's, below
+    uint8_t* dst = owned.data() + at[i];
+    if (m.matrices_in_bf16_) {
+      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) { row_of(W.mats16[i], o, p.cols, x); });
+    } else if (m.matrices_mapped_) {
+      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) { row_of(W.mats32[i], o, p.cols, x); });
+    } else {
+      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) {
+        std::copy(w + p.offset + o * p.cols, w + p.offset + (o + 1) * p.cols, x);
+      });
+    }
+  }
+  // The table: where a mapped file holds it, else the flat buffer (a bf16
+  // model whose table was read into it, or widened there).
+  const int64_t C = c.embd;
+  quantize_rows(type, c.vocab, C, owned.data() + wte_at, [&](int64_t o, float* x) {
+    if (W.wte16) {
+      for (int64_t i = 0; i < C; ++i) x[i] = bf16_to_float(W.wte16[o * C + i]);
+    } else {
+      const float* src = W.wte32 ? W.wte32 : w + W.wte;
+      std::copy(src + o * C, src + (o + 1) * C, x);
+    }
+  });
+  std::map<int64_t, std::vector<Weight>> runs;
+  const Weight wte{type, c.vocab, C, owned.data() + wte_at};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const MatrixPart& p = parts[i];
+    runs[p.offset] = {c.tied_head && p.offset == W.wte ? wte : Weight{type, p.rows, p.cols, owned.data() + at[i]}};
+  }
+  // Let go of what held the matrices before.
+  W.mats16.clear();
+  W.weights16 = {};
+  W.wte16 = nullptr;
+  W.mats32.clear();
+  W.panels32 = {};
+  W.wte32 = nullptr;
+  m.matrices_in_bf16_ = m.matrices_mapped_ = false;
+  hold_matrices_quantized(m, std::move(runs), wte, std::move(owned), {});
 }
 
 template <class T>

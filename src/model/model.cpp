@@ -9,6 +9,7 @@
 
 #include "core/runtime/interrupt.h"
 #include "model/gguf_model.h"
+#include "model/gpt_work.h"
 #include "model/hf/hf_folder.h"
 #include "model/hf/sentence.h"
 #include "model/param_tensors.h"
@@ -55,9 +56,27 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-Model Model::load(const std::string& dir) { return load(dir, false); }
+void LoadOptions::validate() const {
+  if (quantize && *quantize != WeightType::q8_0 && *quantize != WeightType::q4_0)
+    throw Error(std::string("load options: quantize must be Q8_0 or Q4_0, found ") + weight_type_info(*quantize).name);
+  if (quantize && dequantize) throw Error("load options: quantize and dequantize exclude each other");
+}
 
-Model Model::load(const std::string& dir, bool dequantize) {
+Model Model::load(const std::string& dir) { return load(dir, LoadOptions{}); }
+
+Model Model::load(const std::string& dir, const LoadOptions& options) {
+  options.validate();
+  if (options.quantize && gguf::is_gguf_file(dir))
+    throw Error("'" + dir + "': a GGUF file keeps its own weight types; quantize applies to a folder's weights");
+  Model m = load_as_stored(dir, options.dequantize);
+  if (options.quantize) {
+    GptLoader::quantize_matrices(*m.gpt_, *options.quantize);
+    m.weights_dtype_ = DType::f32;
+  }
+  return m;
+}
+
+Model Model::load_as_stored(const std::string& dir, bool dequantize) {
   if (gguf::is_gguf_file(dir)) {
     gguf::GgufModel g = gguf::load_model(dir, dequantize);
     Model m(std::move(g.gpt), std::nullopt);

@@ -491,6 +491,7 @@ SETUP = {
     "gguf-tokenizer-model": lambda i: gguf_model(i, strings={"tokenizer.ggml.model": "bert"}),
     "gguf-pre-tokenizer": lambda i: gguf_model(i, strings={"tokenizer.ggml.pre": "deepseek-llm"}),
     "gguf-output-is-model": lambda i: gguf_model(i, out=i.tmp / "m.gguf"),
+    "gguf-quantize-file": lambda i: gguf_model(i) + ["--quantize", "q8_0"],
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],

@@ -505,3 +505,61 @@ def test_sentencepiece_tokenizer_of_a_gguf_file(tmp_path):
     r = run_qkv("tokenize", "--model", path, "--input", "-", input=SPM_TEXTS[0] + "\n")
     assert r.returncode == 0, r.stderr
     assert [int(x) for x in r.stdout.split()] == vocab.encode(SPM_TEXTS[0])
+
+
+def hf_folder(model, tok, path, dtype="float32"):
+    """`model` saved as a Hugging Face folder (its weights in `dtype`) with `tok`."""
+    import safetensors.torch as st
+    model.save_pretrained(path, safe_serialization=True)
+    tensors = {k: v.to(getattr(torch, dtype)) for k, v in st.load_file(path / "model.safetensors").items()}
+    st.save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
+    return path
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_quantize_at_load_equals_the_gguf_file(arch, qtype, gpt2_tok, tmp_path):
+    # A folder quantized as it is read holds the blocks the gguf package
+    # (ggml's reference quantizer) writes to a file of the same weights: the
+    # same logits, bit for bit, as that file's, whether the folder holds
+    # float32 (GPT-2's Conv1D matrices stored [in, out]) or bf16 weights.
+    gt = getattr(gguf.GGMLQuantizationType, qtype.upper())
+    if arch == "gpt2":
+        ref, tok = gpt2_model(gpt2_tok), gpt2_tok
+        for p in ref.parameters():  # bf16's values, so that both folders hold the same weights
+            p.data = p.data.bfloat16().float()
+        wpe = ref.transformer.wpe.weight.detach().numpy()  # positions stay float32, as in the folder
+        path = gpt2_gguf(ref, tmp_path / "q.gguf", tok, qtype=gt,
+                         replace={"position_embd.weight": (wpe, gguf.GGMLQuantizationType.F32)})
+    else:
+        tok = llama3_tokenizer(gpt2_tok)
+        ref = llama_model(tok)
+        for p in ref.parameters():
+            p.data = p.data.bfloat16().float()
+        path = llama_gguf(ref, tmp_path / "q.gguf", tok, qtype=gt)
+    # The file quantizes token_embd and every matrix; 1-D tensors stay F32.
+    want = qkv.Model.load(path)
+    for dtype in ("float32", "bfloat16"):
+        folder = hf_folder(ref, tok, tmp_path / dtype, dtype)
+        m = qkv.Model.load(folder, quantize=qtype)
+        for text in PROMPTS[:2]:
+            ids = want.tokenize(text)
+            np.testing.assert_array_equal(m.logits(ids), want.logits(ids), err_msg=f"{dtype} {text}")
+    out = tmp_path / "l.npy"
+    r = run_qkv("logits", "--model", folder, "--quantize", qtype, "--prompt", PROMPTS[0], "--out", out)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(out), want.logits(want.tokenize(PROMPTS[0])))
+
+
+def test_quantize_at_load_refusals(gpt2_tok, tmp_path):
+    path = gpt2_gguf(gpt2_model(gpt2_tok), tmp_path / "m.gguf", gpt2_tok)
+    with pytest.raises(ValueError, match="a GGUF file keeps its own weight types"):
+        qkv.Model.load(path, quantize="q8_0")
+    with pytest.raises(ValueError, match="quantize: expected None"):
+        qkv.Model.load(path, quantize="q4_k")
+    r = run_qkv("logits", "--model", path, "--quantize", "q8_0", "--prompt", "a", "--out", tmp_path / "l.npy")
+    assert r.returncode == 2 and "--quantize: '" in r.stderr and "is a file" in r.stderr, r.stderr
+    r = run_qkv("sample", "--model", path, "--quantize", "q5_0", "--prompt", "a")
+    assert r.returncode == 2 and "--quantize" in r.stderr, r.stderr

@@ -13,13 +13,13 @@ namespace qkv::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model_dir, prompt, out;
+  std::string model_dir, prompt, out, quantize = "none";
   std::optional<int> threads;
 };
 
 int run_logits(const LogitsArgs& a) {
   const int threads = model_threads(a.threads);
-  Model m = load_model_arg("qkv logits", a.model_dir);
+  Model m = load_model_arg("qkv logits", a.model_dir, a.quantize);
   refuse_encoder(m, "next-token logits");
   m.set_threads(threads);
   const Prompt p = encode_model_prompt("qkv logits", m, a.prompt);
@@ -49,6 +49,7 @@ Runner add_logits(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--out", a->out, "output .npy file: logits [T, vocab] float32")->required();
   add_model_threads(cmd, a->threads);
+  add_quantize_flag(cmd, a->quantize);
   path_options(cmd, {.read_dirs = {"--model"}, .writes = {"--out"}});
   return [a] { return run_logits(*a); };
 }

@@ -26,6 +26,7 @@ struct SampleArgs {
   std::optional<int> threads;
   std::string dtype = "auto";
   std::string kv_dtype = "auto";
+  std::string quantize = "none";
 };
 
 // "auto" stays unset (the library's default); "float32", "bf16" or "bfloat16".
@@ -45,7 +46,7 @@ int run_sample(SampleArgs& a) {
   a.o.use_cache = !a.no_cache;
   a.o.dtype = dtype_flag(a.dtype);
   a.o.kv_dtype = dtype_flag(a.kv_dtype);
-  Model m = load_model_arg("qkv sample", a.model_dir);
+  Model m = load_model_arg("qkv sample", a.model_dir, a.quantize);
   refuse_encoder(m, "generated text");
   // The weights are in memory now; the KV cache, keys and values for the
   // whole context of every layer, is what generation still allocates.
@@ -103,6 +104,7 @@ Runner add_sample(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed, "seed of the draws")->capture_default_str();
   add_model_threads(cmd, a->threads);
+  add_quantize_flag(cmd, a->quantize);
   cmd->add_option("--dtype", a->dtype,
                   "the layers' products: float32, or bf16 (also spelt bfloat16) with float32 sums; "
                   "auto: the weights' dtype (bf16 for a folder of BF16 weights, which are read as they are)")

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
 
@@ -35,8 +37,13 @@ Prompt encode_model_prompt(const std::string& cmd, const Model& m, const std::st
 
 // Model::load(dir) for a command's --model, each of its load warnings on
 // one stderr line ("<cmd>: warning: "): the commands that run a model load
-// it through here, so that none leaves them unsaid.
-Model load_model_arg(const std::string& cmd, const std::string& dir);
+// it through here, so that none leaves them unsaid. `quantize` is the
+// --quantize flag's value (add_quantize_flag): "none", "q8_0" or "q4_0";
+// given for a file (a GGUF file keeps its own types) it is a UsageError.
+Model load_model_arg(const std::string& cmd, const std::string& dir, const std::string& quantize = "none");
+
+// The --quantize flag of the commands that run a language model.
+void add_quantize_flag(CLI::App* cmd, std::string& quantize);
 
 // For the commands of qkv's language models (logits, sample, export): a
 // UsageError naming --model when it is an encoder, which gives `what` no sense.
