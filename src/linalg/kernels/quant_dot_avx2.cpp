@@ -183,17 +183,27 @@ void dequantize_q4_0(const void* blocks, float* out, int64_t n) {
   }
 }
 
-void dequantize_q4_k(const void* blocks, float* out, int64_t n) {
+// Q4_K, and Q5_K with its fifth bits (kFifthBit).
+template <bool kFifthBit>
+void dequantize_q45_k(const void* blocks, float* out, int64_t n) {
+  constexpr int kBytes = kFifthBit ? 176 : 144, kQs = kFifthBit ? 48 : 16;
   const auto* b = static_cast<const uint8_t*>(blocks);
   alignas(32) uint8_t q[64];
-  for (int64_t i = 0; i < n / 256; ++i, b += 144, out += 256) {
+  for (int64_t i = 0; i < n / 256; ++i, b += kBytes, out += 256) {
     const float d = f16_at(b), dmin = f16_at(b + 2);
     const Scales8 s = unpack_scales(b + 4);
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifthBit) qh = load32(b + 16);
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw = load32(b + 16 + 32 * c);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_and_si256(raw, _mm256_set1_epi8(15)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32),
-                         _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15)));
+      const __m256i raw = load32(b + kQs + 32 * c);
+      __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(15));
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
+      if constexpr (kFifthBit) {
+        lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
+        hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32), hi);
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * c + h, shift = 8 * (j % 4);
         const auto sc = static_cast<float>((s.sc[j / 4] >> shift) & 0xff), m = static_cast<float>((s.m[j / 4] >> shift) & 0xff);
@@ -230,6 +240,6 @@ void dequantize_q6_k(const void* blocks, float* out, int64_t n) {
 }  // namespace
 
 const DotKernels dot_avx2 = {dot_q8_0,        dot_q4_0,        dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
-                             dequantize_q8_0, dequantize_q4_0, dequantize_q4_k,  nullptr,         dequantize_q6_k};
+                             dequantize_q8_0, dequantize_q4_0, dequantize_q45_k<false>, dequantize_q45_k<true>, dequantize_q6_k};
 
 }  // namespace qkv::linalg
