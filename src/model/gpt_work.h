@@ -246,15 +246,15 @@ struct GptLoader {
   // sequential read a thread, with no horizontal sums, where the dot
   // products of the rows where they lie wait on many streams.
   static void pack_matrices(GPT& m);
-  // Makes m hold its matrices quantized (gpt_quantized.cpp): `runs` by
-  // ParamInfo offset for every matrix (a tied head: wte's offset), `wte`
-  // the embedding table, `owned` the bytes some runs point into and `keep`
-  // the mappings the others do; the flat buffer's copies stay unwritten.
   // Makes m hold its matrices, head and embedding table quantized to `type`
   // (Q8_0 or Q4_0, the reference quantizers), from wherever they are held
   // now; what held them before (float32 or bf16 copies, mapped files) is
   // let go. qkv::Error naming a matrix whose rows are not whole blocks.
   static void quantize_matrices(GPT& m, WeightType type);
+  // Makes m hold its matrices quantized (gpt_quantized.cpp): `runs` by
+  // ParamInfo offset for every matrix (a tied head: wte's offset), `wte`
+  // the embedding table, `owned` the bytes some runs point into and `keep`
+  // the mappings the others do; the flat buffer's copies stay unwritten.
   static void hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<Weight>> runs, const Weight& wte,
                                       std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep);
 };
