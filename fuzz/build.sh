@@ -34,7 +34,7 @@ declare -A sources=(
   [npy]="fuzz/fuzz_npy.cpp ${io_core[*]} src/io/npy.cpp"
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
   # (safetensors.cpp for float_from_half, which the f16 scales use)
-  [gguf]="fuzz/fuzz_gguf.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/io/mapped_file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_metadata.cpp src/linalg/weight_types.cpp src/linalg/quant_32.cpp src/linalg/quant_k.cpp"
+  [gguf]="fuzz/fuzz_gguf.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/io/mapped_file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_metadata.cpp src/linalg/weight_types.cpp src/linalg/quant_32.cpp src/linalg/quant_k.cpp src/linalg/quant_k_make.cpp"
   [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
   [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"

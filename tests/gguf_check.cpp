@@ -9,7 +9,7 @@
 //     type, shape (ggml order), offset, nbytes and, for qkv's weight types,
 //     "bits": every dequantized float32 as its uint32 bits.
 //   gguf_check quantize TYPE IN OUT
-//     IN: raw float32; OUT: quantize_row(TYPE) of it (TYPE: Q8_0, Q4_0).
+//     IN: raw float32; OUT: quantize_row(TYPE) of it (TYPE: a ggml name, Q4_K).
 //   gguf_check half IN OUT
 //     IN: raw float32; OUT: each as f16 bits (uint16), the quantizers' rounding.
 //   gguf_check types

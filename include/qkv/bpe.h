@@ -36,13 +36,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/export.h"
+#include "qkv/gguf.h"
 
 namespace qkv {
 
-class GgufFile;
 
 /// A BPE tokenizer as described by a Hugging Face tokenizer.json. Immutable
 /// once read; copies share the tables, and encode()/decode() may run on
@@ -71,6 +72,12 @@ class QKV_API BpeTokenizer {
   /// tokens are special added tokens, USER_DEFINED ones added tokens. Any
   /// other model or pre-tokenizer is a qkv::Error naming the field.
   static BpeTokenizer from_gguf(const GgufFile& file);
+  /// The tokenizer.ggml.* metadata of this tokenizer, padded with unused
+  /// tokens ("[PAD<id>]") to `vocab` ids, what from_gguf reads back as the
+  /// same tokenizer: a byte-level BPE with GPT-2's or Llama 3's split, no
+  /// normalizer, and a post-processor that adds at most bos in front and eos
+  /// at the end. Any other is a qkv::Error naming what GGUF cannot say.
+  std::vector<std::pair<std::string, GgufValue>> gguf_metadata(int64_t vocab) const;
 
   /// The ids of UTF-8 text: added tokens first, then each stretch between
   /// them through the normalizer, pre-tokenizer and BPE. Invalid UTF-8 is a

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -63,13 +64,23 @@ QKV_API const char* gguf_type_name(GgufType t);
 /// uint64_t, INT8..INT64 as int64_t, FLOAT32 and FLOAT64 as double, STRING as
 /// its bytes; an array of these as a vector of the same, and an array of
 /// arrays as a vector of GgufValue (each inner array has its own element type).
-struct GgufValue {
+struct QKV_API GgufValue {
   GgufType type = GgufType::u8;          ///< its type
   GgufType element_type = GgufType::u8;  ///< an array's element type (arrays only)
   /// The value, by the rule above.
   std::variant<uint64_t, int64_t, double, std::string, std::vector<uint64_t>, std::vector<int64_t>,
                std::vector<double>, std::vector<std::string>, std::vector<GgufValue>>
       data;
+
+  /// Values to write (GgufWriter), one of each common type:
+  static GgufValue string(std::string s);  ///< a STRING
+  static GgufValue u32(uint32_t v);        ///< a UINT32
+  static GgufValue i32(int32_t v);         ///< an INT32
+  static GgufValue f32(float v);           ///< a FLOAT32
+  static GgufValue boolean(bool v);        ///< a BOOL
+  static GgufValue strings(std::vector<std::string> v);  ///< an ARRAY of STRING
+  static GgufValue i32s(std::vector<int64_t> v);         ///< an ARRAY of INT32 (each must fit)
+  static GgufValue f32s(std::vector<double> v);          ///< an ARRAY of FLOAT32
 };
 
 /// What the GGUF format says of one of ggml's tensor types: enough to know
@@ -152,6 +163,39 @@ class QKV_API GgufFile {
   std::map<std::string, size_t> key_index_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;
+};
+
+/// A GGUF file to write: version 3, metadata and tensors in the order
+/// given, each tensor's data at a multiple of the alignment (32, or the
+/// UINT32 metadata "general.alignment"). What GgufFile reads back, and what
+/// llama.cpp and the gguf Python package read.
+class QKV_API GgufWriter {
+ public:
+  /// Fills `out` (the tensor's byte size) with the tensor's data.
+  using Fill = std::function<void(std::byte* out)>;
+
+  /// Metadata `key` = `value`; a key given twice is a qkv::Error.
+  void set(const std::string& key, GgufValue value);
+  /// A tensor of dims `ne` (ggml's order, ne[0] first, 1 to 4 dims) and
+  /// ggml type `ggml_type`, whose bytes `fill` writes when the file is
+  /// written, one tensor at a time (a model larger than memory can be
+  /// written). A name given twice, an unknown type, or ne[0] not a multiple
+  /// of the type's block is a qkv::Error.
+  void add_tensor(const std::string& name, const Shape& ne, uint32_t ggml_type, Fill fill);
+  /// Writes the file at `path` atomically (a temporary renamed over it, so
+  /// that a failed write leaves any old file as it was); errors name it.
+  void write(const std::string& path) const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    Shape ne;
+    uint32_t type;
+    uint64_t bytes;
+    Fill fill;
+  };
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::vector<Tensor> tensors_;
 };
 
 }  // namespace qkv

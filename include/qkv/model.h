@@ -173,6 +173,8 @@ class QKV_API Model {
   /// sentence-transformers folder its max_seq_length.
   int64_t max_length() const { return max_length_; }
   const Pooling& pooling() const { return pooling_; }  ///< how embed() pools
+  /// The BPE tokenizer of a Hugging Face decoder or a GGUF model; null for others.
+  const BpeTokenizer* bpe_tokenizer() const { return bpe_.get(); }
   /// The dtype of the checkpoint's matrices as loaded: bf16 for a Hugging
   /// Face folder whose Linear weights are all BF16 (held as bf16, half the
   /// memory of float32), else float32. generate() computes in it unless

@@ -8,8 +8,10 @@
 /// them back into numbers. Each row of the table gives the layout and the
 /// plain reference dequantizer, written from the format's definition and
 /// equal bit for bit to the gguf Python package's (tests/numpy/test_gguf.py);
-/// Q8_0 and Q4_0 have ggml's reference quantizer too, the same bits as
-/// quantize_row_q8_0_ref / quantize_row_q4_0_ref. The byte layout of each
+/// Every type but BF16 has ggml's reference quantizer too: the same bits as
+/// quantize_row_q8_0_ref, ..._q4_0_ref, ..._q4_K_ref, ..._q5_K_ref and
+/// ..._q6_K_ref (the blocks llama-quantize writes without an importance
+/// matrix; tests/numpy/test_quantize.py). The byte layout of each
 /// block is drawn beside its code in src/linalg/.
 ///
 ///   type  block  bytes  bits/weight
@@ -54,7 +56,7 @@ struct WeightTypeInfo {
   /// in n / block blocks at `blocks` (any alignment) to float32 at `out`.
   void (*dequantize)(const void* blocks, float* out, int64_t n);
   /// The reference quantizer (n float32 weights to n / block blocks), or
-  /// null where qkv has none (every type but Q8_0 and Q4_0).
+  /// null where qkv has none (BF16).
   void (*quantize)(const float* x, void* blocks, int64_t n);
 };
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _qkv
 from ._checks import _bool, _float, _int, _seq, _strs
-from .model import GPT, Model
+from .model import GPT, Model, quantize
 from .training import train
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Model",
     "GPT",
     "train",
+    "quantize",
     "heatmap_png",
     "__version__",
 ]

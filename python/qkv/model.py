@@ -7,7 +7,7 @@ import os
 import queue
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -250,3 +250,16 @@ class Model:
 
 # The name of the class before encoders loaded too.
 GPT = Model
+
+
+def quantize(model: Union[str, os.PathLike], out: Union[str, os.PathLike], type: str = "q4_k_m") -> List[Tuple[str, List[int], str]]:
+    """Writes the model at `model` (a Hugging Face GPT-2, Llama or Mistral
+    folder, or a GGUF file) to `out` as a GGUF file that qkv and llama.cpp
+    run, each tensor in the type llama-quantize gives it in the mix `type`:
+    "q8_0", "q4_0", "q4_k_m", "q5_k_m" or "q6_k". Returns each tensor's
+    (name, dims in ggml's order, type name), e.g. ("output.weight", [64, 800], "Q6_K").
+    ValueError names what a GGUF file cannot hold (qkv's own character-level
+    models, encoders)."""
+    if not isinstance(type, str):
+        raise TypeError(f"type: expected a string such as \"q4_k_m\", found {type!r}")
+    return [(n, list(ne), t) for n, ne, t in _qkv.quantize(_path(model, "model"), _path(out, "out"), type)]

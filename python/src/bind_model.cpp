@@ -3,6 +3,7 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "qkv/quantize.h"
 #include "interruptible.h"
 #include "qkv/heatmap.h"
 #include "qkv/model.h"
@@ -78,6 +80,17 @@ qkv::TrainOptions train_options(const std::string& text_path, const std::string&
 }  // namespace
 
 void bind_model(nb::module_& m) {
+  m.def(
+      "quantize",
+      [](const std::string& model, const std::string& out, const std::string& type) {
+        qkv::QuantizeOptions o;
+        o.mix = qkv::quant_mix_from_name(type);
+        std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> tensors;
+        for (const qkv::QuantizedTensor& t : qkv::quantize_model(model, out, o))
+          tensors.emplace_back(t.name, t.ne, qkv::weight_type_info(t.type).name);
+        return tensors;
+      },
+      nb::arg("model"), nb::arg("out"), nb::arg("type"), nb::call_guard<nb::gil_scoped_release>());
   nb::class_<qkv::Model>(m, "Model")
       .def_static(
           "load",

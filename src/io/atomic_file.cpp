@@ -73,15 +73,18 @@ bool write_all(int fd, std::string_view bytes) {
 // A device, FIFO or socket is not ours to replace (renaming over /dev/null
 // as root would destroy it): its bytes go to it directly. No fsync: devices
 // and pipes refuse it, and there is no file to make durable.
-void write_in_place(const std::string& path, const std::string& target,
-                    std::initializer_list<std::string_view> parts) {
+void write_in_place(const std::string& path, const std::string& target, const FileSet::Producer& produce) {
   const int fd = open(target.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) fail(path, errno);
-  bool ok = true;
-  for (std::string_view part : parts) ok = ok && write_all(fd, part);
-  const int err = ok ? 0 : errno;
-  if (close(fd) != 0 && ok) fail(path, errno);
-  if (!ok) fail(path, err ? err : EIO);
+  try {
+    produce([&](std::string_view part) {
+      if (!write_all(fd, part)) fail(path, errno ? errno : EIO);
+    });
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  if (close(fd) != 0) fail(path, errno);
 }
 
 // Makes a rename durable; best effort, since some file systems refuse fsync
@@ -100,32 +103,41 @@ FileSet::~FileSet() {
 }
 
 void FileSet::stage(const std::string& path, std::initializer_list<std::string_view> parts) {
+  stage_with(path, [&](const Sink& write) {
+    for (std::string_view part : parts) write(part);
+  });
+}
+
+void FileSet::stage_with(const std::string& path, const Producer& produce) {
   struct stat st;
   // A device, FIFO or socket is written in place through the path itself:
   // /dev/stdout on a pipe is a link to /proc/self/fd/1, a magic link whose
   // text ("pipe:[123]") names nothing, so it cannot be followed by name.
   if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-    return write_in_place(path, path, parts);
+    return write_in_place(path, path, produce);
   Staged s{path, follow_symlinks(path), ""};
   if (stat(s.target.c_str(), &st) == 0) {
     // Refused now rather than at the rename, so that no other file of the
     // set has been replaced by then.
     if (S_ISDIR(st.st_mode)) fail(path, EISDIR);
-    if (!S_ISREG(st.st_mode)) return write_in_place(path, s.target, parts);
+    if (!S_ISREG(st.st_mode)) return write_in_place(path, s.target, produce);
   }
   const int fd = open_temp(dir_of(s.target), s.tmp);
   if (fd < 0) fail(path, errno);
-  bool ok = true;
-  for (std::string_view part : parts) ok = ok && write_all(fd, part);
-  ok = ok && fsync(fd) == 0;
-  int err = ok ? 0 : errno;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
+  try {  // the producer's error, or a failed write: no temporary is left behind
+    produce([&](std::string_view part) {
+      if (!write_all(fd, part)) fail(path, errno ? errno : EIO);
+    });
+    if (fsync(fd) != 0) fail(path, errno);
+  } catch (...) {
+    close(fd);
     unlink(s.tmp.c_str());
-    fail(path, err ? err : EIO);
+    throw;
+  }
+  if (close(fd) != 0) {
+    const int err = errno;
+    unlink(s.tmp.c_str());
+    fail(path, err);
   }
   staged_.push_back(std::move(s));
 }

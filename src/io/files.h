@@ -2,6 +2,7 @@
 // and a set of files so that either all of them are replaced or none.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -38,6 +39,12 @@ class QKV_API FileSet {
   ~FileSet();
 
   void stage(const std::string& path, std::initializer_list<std::string_view> parts);
+  // stage() with the bytes handed over piece by piece: `produce` calls the
+  // sink it is given as often as it likes (a file too large to hold whole).
+  // An exception from it leaves no temporary and nothing staged.
+  using Sink = std::function<void(std::string_view)>;
+  using Producer = std::function<void(const Sink&)>;
+  void stage_with(const std::string& path, const Producer& produce);
   void commit();
 
  private:

@@ -18,4 +18,9 @@ void dequantize_q4_k(const void* blocks, float* out, int64_t n);
 void dequantize_q5_k(const void* blocks, float* out, int64_t n);
 void dequantize_q6_k(const void* blocks, float* out, int64_t n);
 
+// quant_k_make.cpp: ggml's reference K-quant quantizers.
+void quantize_q4_k(const float* x, void* blocks, int64_t n);
+void quantize_q5_k(const float* x, void* blocks, int64_t n);
+void quantize_q6_k(const float* x, void* blocks, int64_t n);
+
 }  // namespace qkv::linalg

@@ -19,11 +19,21 @@ void dequantize_f32(const void* src, float* out, int64_t n) {
   if (n > 0) std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+void quantize_f32(const float* x, void* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+}
+
 // F16: 2 bytes per weight, IEEE half precision (1 sign, 5 exponent, 10
 // fraction bits), widened exactly.
 void dequantize_f16(const void* src, float* out, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   for (int64_t i = 0; i < n; ++i) out[i] = linalg::f16_at(p + 2 * i);
+}
+
+// Rounded to nearest, ties to even, as NumPy's astype(float16).
+void quantize_f16(const float* x, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) linalg::put_f16(p + 2 * i, linalg::half_from_float(x[i]));
 }
 
 // BF16: 2 bytes per weight, the top half of a float32 (1 sign, 8 exponent,
@@ -47,13 +57,13 @@ WeightTypeInfo entry(WeightType type, void (*dequantize)(const void*, float*, in
 // In the order of ggml's numbers.
 const std::array<WeightTypeInfo, 8>& types() {
   static const std::array<WeightTypeInfo, 8> kTypes = {
-      entry(WeightType::f32, dequantize_f32, nullptr),
-      entry(WeightType::f16, dequantize_f16, nullptr),
+      entry(WeightType::f32, dequantize_f32, quantize_f32),
+      entry(WeightType::f16, dequantize_f16, quantize_f16),
       entry(WeightType::q4_0, linalg::dequantize_q4_0, linalg::quantize_q4_0),
       entry(WeightType::q8_0, linalg::dequantize_q8_0, linalg::quantize_q8_0),
-      entry(WeightType::q4_k, linalg::dequantize_q4_k, nullptr),
-      entry(WeightType::q5_k, linalg::dequantize_q5_k, nullptr),
-      entry(WeightType::q6_k, linalg::dequantize_q6_k, nullptr),
+      entry(WeightType::q4_k, linalg::dequantize_q4_k, linalg::quantize_q4_k),
+      entry(WeightType::q5_k, linalg::dequantize_q5_k, linalg::quantize_q5_k),
+      entry(WeightType::q6_k, linalg::dequantize_q6_k, linalg::quantize_q6_k),
       entry(WeightType::bf16, dequantize_bf16, nullptr),
   };
   return kTypes;
@@ -123,7 +133,7 @@ bool all_finite(WeightType type, const void* blocks, int64_t n) {
 void quantize_row(WeightType type, const float* x, void* blocks, int64_t n) {
   const WeightTypeInfo& t = weight_type_info(type);
   if (!t.quantize)
-    throw Error(std::string("quantize_row: expected a type qkv can quantize to (Q8_0, Q4_0), found ") + t.name);
+    throw Error(std::string("quantize_row: expected a type qkv can quantize to (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), found ") + t.name);
   weight_bytes(type, n);
   t.quantize(x, blocks, n);
 }

@@ -1,22 +1,6 @@
 // gguf_model.cpp: a GGUF file as one configuration of qkv's model. The
-// metadata keys and tensor names are llama.cpp's (convert_hf_to_gguf.py):
-//
-//   llama (Llama 2/3, TinyLlama, SmolLM, Mistral)     gpt2
-//   token_embd                         -> wte         token_embd, position_embd -> wte, wpe
-//   blk.N.attn_norm                    -> ln_1        blk.N.attn_norm (+ bias)   -> ln_1
-//   blk.N.attn_{q,k,v} (stacked)       -> c_attn      blk.N.attn_qkv (fused)     -> c_attn
-//   blk.N.attn_output                  -> c_proj      blk.N.attn_output          -> c_proj
-//   blk.N.ffn_norm                     -> ln_2        blk.N.ffn_norm             -> ln_2
-//   blk.N.ffn_{gate,up} (stacked)      -> mlp.c_fc    blk.N.ffn_up               -> mlp.c_fc
-//   blk.N.ffn_down                     -> mlp.c_proj  blk.N.ffn_down             -> mlp.c_proj
-//   output_norm, output (absent: tied) -> ln_f, head  output_norm, output        -> ln_f, head
-//
-// A GGUF matrix's ne[0] is its row (a Linear's input), so [in, out] in
-// ggml's order is qkv's [out, in]. The converter permutes the rows of
-// llama's q and k within each head so that RoPE's pairs are adjacent rows
-// (2i, 2i + 1), as llama.cpp's rope kernel turns them; qkv turns the
-// half-split pairs (i, i + hs/2) of transformers' layout, so the permutation
-// is undone here (whole rows, whatever their type).
+// metadata keys are llama.cpp's (convert_hf_to_gguf.py); the tensor names
+// and the q/k row order are in gguf_names.h.
 //
 // In a quantized file, the Linear matrices, the head and the embedding
 // table stay as the file stores them (qkv/weight.h), read where the mapped
@@ -34,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "model/gguf_names.h"
 #include "model/gpt_work.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
@@ -44,15 +29,6 @@ namespace qkv::gguf {
 namespace {
 
 using Kind = GPTConfig::RopeScaling::Kind;
-
-// One source tensor of a parameter: its rows there, and, for llama's q and
-// k, the heads over which the converter's RoPE permutation is undone.
-struct Source {
-  std::string name;
-  int64_t rows = 0;
-  int64_t unpermute_heads = 0;
-};
-using SourceMap = std::map<std::string, std::vector<Source>>;  // by qkv's parameter name
 
 std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
 
@@ -165,60 +141,6 @@ GPTConfig read_config(const GgufFile& f, const std::string& arch) {
   }
   c.tied_head = f.find_tensor("output.weight") == nullptr;
   return c;
-}
-
-// qkv's parameter names -> the file's tensors that make them.
-SourceMap source_map(const GPTConfig& c, const std::string& arch) {
-  SourceMap s;
-  const int64_t hs = c.head_dim(), q = c.heads * hs, kv = c.kv_heads * hs;
-  s["transformer.wte.weight"] = {{"token_embd.weight", c.vocab}};
-  if (arch == "gpt2") s["transformer.wpe.weight"] = {{"position_embd.weight", c.context}};
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string to = "transformer.h." + std::to_string(l) + ".", from = "blk." + std::to_string(l) + ".";
-    for (const char* kind : {"weight", "bias"}) {
-      const std::string k = kind;
-      if (arch == "gpt2") {
-        s[to + "ln_1." + k] = {{from + "attn_norm." + k, c.embd}};
-        s[to + "attn.c_attn." + k] = {{from + "attn_qkv." + k, 3 * c.embd}};
-        s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
-        s[to + "ln_2." + k] = {{from + "ffn_norm." + k, c.embd}};
-        s[to + "mlp.c_fc." + k] = {{from + "ffn_up." + k, c.ffn}};
-        s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
-        continue;
-      }
-      if (k == "weight" || c.attn_bias) {
-        s[to + "attn.c_attn." + k] = {{from + "attn_q." + k, q, c.heads},
-                                      {from + "attn_k." + k, kv, c.kv_heads},
-                                      {from + "attn_v." + k, kv}};
-        s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
-      }
-      if (k == "weight" || c.mlp_bias) {
-        s[to + "mlp.c_fc." + k] = {{from + "ffn_gate." + k, c.ffn}, {from + "ffn_up." + k, c.ffn}};
-        s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
-      }
-    }
-    if (arch == "llama") {
-      s[to + "ln_1.weight"] = {{from + "attn_norm.weight", c.embd}};
-      s[to + "ln_2.weight"] = {{from + "ffn_norm.weight", c.embd}};
-    }
-  }
-  s["transformer.ln_f.weight"] = {{"output_norm.weight", c.embd}};
-  if (arch == "gpt2") s["transformer.ln_f.bias"] = {{"output_norm.bias", c.embd}};
-  if (!c.tied_head) s["lm_head.weight"] = {{"output.weight", c.vocab}};
-  return s;
-}
-
-// The `rows` rows of `row_bytes` bytes at `in` (`heads` heads of hs rows
-// each) to `out`, from the converter's order within each head (row 2i + h
-// of a head is its pair half h, index i) back to the half-split order (row
-// h * hs/2 + i).
-void unpermute(const uint8_t* in, uint8_t* out, int64_t rows, int64_t heads, uint64_t row_bytes) {
-  const int64_t hs = rows / heads, half = hs / 2;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t part = 0; part < 2; ++part)
-      for (int64_t i = 0; i < half; ++i)
-        std::memcpy(out + static_cast<uint64_t>(h * hs + part * half + i) * row_bytes,
-                    in + static_cast<uint64_t>(h * hs + 2 * i + part) * row_bytes, row_bytes);
 }
 
 // The type of tensor `t`, checked: `want` its shape (ggml's order), a type

@@ -492,6 +492,10 @@ SETUP = {
     "gguf-pre-tokenizer": lambda i: gguf_model(i, strings={"tokenizer.ggml.pre": "deepseek-llm"}),
     "gguf-output-is-model": lambda i: gguf_model(i, out=i.tmp / "m.gguf"),
     "gguf-quantize-file": lambda i: gguf_model(i) + ["--quantize", "q8_0"],
+    # qkv quantize
+    "quantize-unknown-type": lambda i: ["quantize", "--model", gguf_model(i)[2], "--type", "q3_k_m",
+                                        "-o", i.tmp / "q.gguf"],
+    "quantize-char-model": lambda i: ["quantize", "--model", i.model(), "--type", "q8_0", "-o", i.tmp / "q.gguf"],
     # qkv import, qkv export
     "import-unknown-from": lambda i: ["import", "--from", "llama", "--weights", "w.safetensors",
                                       "--vocab-text", "t.txt", "--heads", "2", "-o", i.tmp / "m"],

@@ -183,6 +183,28 @@ def test_quantizers_write_ggml_bits(gguf_check, tmp_path, qtype):
     assert got.size == want.size and not bad, f"blocks {bad[:5]} differ"
 
 
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K])
+def test_k_quantizers_write_ggml_bits(gguf_check, tmp_path, qtype):
+    # Blocks of ggml's reference quantizers (tests/numpy/gen_kquant_fixture.py),
+    # edge cases first: zeros, constants, one sign only, tiny and huge scales.
+    fixture = np.load(Path(__file__).parent / "data" / "kquant.npz")
+    fixture["x"].tofile(tmp_path / "x.f32")
+    r = check(gguf_check, "quantize", qtype.name, tmp_path / "x.f32", tmp_path / "q.bin")
+    assert r.returncode == 0, r.stderr
+    got, want = np.fromfile(tmp_path / "q.bin", dtype=np.uint8), fixture[qtype.name]
+    block = GGML_QUANT_SIZES[qtype][1]
+    assert got.size == want.size
+    bad = [i for i in range(want.size // block) if not np.array_equal(got[i * block:(i + 1) * block],
+                                                                      want[i * block:(i + 1) * block])]
+    assert not bad, f"blocks {bad[:5]} differ from ggml's"
+    # And the blocks dequantize (as the gguf package does) near the input.
+    back = gguf.quants.dequantize(got.reshape(1, -1), qtype).reshape(-1)
+    x = fixture["x"]
+    assert np.all(np.isfinite(back))
+    rel = np.linalg.norm(back[256 * 9:] - x[256 * 9:]) / np.linalg.norm(x[256 * 9:])
+    assert rel < {QT.Q4_K: 0.12, QT.Q5_K: 0.06, QT.Q6_K: 0.03}[qtype], rel
+
+
 def test_half_rounding_is_numpys(gguf_check, tmp_path):
     rng = np.random.default_rng(5)
     edges = np.array([0.0, -0.0, 65504, 65519.996, 65520, -65520, 1e9, np.inf, -np.inf, 2**-14,
@@ -213,7 +235,7 @@ def test_type_tables_match_gguf(gguf_check):
     assert [(w[0], w[1]) for w in tables["weights"]] == sorted((int(q), q.name) for q in WEIGHT_TYPES)
     for type_id, name, block, block_bytes, quantizes in tables["weights"]:
         assert GGML_QUANT_SIZES[QT(type_id)] == (block, block_bytes), name
-        assert quantizes == (name in ("Q8_0", "Q4_0"))
+        assert quantizes == (name != "BF16")
 
 
 def test_big_endian_and_broken_files_exit_1_naming_the_file(gguf_check, tmp_path):

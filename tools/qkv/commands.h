@@ -22,5 +22,6 @@ Runner add_import(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_embed(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 
 }  // namespace qkv::cli

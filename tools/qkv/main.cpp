@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "qkv 0.1.0");
   std::map<CLI::App*, Runner> runners;
   for (auto add : {add_demo, add_attention, add_explain, add_bench, add_train, add_sample, add_logits, add_size,
-                   add_import, add_export, add_tokenize, add_embed}) {
+                   add_import, add_export, add_tokenize, add_embed, add_quantize}) {
     Runner run = add(app);
     runners[app.get_subcommands({}).back()] = run;
   }

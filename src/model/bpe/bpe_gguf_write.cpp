@@ -1,0 +1,88 @@
+// bpe_gguf_write.cpp: a byte-level BPE tokenizer as GGUF metadata, the
+// inverse of bpe_gguf.cpp (what from_gguf reads back as the same
+// tokenizer). Only what GGUF's "gpt2" model can say is written: the
+// vocabulary, the merges by rank, the split's name, the special tokens.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/bpe/bpe_impl.h"
+#include "qkv/error.h"
+#include "qkv/gguf.h"
+
+namespace qkv {
+namespace {
+
+constexpr int64_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
+
+[[noreturn]] void cannot(const std::string& what) {
+  throw Error("tokenizer: " + what + ", which a GGUF file cannot hold (it holds byte-level BPE with GPT-2's or "
+              "Llama 3's split, no normalizer, at most bos in front and eos at the end)");
+}
+
+// The name llama.cpp gives the pre-tokenizer: GPT-2's ByteLevel split, or
+// Llama 3's Split then ByteLevel without its own split (whose BPE takes a
+// word in the vocabulary whole: ignore_merges).
+std::string pre_name(const BpeTokenizer::Impl& t) {
+  using Kind = bpe::PreTokenizeStep::Kind;
+  const auto& p = t.pre_tokenizer;
+  const auto plain_byte_level = [](const bpe::PreTokenizeStep& s, bool regex) {
+    return s.kind == Kind::ByteLevel && s.use_regex == regex && !s.add_prefix_space &&
+           (!regex || s.rule == bpe::SplitRule::Gpt2);
+  };
+  if (p.size() == 1 && plain_byte_level(p[0], true) && !t.model.ignore_merges) return "gpt-2";
+  if (p.size() == 2 && p[0].kind == Kind::Split && p[0].rule == bpe::SplitRule::Llama3 && plain_byte_level(p[1], false) &&
+      t.model.ignore_merges)
+    return "llama-bpe";
+  cannot("its pre-tokenizer is neither GPT-2's ByteLevel nor Llama 3's Split + ByteLevel (with ignore_merges)");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, GgufValue>> BpeTokenizer::gguf_metadata(int64_t vocab) const {
+  const Impl& t = *impl_;
+  if (!t.model.byte_level) cannot("it is not byte-level BPE");
+  if (!t.normalizer.empty()) cannot("it has a normalizer");
+  const std::string pre = pre_name(t);
+  const auto n = static_cast<int64_t>(t.tokens.size());
+  if (vocab < n) throw Error("tokenizer: " + std::to_string(n) + " tokens, more than the model's " + std::to_string(vocab));
+  std::vector<std::string> tokens(static_cast<size_t>(vocab));
+  std::vector<int64_t> types(static_cast<size_t>(vocab), kNormal);
+  for (int64_t id = 0; id < vocab; ++id) {
+    const auto i = static_cast<size_t>(id);
+    if (id < n && t.assigned[i]) {
+      tokens[i] = t.tokens[i];
+    } else {
+      tokens[i] = "[PAD" + std::to_string(id) + "]";
+      types[i] = kUnused;
+    }
+  }
+  // Without a normalizer, an added token's "normalized" changes nothing.
+  for (const bpe::AddedToken& a : t.added) types[static_cast<size_t>(a.id)] = a.special ? kControl : kUserDefined;
+  std::vector<std::pair<int32_t, std::string>> ranked;
+  ranked.reserve(t.model.merges.size());
+  for (const auto& [pair, rank_id] : t.model.merges)
+    ranked.emplace_back(rank_id.first, t.tokens[pair >> 32] + " " + t.tokens[pair & 0xffffffffu]);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::string> merges;
+  merges.reserve(ranked.size());
+  for (auto& [rank, m] : ranked) merges.push_back(std::move(m));
+
+  std::vector<std::pair<std::string, GgufValue>> out;
+  out.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  out.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre));
+  out.emplace_back("tokenizer.ggml.tokens", GgufValue::strings(std::move(tokens)));
+  out.emplace_back("tokenizer.ggml.token_type", GgufValue::i32s(std::move(types)));
+  out.emplace_back("tokenizer.ggml.merges", GgufValue::strings(std::move(merges)));
+  if (t.bos >= 0) out.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(t.bos)));
+  if (t.eos >= 0) out.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(t.eos)));
+  const bool add_bos = t.prefix.size() == 1 && t.prefix[0] == t.bos, add_eos = t.suffix.size() == 1 && t.suffix[0] == t.eos;
+  if ((!t.prefix.empty() && !add_bos) || (!t.suffix.empty() && !add_eos))
+    cannot("its post-processor adds tokens other than bos in front and eos at the end");
+  out.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(add_bos));
+  out.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(add_eos));
+  return out;
+}
+
+}  // namespace qkv

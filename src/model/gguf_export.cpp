@@ -1,0 +1,164 @@
+// gguf_export.cpp: a model written as a quantized GGUF file
+// (qkv/quantize.h). The model is loaded as qkv loads it for running
+// (every weight float32, a GGUF file's dequantized exactly), then each
+// parameter goes back to the tensors llama.cpp names (gguf_names.h), row
+// slices of it, quantized one tensor at a time as the file is written.
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/files.h"
+#include "io/json_strict.h"
+#include "model/gguf_model.h"
+#include "model/gguf_names.h"
+#include "qkv/bpe.h"
+#include "qkv/error.h"
+#include "qkv/gguf.h"
+#include "qkv/model.h"
+#include "qkv/quantize.h"
+
+namespace qkv {
+namespace {
+
+[[noreturn]] void cannot(const std::string& input, const std::string& what) {
+  throw Error("quantize: '" + input + "': " + what + "; a GGUF file describes GPT-2 and Llama-family decoders");
+}
+
+// The GGUF architecture whose maths is exactly the config's, or an error
+// naming what differs.
+std::string architecture_of(const std::string& input, const GPTConfig& c) {
+  if (!c.causal || !c.lm_head || c.post_norm || c.token_types || c.embed_norm || !c.final_norm)
+    cannot(input, "an encoder (BERT) is not a decoder");
+  if (c.window) cannot(input, "sliding-window attention (" + std::to_string(c.window) + " positions) is not written by GGUF");
+  if (c.rope && c.rms_norm && c.swiglu && !c.bias) {
+    if (c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::none &&
+        c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::linear)
+      cannot(input, "its RoPE scaling is not linear");
+    return "llama";
+  }
+  if (!c.rope && !c.rms_norm && !c.swiglu && c.bias && c.gelu == nn::Gelu::tanh && c.tied_head && c.kv_heads == c.heads)
+    return "gpt2";
+  cannot(input, "its blocks are neither GPT-2's (LayerNorm, biases, tanh GELU, learned positions) nor Llama's "
+                "(RMSNorm, SwiGLU, RoPE, no biases)");
+}
+
+// The ARCH.* keys llama.cpp's converter writes, which gguf_model.cpp reads back.
+void put_config(GgufWriter& w, const std::string& arch, const GPTConfig& c) {
+  const std::string a = arch + ".";
+  auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  w.set(a + "context_length", u32(c.context));
+  w.set(a + "embedding_length", u32(c.embd));
+  w.set(a + "block_count", u32(c.layers));
+  w.set(a + "feed_forward_length", u32(c.ffn_dim()));
+  w.set(a + "attention.head_count", u32(c.heads));
+  w.set(a + "attention.head_count_kv", u32(c.kv_heads));
+  if (arch == "gpt2") {
+    w.set(a + "attention.layer_norm_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
+    return;
+  }
+  w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
+  w.set(a + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
+  w.set(a + "rope.dimension_count", u32(c.head_dim()));
+  w.set(a + "vocab_size", u32(c.vocab));
+  if (c.rope_scaling.kind == GPTConfig::RopeScaling::Kind::linear) {
+    w.set(a + "rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope_scaling.factor)));
+  }
+}
+
+// bos and eos from config.json's bos_token_id / eos_token_id where the
+// tokenizer's files name none, as llama.cpp's converter takes them.
+void special_ids_from_config(const std::string& dir, int64_t vocab, std::vector<std::pair<std::string, GgufValue>>& md) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  const nlohmann::json config = parse_json_strict(read_file(path.string()), 64);
+  for (const char* which : {"bos", "eos"}) {
+    const std::string key = std::string("tokenizer.ggml.") + which + "_token_id";
+    bool given = false;
+    for (const auto& [k, v] : md) given = given || k == key;
+    const auto it = config.find(std::string(which) + "_token_id");
+    if (given || it == config.end() || !it->is_number_integer()) continue;
+    const int64_t id = it->get<int64_t>();
+    if (id >= 0 && id < vocab) md.emplace_back(key, GgufValue::u32(static_cast<uint32_t>(id)));
+  }
+}
+
+// The metadata of the written file: a GGUF input's own (its file type and
+// alignment left to the writer), else the config's and the tokenizer's.
+void put_metadata(GgufWriter& w, const std::string& input, const Model& m, const std::string& arch, QuantMix mix) {
+  w.set("general.architecture", GgufValue::string(arch));
+  if (gguf::is_gguf_file(input)) {
+    const GgufFile f = GgufFile::open(input);
+    for (const auto& [key, value] : f.metadata())
+      if (key != "general.architecture" && key != "general.file_type" && key != "general.alignment" &&
+          key != "general.quantization_version")
+        w.set(key, value);
+  } else {
+    const BpeTokenizer* tok = m.bpe_tokenizer();
+    w.set("general.name", GgufValue::string(std::filesystem::path(input).filename().string()));
+    put_config(w, arch, m.config());
+    auto tokenizer = tok->gguf_metadata(m.config().vocab);
+    special_ids_from_config(input, m.config().vocab, tokenizer);
+    for (auto& [key, value] : tokenizer) w.set(key, std::move(value));
+  }
+  w.set("general.file_type", GgufValue::u32(quant_mix_file_type(mix)));
+  w.set("general.quantization_version", GgufValue::u32(2));
+}
+
+}  // namespace
+
+std::vector<QuantizedTensor> quantize_model(const std::string& input, const std::string& output,
+                                            const QuantizeOptions& options) {
+  LoadOptions load;
+  load.dequantize = true;
+  Model m = Model::load(input, load);
+  const GPTConfig& c = m.config();
+  if (!m.bpe_tokenizer())
+    cannot(input, m.is_encoder() ? "an encoder (BERT) is not a decoder"
+                                 : "qkv's own character-level models have no BPE tokenizer for a GGUF file to hold");
+  const std::string arch = architecture_of(input, c);
+  GgufWriter w;
+  put_metadata(w, input, m, arch, options.mix);
+
+  const GPT& gpt = m.gpt();
+  const float* weights = gpt.weights().data();
+  const gguf::SourceMap sources = gguf::source_map(c, arch);
+  int64_t total = 0;
+  for (const auto& [param, list] : sources) total += static_cast<int64_t>(list.size());
+  std::vector<QuantizedTensor> written;
+  for (const ParamInfo& p : gpt.params()) {
+    const auto it = sources.find(p.name);
+    if (it == sources.end()) throw Error("quantize: no GGUF tensor is named for " + p.name);
+    const int64_t width = p.size / p.shape[0];
+    int64_t at = 0;
+    for (const gguf::Source& s : it->second) {
+      const Shape ne = p.shape.size() == 1 ? Shape{s.rows} : Shape{width, s.rows};
+      const WeightType type = quant_mix_type(options.mix, s.name, ne[0], static_cast<int>(ne.size()), c.layers, c.tied_head);
+      const float* rows = weights + p.offset + at * width;
+      const auto index = static_cast<int64_t>(written.size());
+      w.add_tensor(s.name, ne, static_cast<uint32_t>(type), [=, &options](std::byte* out) {
+        if (options.progress) options.progress(s.name, type, index, total);
+        std::vector<float> permuted;
+        const float* src = rows;
+        if (s.unpermute_heads) {  // llama's q and k in the converter's row order
+          permuted.resize(static_cast<size_t>(s.rows * width));
+          gguf::permute(reinterpret_cast<const uint8_t*>(rows), reinterpret_cast<uint8_t*>(permuted.data()), s.rows,
+                        s.unpermute_heads, sizeof(float) * static_cast<uint64_t>(width));
+          src = permuted.data();
+        }
+        const int64_t n_rows = ne.size() == 1 ? 1 : s.rows, n = ne.size() == 1 ? s.rows : width;
+        const uint64_t row_bytes = weight_bytes(type, n);
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int64_t r = 0; r < n_rows; ++r) quantize_row(type, src + r * n, out + static_cast<uint64_t>(r) * row_bytes, n);
+      });
+      written.push_back({s.name, ne, type});
+      at += s.rows;
+    }
+  }
+  w.write(output);
+  return written;
+}
+
+}  // namespace qkv

@@ -1,0 +1,211 @@
+"""qkv quantize (and qkv.quantize): transformers-made GPT-2 and Llama folders
+written as GGUF files of each mix, then read by the gguf package (the
+types llama-quantize gives each tensor, the metadata llama.cpp reads) and
+run by qkv: the Q8_0 and Q4_0 blocks are those the gguf package's reference
+quantizer writes, a file's logits equal the folder's quantized at load, and
+the K-quant mixes stay near the float weights."""
+import numpy as np
+import pytest
+
+import qkv
+
+from gpt2_folders import EOT, run_qkv
+from test_gguf_models import (ACTIVATION_TOLERANCE, PROMPTS, gpt2_gguf, gpt2_model, hf_folder, llama3_tokenizer,
+                              llama_gguf, llama_model)
+
+torch = pytest.importorskip("torch")
+gguf = pytest.importorskip("gguf")
+QT = gguf.GGMLQuantizationType
+
+MIXES = ["q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"]
+BASE = {"q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K, "q6_k": QT.Q6_K}
+FILE_TYPE = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+# Rows of 256 (the K-quants' block) and 8 layers, so that the _M mixes'
+# layer pattern (more bits in layers 0, 3, 6 and 7 of 8) shows.
+LLAMA = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_attention_heads=4,
+             num_key_value_heads=2)
+
+
+def more_bits(layer, layers):
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def expected_type(mix, name, shape, layers, tied):
+    """llama-quantize's choice without an importance matrix (llama-quant.cpp)."""
+    if len(shape) < 2 or name.endswith("_norm.weight") or name == "position_embd.weight":
+        return QT.F32
+    base = BASE[mix]
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return QT.Q8_0 if base == QT.Q8_0 else QT.Q6_K
+    if mix in ("q4_k_m", "q5_k_m") and any(k in name for k in ("attn_v.", "attn_qkv.", "ffn_down.")):
+        if more_bits(int(name.split(".")[1]), layers):
+            return QT.Q6_K
+    return base
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory, gpt2_tok):
+    tok = llama3_tokenizer(gpt2_tok)
+    model = llama_model(tok, **LLAMA)
+    path = hf_folder(model, tok, tmp_path_factory.mktemp("llama") / "folder")
+    return model, tok, path
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok():
+    from gpt2_folders import gpt2_tokenizer
+    return gpt2_tokenizer()
+
+
+def quantize_cli(folder, out, mix):
+    r = run_qkv("quantize", "--model", folder, "--type", mix, "-o", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_each_mix_gives_llama_quantizes_types(mix, llama_dir, tmp_path):
+    model, tok, folder = llama_dir
+    out = tmp_path / f"m.{mix}.gguf"
+    r = quantize_cli(folder, out, mix)
+    assert f"wrote {out}: {mix}" in r.stdout
+    f = gguf.GGUFReader(out)
+    tensors = {t.name: t for t in f.tensors}
+    assert len(tensors) == 2 + 8 * 9 + 1  # embedding, output norm, head; 9 per block
+    for name, t in tensors.items():
+        want = expected_type(mix, name, list(t.shape), 8, tied=False)
+        assert t.tensor_type == want, (name, t.tensor_type.name, want.name)
+    fields = {k: v.contents() for k, v in f.fields.items() if not k.startswith("GGUF.")}
+    assert fields["general.architecture"] == "llama" and fields["general.file_type"] == FILE_TYPE[mix]
+    assert fields["llama.block_count"] == 8 and fields["llama.attention.head_count_kv"] == 2
+    assert fields["llama.rope.freq_base"] == pytest.approx(500000.0)
+    assert fields["tokenizer.ggml.pre"] == "llama-bpe" and fields["tokenizer.ggml.add_bos_token"] is True
+    assert fields["tokenizer.ggml.tokens"][:5] == [tok.id_to_token(i) for i in range(5)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_q8_0_and_q4_0_blocks_are_the_gguf_packages(arch, llama_dir, gpt2_tok, tmp_path):
+    # The converter's tensors quantized by the gguf package (its reference
+    # quantizers, q and k rows permuted as the converter permutes them):
+    # every tensor of the same type holds the same bytes.
+    if arch == "llama":
+        model, tok, folder = llama_dir
+        make = llama_gguf
+    else:
+        model, tok = gpt2_model(gpt2_tok), gpt2_tok
+        folder = hf_folder(model, tok, tmp_path / "folder")
+        make = gpt2_gguf
+    for mix in ("q8_0", "q4_0"):
+        ours = gguf.GGUFReader(quantize_cli(folder, tmp_path / f"{mix}.gguf", mix) and tmp_path / f"{mix}.gguf")
+        theirs = gguf.GGUFReader(make(model, tmp_path / f"ref.{mix}.gguf", tok, qtype=BASE[mix]))
+        ref = {t.name: t for t in theirs.tensors}
+        # The helper quantizes every matrix; the mixes keep position_embd
+        # F32 and make the head (or GPT-2's tied table) Q6_K in q4_0.
+        skipped = set()
+        for t in ours.tensors:
+            if t.tensor_type != ref[t.name].tensor_type:
+                skipped.add(t.name)
+                continue
+            assert np.array_equal(np.asarray(t.data).view(np.uint8), np.asarray(ref[t.name].data).view(np.uint8)), t.name
+        assert skipped <= {"output.weight", "token_embd.weight", "position_embd.weight"}, skipped
+
+
+@pytest.mark.parametrize("mix", ["q8_0", "q4_0"])
+def test_a_written_file_runs_as_the_folder_quantized_at_load(mix, llama_dir, tmp_path):
+    model, tok, folder = llama_dir
+    out = quantize_cli(folder, tmp_path / "m.gguf", mix) and tmp_path / "m.gguf"
+    want = qkv.Model.load(folder, quantize=mix)
+    got = qkv.Model.load(out)
+    for text in PROMPTS[:2]:
+        ids = want.tokenize(text)
+        assert got.tokenize(text) == ids
+        if mix == "q8_0":  # the same blocks everywhere (q4_0's head is Q6_K in the file)
+            np.testing.assert_array_equal(got.logits(ids), want.logits(ids), err_msg=text)
+
+
+def test_k_mixes_run_near_the_float_model(llama_dir, tmp_path):
+    # Each file's logits against its own weights dequantized (the int8
+    # activations' rounding, as in llama.cpp's products) and against the
+    # float32 folder (the weights' rounding): relative L2 errors. These
+    # random 8-layer weights measured 0.17 (Q4_K_M), 0.11 (Q5_K_M) and 0.05
+    # (Q6_K); more bits must give less error.
+    model, tok, folder = llama_dir
+    ref = qkv.Model.load(folder)
+    ids = ref.tokenize(PROMPTS[1])
+    want = ref.logits(ids)
+    errors = {}
+    for mix, bound in (("q4_k_m", 0.25), ("q5_k_m", 0.16), ("q6_k", 0.08)):
+        out = quantize_cli(folder, tmp_path / f"{mix}.gguf", mix) and tmp_path / f"{mix}.gguf"
+        q, deq = qkv.Model.load(out), qkv.Model.load(out, dequantize=True)
+        lq, ld = q.logits(ids), deq.logits(ids)
+        assert np.abs(lq - ld).max() <= ACTIVATION_TOLERANCE * np.abs(ld).max()
+        errors[mix] = np.linalg.norm(ld - want) / np.linalg.norm(want)
+        assert 0 < errors[mix] <= bound, (mix, errors[mix])
+        assert isinstance(q.generate("ROMEO:", tokens=4, temperature=0.0), str)
+    assert errors["q6_k"] < errors["q5_k_m"] < errors["q4_k_m"], errors
+
+
+def test_gpt2_with_its_tied_head(gpt2_tok, tmp_path):
+    model = gpt2_model(gpt2_tok)
+    folder = hf_folder(model, gpt2_tok, tmp_path / "folder")
+    out = quantize_cli(folder, tmp_path / "m.gguf", "q8_0") and tmp_path / "m.gguf"
+    f = gguf.GGUFReader(out)
+    names = {t.name: t.tensor_type for t in f.tensors}
+    assert "output.weight" not in names and names["token_embd.weight"] == QT.Q8_0
+    assert names["position_embd.weight"] == QT.F32 and names["blk.0.attn_qkv.bias"] == QT.F32
+    fields = {k: v.contents() for k, v in f.fields.items() if not k.startswith("GGUF.")}
+    assert fields["tokenizer.ggml.pre"] == "gpt-2" and fields["tokenizer.ggml.eos_token_id"] == gpt2_tok.token_to_id(EOT)
+    want, got = qkv.Model.load(folder, quantize="q8_0"), qkv.Model.load(out)
+    ids = want.tokenize(PROMPTS[2])
+    assert got.tokenize(PROMPTS[2]) == ids
+    np.testing.assert_array_equal(got.logits(ids), want.logits(ids))
+
+
+def test_a_gguf_file_quantized_again_keeps_its_metadata(llama_dir, tmp_path):
+    model, tok, folder = llama_dir
+    first = quantize_cli(folder, tmp_path / "a.gguf", "q8_0") and tmp_path / "a.gguf"
+    tensors = qkv.quantize(first, tmp_path / "b.gguf", "q6_k")
+    assert ("output.weight", [256, tok.get_vocab_size()], "Q6_K") in tensors
+    a, b = gguf.GGUFReader(first), gguf.GGUFReader(tmp_path / "b.gguf")
+    fa = {k: v.contents() for k, v in a.fields.items() if not k.startswith("GGUF.")}
+    fb = {k: v.contents() for k, v in b.fields.items() if not k.startswith("GGUF.")}
+    assert fb.pop("general.file_type") == 18 and fa.pop("general.file_type") == 7
+    assert fa == fb
+    assert {t.name: t.tensor_type.name for t in b.tensors} == {n: t for n, _, t in tensors}
+    got, want = (run_qkv("tokenize", "--model", m, "--input", "-", input="\n".join(PROMPTS) + "\n")
+                 for m in (tmp_path / "b.gguf", folder))
+    assert got.returncode == 0 and got.stdout == want.stdout, got.stderr
+
+
+def test_refusals_name_the_problem(llama_dir, tmp_path):
+    model, tok, folder = llama_dir
+    r = run_qkv("quantize", "--model", folder, "--type", "q3_k", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 2 and "--type" in r.stderr and "q4_k_m" in r.stderr, r.stderr
+    r = run_qkv("quantize", "--model", folder, "--type", "q8_0", "-o", folder / "m.gguf")
+    assert r.returncode == 2 and "--model" in r.stderr, r.stderr
+    assert not (folder / "m.gguf").exists()
+    (tmp_path / "dir").mkdir()
+    r = run_qkv("quantize", "--model", folder, "--type", "q8_0", "-o", tmp_path / "dir")
+    assert r.returncode == 1 and "directory" in r.stderr, r.stderr
+    r = run_qkv("quantize", "--model", tmp_path / "missing", "--type", "q8_0", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 1 and "missing" in r.stderr, r.stderr
+    with pytest.raises(ValueError, match="unknown type"):
+        qkv.quantize(folder, tmp_path / "m.gguf", "q2_k")
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_models_gguf_cannot_describe_are_refused(gpt2_tok, tmp_path):
+    from test_llama import llama_folder
+    mistral = tmp_path / "mistral"
+    mistral.mkdir()
+    llama_folder(mistral, gpt2_tok, arch="mistral", num_key_value_heads=2, sliding_window=5)
+    r = run_qkv("quantize", "--model", mistral, "--type", "q8_0", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 1 and "sliding-window" in r.stderr, r.stderr
+    assert not (tmp_path / "m.gguf").exists()
+    chars = tmp_path / "chars"
+    (tmp_path / "t.txt").write_text("hello world " * 50)
+    r = run_qkv("train", "--text", tmp_path / "t.txt", "--out", chars, "--iters", "1", "--layers", "1", "--embd",
+                "32", "--heads", "2", "--context", "8", "--batch", "2", "--eval-iters", "1", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    r = run_qkv("quantize", "--model", chars, "--type", "q8_0", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 1 and "character-level" in r.stderr, r.stderr
