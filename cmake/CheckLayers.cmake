@@ -1,15 +1,17 @@
 # CheckLayers.cmake: fails if a file includes a header of a layer above its
 # own (run by CTest as the "layering" test; the header lists come from
-# CMakeLists.txt). Layers, lowest first: core, io, linalg, model, viz, mpi; then the
+# CMakeLists.txt). Layers, lowest first: core, io, linalg, text, model, viz, mpi; then the
 # command's support library (src/support/) and the Python package's test
 # hooks (python/src/testing.cpp), which may read the library's private
 # headers; then the users on top (tools/qkv/, python/, examples/), which see
 # include/qkv/ and src/support/ only.
 # Inside core, the reference never includes the kernels it checks, and the
 # kernels never include the op that calls them.
-#   cmake -DSOURCE_DIR=... -DCORE_HEADERS=... -DIO_HEADERS=... -DLINALG_HEADERS=...
+#   cmake -DSOURCE_DIR=... -DCORE_HEADERS=... -DIO_HEADERS=... -DLINALG_HEADERS=... -DTEXT_HEADERS=...
 #         -DMODEL_HEADERS=... -DVIZ_HEADERS=... -P CheckLayers.cmake
-set(levels core io linalg model viz mpi support top)
+# linalg and text sit side by side above io; listed in a line, text may read
+# linalg (it does not).
+set(levels core io linalg text model viz mpi support top)
 
 function(level_of_layer layer out)
   list(FIND levels ${layer} i)
@@ -17,7 +19,7 @@ function(level_of_layer layer out)
 endfunction()
 
 # The layer a public header qkv/NAME belongs to.
-foreach(layer IN ITEMS core io linalg model viz mpi)
+foreach(layer IN ITEMS core io linalg text model viz mpi)
   string(TOUPPER ${layer} LAYER)
   foreach(h IN LISTS ${LAYER}_HEADERS)
     set(public_${h} ${layer})
@@ -48,7 +50,7 @@ function(check_file file layer)
       elseif(NOT layer MATCHES "^(support|top)$")
         set(bad "support is above ${layer}")
       endif()
-    elseif(inc MATCHES "^(core|io|linalg|model|viz|mpi)/")
+    elseif(inc MATCHES "^(core|io|linalg|text|model|viz|mpi)/")
       set(owner ${CMAKE_MATCH_1})
       level_of_layer(${owner} theirs)
       if(layer STREQUAL top)
@@ -69,7 +71,7 @@ function(check_file file layer)
   endforeach()
 endfunction()
 
-foreach(layer IN ITEMS core io linalg model viz mpi)
+foreach(layer IN ITEMS core io linalg text model viz mpi)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.cpp ${SOURCE_DIR}/src/${layer}/*.h
                           ${SOURCE_DIR}/src/${layer}/*.inc)
   string(TOUPPER ${layer} LAYER)

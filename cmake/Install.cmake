@@ -1,10 +1,10 @@
 # Install and export: `cmake --install` puts the public headers, each layer's
 # static and shared library, the CMake package (qkvConfig.cmake with the
-# components built: core, io, linalg, model, viz, mpi) and pkg-config files under the
+# components built: core, io, linalg, text, model, viz, mpi) and pkg-config files under the
 # prefix.
 #
 #   find_package(qkv REQUIRED COMPONENTS core)   -> qkv::core, qkv::core_static
-#   pkg-config --cflags --libs qkv               -> core; qkv-io, qkv-linalg, qkv-model, qkv-viz
+#   pkg-config --cflags --libs qkv               -> core; qkv-io, qkv-linalg, qkv-text, qkv-model, qkv-viz
 include(CMakePackageConfigHelpers)
 
 set(QKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qkv)
@@ -31,7 +31,7 @@ install(FILES ${PROJECT_BINARY_DIR}/qkvConfig.cmake ${PROJECT_BINARY_DIR}/qkvCon
         DESTINATION ${QKV_CMAKE_DIR})
 
 # pkg-config: qkv.pc is the core (all an attention user needs); the layers
-# above it are qkv-io, qkv-linalg, qkv-model and qkv-viz, each requiring the
+# above it are qkv-io, qkv-linalg, qkv-text, qkv-model and qkv-viz, each requiring the
 # ones below.
 # Paths are relative to the .pc file, so an installed tree can be moved.
 set(QKV_PC_core_NAME qkv)
@@ -43,13 +43,17 @@ set(QKV_PC_io_DESC "qkv's .npy, safetensors and GGUF files")
 set(QKV_PC_io_REQUIRES qkv)
 set(QKV_PC_io_PRIVATE "")
 set(QKV_PC_linalg_NAME qkv-linalg)
-set(QKV_PC_linalg_DESC "qkv's weight types: float32, float16, bf16 and ggml's quantized blocks")
+set(QKV_PC_linalg_DESC "qkv's weight types (float32, float16, bf16, ggml's quantized blocks) and their products")
 set(QKV_PC_linalg_REQUIRES qkv-io)
-set(QKV_PC_linalg_PRIVATE "")
+set(QKV_PC_linalg_PRIVATE "-ldnnl -fopenmp")
+set(QKV_PC_text_NAME qkv-text)
+set(QKV_PC_text_DESC "qkv's tokenizers: characters, WordPiece and byte-pair encodings")
+set(QKV_PC_text_REQUIRES qkv-io)
+set(QKV_PC_text_PRIVATE "-lutf8proc")
 set(QKV_PC_model_NAME qkv-model)
-set(QKV_PC_model_DESC "qkv's layers, GPT, tokenizer, checkpoints, trainer and sampler")
-set(QKV_PC_model_REQUIRES qkv-linalg)
-set(QKV_PC_model_PRIVATE "-ldnnl -lutf8proc -fopenmp")
+set(QKV_PC_model_DESC "qkv's layers, GPT, checkpoints, trainer and sampler")
+set(QKV_PC_model_REQUIRES "qkv-linalg qkv-text")
+set(QKV_PC_model_PRIVATE "-lutf8proc -fopenmp")
 set(QKV_PC_viz_NAME qkv-viz)
 set(QKV_PC_viz_DESC "qkv's attention pictures and loss plots (PNG)")
 set(QKV_PC_viz_REQUIRES qkv-io)

@@ -35,9 +35,9 @@ declare -A sources=(
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
   # (safetensors.cpp for float_from_half, which the f16 scales use)
   [gguf]="fuzz/fuzz_gguf.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/io/mapped_file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_metadata.cpp src/linalg/weight_types.cpp src/linalg/quant_32.cpp src/linalg/quant_k.cpp src/linalg/quant_k_make.cpp"
-  [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
-  [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/model/tokenizer.cpp"
-  [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/model/tokenizer.cpp"
+  [vocab]="fuzz/fuzz_vocab.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/text/tokenizer.cpp"
+  [tokenizer]="fuzz/fuzz_tokenizer.cpp src/io/npy_header.cpp src/io/json_strict.cpp src/text/tokenizer.cpp"
+  [model]="fuzz/fuzz_model.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp src/text/tokenizer.cpp"
   # Every file of the command but its main() and the MPI entries (built
   # without QKV_HAVE_MPI: --sequence-parallel is a usage error here, and
   # train never starts data parallelism).
@@ -49,7 +49,7 @@ declare -A sources=(
 # parsers above are compiled here with the sanitizers. The loader's own
 # objects come first and win (--allow-multiple-definition), so the archives
 # only fill in what the harness does not compile itself.
-release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a $root/build/release/libqkv_linalg.a \
+release_libs="-Wl,--allow-multiple-definition $root/build/release/libqkv_model.a $root/build/release/libqkv_text.a $root/build/release/libqkv_linalg.a \
   $root/build/release/libqkv_io.a $root/build/release/libqkv_core.a -ldnnl -lutf8proc -lgomp -lpthread"
 declare -A libs=(
   [checkpoint]="$release_libs"

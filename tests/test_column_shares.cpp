@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/column_shares.h"
+#include "linalg/column_shares.h"
 
 namespace qkv::kernels {
 namespace {

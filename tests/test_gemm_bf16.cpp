@@ -1,4 +1,4 @@
-// gemm_bf16 (model/gemm.h): the mixed-precision GEMM against gemm_bf16_ref,
+// gemm_bf16 (linalg/gemm.h): the mixed-precision GEMM against gemm_bf16_ref,
 // on every ISA path this CPU has (the AVX512-BF16 micro-kernel, and the
 // widening path every other CPU takes).
 //
@@ -24,14 +24,14 @@
 #include "core/isa_kernels.h"
 #include "gemm_check.h"
 #include "isa_fixture.h"
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "qkv/error.h"
 #include "qkv/tensor.h"
 
 using namespace qkv;
-using kernels::gemm_bf16;
-using kernels::gemm_bf16_bias;
-using kernels::gemm_bf16_ref;
+using linalg::gemm_bf16;
+using linalg::gemm_bf16_bias;
+using linalg::gemm_bf16_ref;
 
 namespace {
 

@@ -28,13 +28,13 @@
 #include "core/isa_kernels.h"
 #include "gemm_check.h"
 #include "isa_fixture.h"
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "qkv/tensor.h"
 
 using namespace qkv;
 using kernels::kDotRowsMax;
-using kernels::sgemm;
-using kernels::sgemm_ref;
+using linalg::sgemm;
+using linalg::sgemm_ref;
 
 namespace {
 
@@ -207,9 +207,9 @@ TEST_P(GemmDot, GemmBf16OnFewRowsSameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3, 8}) {
     omp_set_num_threads(threads);
     VecF C(M * N), C16(M * N);
-    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f,
+    linalg::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f,
                             bias.data(), C.data(), N);
-    kernels::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B16.data(), K, 0.0f,
+    linalg::gemm_bf16_bias(false, true, M, N, K, 1.0f, A.data(), K, B16.data(), K, 0.0f,
                             bias.data(), C16.data(), N);
     EXPECT_EQ(std::memcmp(C.data(), C16.data(), C.size() * sizeof(float)), 0) << threads;
     if (first.empty()) first = C;
@@ -228,7 +228,7 @@ TEST_P(GemmDot, Bf16KernelMatchesReference) {
       for (int64_t K : {1, 2, 31, 32, 33, 65, 384}) {
         const float alpha = variant % 2 ? 0.5f : 1.0f, beta = variant % 3 ? 0.0f : 0.25f;
         ++variant;
-        test::check_gemm(dot_bf16, kernels::gemm_bf16_ref, false, true, M, N, K, alpha, beta,
+        test::check_gemm(dot_bf16, linalg::gemm_bf16_ref, false, true, M, N, K, alpha, beta,
                          variant % 2, rng);
         if (HasFatalFailure()) return;
       }
@@ -249,7 +249,7 @@ TEST_P(GemmDot, WeightStoredKByNMatchesReference) {
         const int64_t pad = variant % 4 == 3 ? 5 : 0;
         ++variant;
         test::check_gemm(sgemm, sgemm_ref, false, false, M, N, K, alpha, beta, pad, rng);
-        test::check_gemm(static_cast<test::GemmFn>(kernels::gemm_bf16), kernels::gemm_bf16_ref, false, false, M, N,
+        test::check_gemm(static_cast<test::GemmFn>(linalg::gemm_bf16), linalg::gemm_bf16_ref, false, false, M, N,
                          K, alpha, beta,
                          pad, rng);
         if (HasFatalFailure()) return;
@@ -269,10 +269,10 @@ TEST_P(GemmDot, WeightStoredKByNSameBitsForAnyThreadCountColumnsAndRows) {
   for (bool bf16 : {false, true}) {
     auto gemm = [&](int64_t M, int64_t n, int64_t j0, int64_t row, const float* b, VecF& C) {
       if (bf16)
-        kernels::gemm_bf16_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B16.data() + j0, N, 0.0f,
+        linalg::gemm_bf16_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B16.data() + j0, N, 0.0f,
                                 b, C.data(), n);
       else
-        kernels::sgemm_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B.data() + j0, N, 0.0f, b,
+        linalg::sgemm_bias(false, false, M, n, K, 1.0f, A.data() + row * K, K, B.data() + j0, N, 0.0f, b,
                             C.data(), n);
     };
     VecF first;
@@ -287,7 +287,7 @@ TEST_P(GemmDot, WeightStoredKByNSameBitsForAnyThreadCountColumnsAndRows) {
     omp_set_num_threads(2);
     if (bf16) {  // the float32 weight, rounded as the kernel reads it: the same bits
       VecF C(kDotRowsMax * N);
-      kernels::gemm_bf16_bias(false, false, kDotRowsMax, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+      linalg::gemm_bf16_bias(false, false, kDotRowsMax, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
                               bias.data(), C.data(), N);
       EXPECT_EQ(std::memcmp(C.data(), first.data(), C.size() * sizeof(float)), 0);
     }
@@ -341,12 +341,12 @@ TEST_P(GemmDot, SgemmBiasIsBitwiseTheBiasInCWithBetaOne) {
       const int64_t ldb = tb ? std::max<int64_t>(K, 1) : N, lda = std::max<int64_t>(K, 1);
       VecF got(M * N, std::numeric_limits<float>::quiet_NaN()), want(M * N);
       for (int64_t i = 0; i < M; ++i) std::copy(bias.begin(), bias.end(), want.begin() + i * N);
-      kernels::sgemm_bias(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, bias.data(),
+      linalg::sgemm_bias(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, bias.data(),
                           got.data(), N);
       sgemm(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, want.data(), N);
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
       VecF got_b = C0, want_b = C0;
-      kernels::sgemm_bias(false, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, bias.data(),
+      linalg::sgemm_bias(false, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, bias.data(),
                           got_b.data(), N);
       sgemm(false, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f, want_b.data(), N);
       for (int64_t i = 0; i < M; ++i)

@@ -1,4 +1,4 @@
-// sgemm_panels (model/gemm.h): C = A · Bᵀ + bias with B packed in panels of
+// sgemm_panels (linalg/gemm.h): C = A · Bᵀ + bias with B packed in panels of
 // 48 of its rows, on every ISA path (the avx512 path's kernel, plain loops
 // below it), against sgemm_ref within its rounding bound, and bit for bit
 // against one std::fma chain an element, the contract's own statement of
@@ -18,7 +18,7 @@
 #include "core/gemm_dot_kernels.h"
 #include "gemm_check.h"
 #include "isa_fixture.h"
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "qkv/error.h"
 
 using namespace qkv;
@@ -35,7 +35,7 @@ VecF random_vec(std::mt19937& rng, int64_t n) { return test::random_floats(rng, 
 VecF pack(const float* B, int64_t ldb, int64_t N, int64_t K) {
   const int64_t panels = (N + kPanelColumns - 1) / kPanelColumns;
   VecF P(static_cast<size_t>(std::max<int64_t>(1, panels * kPanelColumns * K)), std::nanf(""));
-  EXPECT_EQ(kernels::panels_size(N, K), panels * kPanelColumns * K);
+  EXPECT_EQ(linalg::panels_size(N, K), panels * kPanelColumns * K);
   for (int64_t o = 0; o < panels * kPanelColumns; ++o)
     for (int64_t k = 0; k < K; ++k)
       P[(o / kPanelColumns) * kPanelColumns * K + k * kPanelColumns + o % kPanelColumns] =
@@ -51,7 +51,7 @@ void panels_as_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
   EXPECT_EQ(alpha, 1.0f);
   EXPECT_EQ(beta, 0.0f);
   const VecF P = pack(B, ldb, N, K);
-  kernels::sgemm_panels(M, N, K, A, lda, P.data(), nullptr, C, ldc);
+  linalg::sgemm_panels(M, N, K, A, lda, P.data(), nullptr, C, ldc);
 }
 
 class GemmPanels : public test::OnIsa {};
@@ -63,7 +63,7 @@ TEST_P(GemmPanels, MatchesReference) {
     for (int64_t N : {1, 16, 47, 48, 49, 100})
       for (int64_t K : {0, 1, 17, 64}) {
         const int64_t pad = variant++ % 2 ? 3 : 0;
-        test::check_gemm(panels_as_gemm, kernels::sgemm_ref, false, true, M, N, K, 1.0f, 0.0f, pad, rng);
+        test::check_gemm(panels_as_gemm, linalg::sgemm_ref, false, true, M, N, K, 1.0f, 0.0f, pad, rng);
         if (HasFatalFailure()) return;
       }
 }
@@ -86,11 +86,11 @@ TEST_P(GemmPanels, OneFmaChainAnElementForAnyThreadCount) {
   for (int threads : {1, 2, 3, 7}) {
     omp_set_num_threads(threads);
     VecF got(want.size(), 0.0f);
-    kernels::sgemm_panels(M, N, K, A.data(), lda, P.data(), bias.data(), got.data(), ldc);
+    linalg::sgemm_panels(M, N, K, A.data(), lda, P.data(), bias.data(), got.data(), ldc);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << threads << " threads";
     // Fewer rows: the same bits for the rows computed.
     VecF few(want.size(), 0.0f);
-    kernels::sgemm_panels(3, N, K, A.data() + 5 * lda, lda, P.data(), bias.data(), few.data(), ldc);
+    linalg::sgemm_panels(3, N, K, A.data() + 5 * lda, lda, P.data(), bias.data(), few.data(), ldc);
     EXPECT_EQ(std::memcmp(few.data(), want.data() + 5 * ldc, 3 * ldc * sizeof(float)), 0) << threads << " threads";
   }
   omp_set_num_threads(before);
@@ -99,9 +99,9 @@ TEST_P(GemmPanels, OneFmaChainAnElementForAnyThreadCount) {
 TEST_P(GemmPanels, BadSizesAreErrors) {
   const VecF x(64, 1.0f);
   float c[4];
-  EXPECT_THROW(kernels::sgemm_panels(-1, 1, 1, x.data(), 1, x.data(), nullptr, c, 1), Error);
-  EXPECT_THROW(kernels::sgemm_panels(1, 2, 3, x.data(), 2, x.data(), nullptr, c, 2), Error);  // lda < K
-  EXPECT_THROW(kernels::sgemm_panels(1, 2, 3, x.data(), 3, x.data(), nullptr, c, 1), Error);  // ldc < N
+  EXPECT_THROW(linalg::sgemm_panels(-1, 1, 1, x.data(), 1, x.data(), nullptr, c, 1), Error);
+  EXPECT_THROW(linalg::sgemm_panels(1, 2, 3, x.data(), 2, x.data(), nullptr, c, 2), Error);  // lda < K
+  EXPECT_THROW(linalg::sgemm_panels(1, 2, 3, x.data(), 3, x.data(), nullptr, c, 1), Error);  // ldc < N
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, GemmPanels, ::testing::ValuesIn(all_isas()), test::isa_test_name);

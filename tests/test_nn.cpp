@@ -28,15 +28,15 @@
 #include <gtest/gtest.h>
 
 #include "gemm_check.h"
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "model/layers/nn_ref.h"
 #include "qkv/error.h"
 #include "qkv/nn.h"
 #include "test_scale.h"
 
 using namespace qkv;
-using kernels::sgemm;
-using kernels::sgemm_ref;
+using linalg::sgemm;
+using linalg::sgemm_ref;
 
 namespace {
 
@@ -380,7 +380,7 @@ TEST(NnFloat32, LinearBf16ForwardBias) {
         if (with_bias)
           for (int64_t r = 0; r < s.BT; ++r) std::copy(b.begin(), b.end(), want.begin() + r * s.OC);
         const bool out_in = layout == nn::WeightLayout::out_in;
-        kernels::gemm_bf16(false, out_in, s.BT, s.OC, s.C, 1.0f, inp.data(), s.C, w.data(),
+        linalg::gemm_bf16(false, out_in, s.BT, s.OC, s.C, 1.0f, inp.data(), s.C, w.data(),
                            out_in ? s.C : s.OC, 1.0f, want.data(), s.OC);
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
       }

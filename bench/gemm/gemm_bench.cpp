@@ -35,9 +35,9 @@
 #include "qkv/tensor.h"
 
 #if defined(QKV_BENCH_QKV)
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #elif defined(QKV_BENCH_QKV_BF16)
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #elif defined(QKV_BENCH_DNNL) || defined(QKV_BENCH_DNNL_BF16)
 #include <oneapi/dnnl/dnnl.h>
 #elif defined(QKV_BENCH_MKL) || defined(QKV_BENCH_MKL_BF16)
@@ -54,13 +54,13 @@
 namespace {
 
 #if defined(QKV_BENCH_QKV)
-// What qkv ships (src/model/gemm.cpp): oneDNN on one thread per fixed
+// What qkv ships (src/linalg/gemm.cpp): oneDNN on one thread per fixed
 // panel of C, our OpenMP threads over the panels.
-const char* kName = "qkv::kernels::sgemm (oneDNN, fixed panels)";
+const char* kName = "qkv::linalg::sgemm (oneDNN, fixed panels)";
 void set_threads(int t) { omp_set_num_threads(t); }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  qkv::kernels::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  qkv::linalg::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #elif defined(QKV_BENCH_DNNL)
 const char* kName = "oneDNN dnnl_sgemm";
@@ -70,14 +70,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #elif defined(QKV_BENCH_QKV_BF16)
-// What `qkv train --dtype bf16` runs (src/model/gemm_bf16.cpp): operands
+// What `qkv train --dtype bf16` runs (src/linalg/gemm_bf16.cpp): operands
 // rounded to bf16 as they are packed, our vdpbf16ps micro-kernel on
 // AVX512-BF16 (elsewhere the rounded operands widened and sgemm).
-const char* kName = "qkv::kernels::gemm_bf16 (bf16 x bf16 -> f32, rounded while packing)";
+const char* kName = "qkv::linalg::gemm_bf16 (bf16 x bf16 -> f32, rounded while packing)";
 void set_threads(int t) { omp_set_num_threads(t); }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  qkv::kernels::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  qkv::linalg::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #elif defined(QKV_BENCH_DNNL_BF16)
 // Mixed precision's candidate: A and B rounded to bf16 (per call,

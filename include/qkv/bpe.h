@@ -134,7 +134,7 @@ class QKV_API BpeTokenizer {
   /// The end-of-text id named by from_folder()'s config files, or -1.
   int32_t eos_id() const;
 
-  /// The tables, shared by copies (defined in src/model/bpe/bpe_impl.h).
+  /// The tables, shared by copies (defined in src/text/bpe/bpe_impl.h).
   struct Impl;
 
  private:

@@ -54,7 +54,7 @@ enum class Grad { accumulate, overwrite };
 
 /// out [BT, OC] = inp [BT, C] · W + bias, W per `layout`, bias [OC] or null.
 /// Each output sums its C products first and adds the bias last (NumPy's
-/// x @ W + b). float runs on the GEMM backend (see model/gemm.h).
+/// x @ W + b). float runs on the GEMM backend (see linalg/gemm.h).
 template <class T>
 QKV_API void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t BT,
                             int64_t C, int64_t OC, WeightLayout layout = WeightLayout::out_in,

@@ -1,4 +1,4 @@
-// gemm_bf16_kernels.h: the SIMD pieces of gemm_bf16 (src/model/gemm_bf16.cpp),
+// gemm_bf16_kernels.h: the SIMD pieces of gemm_bf16 (src/linalg/gemm_bf16.cpp),
 // as tables of function pointers that a path's IsaKernels (core/isa_kernels.h)
 // points at: the AVX512-BF16 packing and micro-tile (kernels/avx512bf16/
 // gemm_bf16_avx512.cpp) on avx512bf16 and amx, the AMX block (kernels/amx/

@@ -71,7 +71,7 @@ struct GemmDotKernels {
   // B [N, K] packed in panels of kPanelColumns columns: panel p holds
   // B's rows 48p .. 48p + 47 interleaved, element (k, c) at
   // P[p · 48 K + 48 k + c], the last panel's missing rows zeros (packed once
-  // at load: model/gemm.h, pack_panels). Each element is one lane's chain of
+  // at load: linalg/gemm.h, pack_panels). Each element is one lane's chain of
   // fused multiply-adds from 0 in order of k, then + bias[j]: its bits
   // depend on K and its operands alone, for any M, N and thread; plain
   // loops doing the same (std::fma) give the same bits

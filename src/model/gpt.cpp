@@ -9,7 +9,7 @@
 #include <string>
 #include <type_traits>
 
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "model/gpt_work.h"
 #include "model/linear_runs.h"
 #include "model/layers/nn_common.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "io/safetensors_map.h"
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "model/gpt_work.h"
 #include "model/layers/nn_common.h"
 #include "qkv/gpt.h"
@@ -220,7 +220,7 @@ void GptLoader::pack_matrices(GPT& m) {
   if (!m.matrices_mapped_) return;
   const std::vector<MatrixPart> parts = linear_matrices(W, m.cfg_);
   int64_t total = 0;
-  for (const MatrixPart& p : parts) total += kernels::panels_size(p.rows, p.cols);
+  for (const MatrixPart& p : parts) total += linalg::panels_size(p.rows, p.cols);
   W.panels32.resize(static_cast<size_t>(total));  // zeros: the last panels' missing rows
   float* next = W.panels32.data();
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -234,7 +234,7 @@ void GptLoader::pack_matrices(GPT& m) {
       first += run.rows;
     }
     W.mats32[i] = {{next, parts[i].rows, RunLayout::panels}};
-    next += kernels::panels_size(parts[i].rows, K);
+    next += linalg::panels_size(parts[i].rows, K);
   }
 }
 

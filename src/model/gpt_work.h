@@ -32,7 +32,7 @@ inline int64_t fc_width(const GPTConfig& c) { return c.swiglu ? 2 * c.ffn_dim() 
 // projections are three tensors of its file, its c_attn one matrix). A run
 // of a mapped file may hold its rows transposed (in_out, a GPT-2 Conv1D
 // weight stored [in, out]); a float32 matrix packed at load is one run in
-// panels of 48 rows (model/gemm.h, sgemm_panels).
+// panels of 48 rows (linalg/gemm.h, sgemm_panels).
 enum class RunLayout : uint8_t {
   out_in,  // element (o, i) at at[o * in + i]
   in_out,  // at[i * rows + o]

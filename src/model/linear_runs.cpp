@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/gemm_dot_kernels.h"
-#include "model/column_shares.h"
-#include "model/gemm.h"
-#include "model/gemm_common.h"
+#include "linalg/column_shares.h"
+#include "linalg/gemm.h"
+#include "linalg/gemm_common.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -29,11 +29,11 @@ void piece(float* out, const TI* inp, const RowRun<E>& run, int64_t r0, const fl
   const E* w = in_out ? run.at + r0 : run.at + r0 * C;
   const int64_t ldw = in_out ? run.rows : C;
   if constexpr (std::is_same_v<E, bfloat16>) {
-    kernels::gemm_bf16_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
+    linalg::gemm_bf16_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
   } else if (run.layout == RunLayout::panels) {
-    kernels::sgemm_panels(BT, n, C, inp, C, run.at, bias, out + j0, OC);
+    linalg::sgemm_panels(BT, n, C, inp, C, run.at, bias, out + j0, OC);
   } else {
-    kernels::sgemm_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
+    linalg::sgemm_bias(false, !in_out, BT, n, C, 1.0f, inp, C, w, ldw, 0.0f, bias, out + j0, OC);
   }
 }
 
@@ -109,7 +109,7 @@ void linear_runs(float* out, const float* inp, const std::vector<Weight>& w, con
       const int64_t n = std::min(kQuantChunkRows, run.rows - r0);
       float* dst = chunk.data();
       dequantize_rows(run, r0, n, dst);
-      kernels::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, dst, C, 0.0f, b ? b + j0 + r0 : nullptr,
+      linalg::sgemm_bias(false, true, BT, n, C, 1.0f, inp, C, dst, C, 0.0f, b ? b + j0 + r0 : nullptr,
                           out + j0 + r0, OC);
     }
     j0 += run.rows;

@@ -1,5 +1,5 @@
 // amx_tiles.h: the tile machinery the AMX kernels share (the attention's core/kernels/
-// amx/flash_amx.cpp, the GEMM's model/gemm_bf16_amx.cpp). Inline code with
+// amx/flash_amx.cpp, the GEMM's core/kernels/amx/gemm_bf16_amx.cpp). Inline code with
 // AMX instructions: include it only from files compiled with -mamx-tile
 // -mamx-bf16, whose functions run only after qkv::active_isa() chose
 // Isa::amx.

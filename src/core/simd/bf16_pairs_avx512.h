@@ -1,6 +1,6 @@
 // bf16_pairs_avx512.h: the pair words vdpbf16ps multiplies, made from two
 // float32 vectors. Shared by the attention's P·V (core/kernels/avx512bf16)
-// and the bf16 GEMM (model/gemm_bf16_avx512.cpp); only for files compiled
+// and the bf16 GEMM (core/kernels/avx512bf16/gemm_bf16_avx512.cpp); only for files compiled
 // with -mavx512bw -mavx512bf16, run after active_isa() found AVX512-BF16.
 #pragma once
 

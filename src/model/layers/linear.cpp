@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/gemm.h"
+#include "linalg/gemm.h"
 #include "model/layers/nn_common.h"
 #include "model/layers/nn_ref.h"
 #include "qkv/error.h"
@@ -86,7 +86,7 @@ namespace {
 using Gemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                       const float*, int64_t, float, float*, int64_t);
 Gemm gemm_for(Matmul m) {
-  return m == Matmul::bf16 ? static_cast<Gemm>(kernels::gemm_bf16) : kernels::sgemm;
+  return m == Matmul::bf16 ? static_cast<Gemm>(linalg::gemm_bf16) : linalg::sgemm;
 }
 
 // out [BT, OC] = inp [BT, C] · W + bias [OC]; inp float32 or (Matmul::bf16
@@ -98,11 +98,11 @@ void fast_forward(float* out, const TI* inp, const float* weight, const float* b
   const bool out_in = layout == WeightLayout::out_in;
   const int64_t ldw = out_in ? C : OC;
   if (matmul == Matmul::bf16) {
-    kernels::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
+    linalg::gemm_bf16_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
     return;
   }
   if constexpr (std::is_same_v<TI, float>)
-    kernels::sgemm_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
+    linalg::sgemm_bias(false, out_in, BT, OC, C, 1.0f, inp, C, weight, ldw, 0.0f, bias, out, OC);
 }
 
 // dinp [BT, C] += dout [BT, OC] · weight [OC, C]
@@ -120,7 +120,7 @@ void fast_backward(float* dinp, float* dweight, float* dbias, const float* dout,
   if constexpr (std::is_same_v<TI, float>)
     gemm(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f, dweight, C);
   else  // a bfloat16 input: Matmul::bf16
-    kernels::gemm_bf16(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f,
+    linalg::gemm_bf16(true, false, OC, C, BT, 1.0f, dout, OC, inp, C, set_params ? 0.0f : 1.0f,
                        dweight, C);
   if (!dbias) return;
   // Column sums: one thread per block of columns, rows in order.

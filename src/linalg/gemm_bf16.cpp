@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "core/isa_kernels.h"
-#include "model/gemm.h"
-#include "model/gemm_common.h"
-#include "model/layers/nn_common.h"
+#include "linalg/gemm.h"
+#include "linalg/gemm_common.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
 
-namespace qkv::kernels {
+namespace qkv::linalg {
+
+using namespace qkv::kernels;  // the core's SIMD kernels and their tables
+
 namespace {
 
 using bf16gemm::AmxGemmKernels;
@@ -388,4 +390,4 @@ void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
             std::max<int64_t>(1, N), beta, C, ldc);
 }
 
-}  // namespace qkv::kernels
+}  // namespace qkv::linalg

@@ -1,4 +1,4 @@
-// model/gemm.h: C = alpha · op(A) · op(B) + beta · C in float32, row-major
+// linalg/gemm.h: C = alpha · op(A) · op(B) + beta · C in float32, row-major
 // (sgemm), and with bfloat16 operands (gemm_bf16).
 //
 // op(A) is [M, K] (A stored [M, K] with row stride lda, or [K, M] when
@@ -15,9 +15,10 @@
 
 #include <cstdint>
 
+#include "qkv/export.h"
 #include "qkv/tensor.h"  // bfloat16
 
-namespace qkv::kernels {
+namespace qkv::linalg {
 
 // Threads: the caller's OpenMP thread count (omp_set_num_threads or
 // OMP_NUM_THREADS); called inside a parallel region it runs on the calling
@@ -31,32 +32,32 @@ namespace qkv::kernels {
 // for op(B) = B), their columns split between the threads, each element
 // one thread's whole K sum.
 // Throws qkv::Error on negative sizes or leading dimensions too small.
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc);
+QKV_API void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   int64_t ldc);
 
 // sgemm, then every row of C adds bias [N]: C = alpha · op(A) · op(B) + beta ·
 // C + bias. With beta = 0 (a Linear layer's forward) that is bitwise what
 // writing the bias into C and calling sgemm with beta = 1 gives, without
 // that pass over C and its threads on the dot-product kernels, which add
 // the bias as they store each sum.
-void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                const float* bias, float* C, int64_t ldc);
+QKV_API void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                        const float* bias, float* C, int64_t ldc);
 
 // The same contract in plain loops: each output's K products summed in double
 // in order k = 0..K-1, then alpha · sum + beta · C rounded to float once.
 // For tests; about 1 GFLOP/s.
-void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc);
+QKV_API void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc);
 
 // A float32 weight B [N, K] (a Linear's [out, in]) packed once for the
 // products of any number of rows: panels of kernels::kPanelColumns (48) of
 // its rows, panel p holding element (o, k) at P[p · 48 K + 48 k + o - 48 p],
 // the last panel's missing rows zeros (core/gemm_dot_kernels.h). panels_size
 // is the floats P takes.
-int64_t panels_size(int64_t N, int64_t K);
+QKV_API int64_t panels_size(int64_t N, int64_t K);
 
 // C [M, N] = A [M, K] · Bᵀ + bias (bias [N], or null), B packed in P as
 // above, rows lda and ldc apart. The panels are shared out between the
@@ -64,8 +65,8 @@ int64_t panels_size(int64_t N, int64_t K);
 // (then + bias): the same bits for any thread count and any M, from the
 // avx512 path's kernel or, below it, from plain loops. Throws qkv::Error on
 // negative sizes or leading dimensions too small.
-void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* P,
-                  const float* bias, float* C, int64_t ldc);
+QKV_API void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* P,
+                          const float* bias, float* C, int64_t ldc);
 
 // Mixed precision: C = alpha · op(A) · op(B) + beta · C with op(A) and op(B)
 // rounded to bfloat16 (to nearest even), their products summed in float32;
@@ -85,45 +86,45 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, 
 //     same products, exact in float32, summed in another order).
 // Results are bitwise identical for any thread count: each C element is one
 // thread's K sum, in an order set by the path and the shape alone.
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc);
+QKV_API void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc);
 
 // gemm_bf16, then every row of C adds bias [N]: C = alpha · op(A) · op(B) +
 // beta · C + bias. With beta = 0 (a Linear layer's forward) that is bitwise
 // what writing the bias into C and calling gemm_bf16 with beta = 1 gives, on
 // every path, with one pass over C fewer on AVX512-BF16, where the
 // micro-tile adds the bias to its rounded result as it stores it.
-void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                    const float* bias, float* C, int64_t ldc);
+QKV_API void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            const float* bias, float* C, int64_t ldc);
 
 // The same with one operand already in bfloat16 (a Linear layer's input
 // stored rounded by its producer under mixed precision): the products, and
 // so the bits, of passing the float32 values they were rounded from, with
 // half the bytes to read; op(A) = A with K and lda even is read in place,
 // with no packing at all.
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc);
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
-               int64_t ldc);
-void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                    const float* bias, float* C, int64_t ldc);
+QKV_API void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc);
+QKV_API void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc);
+QKV_API void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const bfloat16* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            const float* bias, float* C, int64_t ldc);
 // A Linear's weight kept rounded beside its float32 master copy (B, in
 // bfloat16), its input in either type.
-void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
-                    const float* bias, float* C, int64_t ldc);
-void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
-                    const float* bias, float* C, int64_t ldc);
+QKV_API void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+                            const float* bias, float* C, int64_t ldc);
+QKV_API void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                            const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+                            const float* bias, float* C, int64_t ldc);
 
 // The same contract in plain loops: sgemm_ref on the operands rounded to bf16.
-void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                   int64_t ldc);
+QKV_API void gemm_bf16_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                           int64_t ldc);
 
-}  // namespace qkv::kernels
+}  // namespace qkv::linalg

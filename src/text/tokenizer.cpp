@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "io/json_strict.h"
-#include "model/utf8.h"
+#include "text/utf8.h"
 #include "qkv/error.h"
 
 namespace qkv {

@@ -1,9 +1,9 @@
 // gemm.cpp: sgemm on oneDNN, in fixed panels so results do not depend on the
 // thread count, or on few rows on the dot-product kernels; sgemm_ref in
 // plain loops.
-#include "model/gemm.h"
-#include "model/column_shares.h"
-#include "model/gemm_common.h"
+#include "linalg/gemm.h"
+#include "linalg/column_shares.h"
+#include "linalg/gemm_common.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -13,11 +13,13 @@
 #include <utility>
 
 #include "core/isa_kernels.h"
-#include "model/layers/nn_common.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
 
-namespace qkv::kernels {
+namespace qkv::linalg {
+
+using namespace qkv::kernels;  // the core's SIMD kernels and their tables
+
 namespace {
 
 // C is cut along its longer side (M rows or N columns) into panels; each
@@ -101,7 +103,7 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot; dot && (trans_b || dot->f32_kn))
       return dot_columns(*dot, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
   if (bias && beta == 0.0f) {  // the bias as C and beta = 1: the same bits, one pass fewer
-#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
+#pragma omp parallel for schedule(static) if (M * N >= kGemmParallelMin)
     for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
     return on_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
   }
@@ -158,7 +160,7 @@ void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 }
 
 void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
-#pragma omp parallel for schedule(static) if (M * N >= nn::detail::kParallelMin)
+#pragma omp parallel for schedule(static) if (M * N >= kGemmParallelMin)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
@@ -181,4 +183,4 @@ void sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     }
 }
 
-}  // namespace qkv::kernels
+}  // namespace qkv::linalg

@@ -1,4 +1,4 @@
-#include "model/bpe/bpe_pretokenize.h"
+#include "text/bpe/bpe_pretokenize.h"
 
 #include <utf8proc.h>
 

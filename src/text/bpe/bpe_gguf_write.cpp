@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/bpe/bpe_impl.h"
+#include "text/bpe/bpe_impl.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 

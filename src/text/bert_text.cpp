@@ -1,4 +1,4 @@
-#include "model/bert_text.h"
+#include "text/bert_text.h"
 
 #include <utf8proc.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <iterator>
 
-#include "model/utf8.h"
+#include "text/utf8.h"
 #include "qkv/error.h"
 
 namespace qkv::bert {
@@ -26,7 +26,7 @@ struct Range {
   Class cls;
 };
 constexpr Range kUnicode8[] = {
-#include "model/bert_unicode8.inc"
+#include "text/bert_unicode8.inc"
 };
 
 Class char_class(char32_t c) {

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/bpe/bpe_impl.h"
-#include "model/bpe/bpe_pretokenize.h"
+#include "text/bpe/bpe_impl.h"
+#include "text/bpe/bpe_pretokenize.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "model/bpe/bpe_impl.h"
+#include "text/bpe/bpe_impl.h"
 
 namespace qkv::bpe {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "model/bpe/bpe_impl.h"
+#include "text/bpe/bpe_impl.h"
 
 namespace qkv::bpe {
 namespace {

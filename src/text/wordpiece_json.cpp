@@ -8,8 +8,8 @@
 #include <numeric>
 
 #include "io/json_strict.h"
-#include "model/template_processing.h"
-#include "model/utf8.h"
+#include "text/template_processing.h"
+#include "text/utf8.h"
 #include "qkv/error.h"
 #include "qkv/wordpiece.h"
 

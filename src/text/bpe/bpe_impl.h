@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/bpe/bpe_pretokenize.h"
-#include "model/utf8.h"
+#include "text/bpe/bpe_pretokenize.h"
+#include "text/utf8.h"
 #include "qkv/bpe.h"
 
 namespace qkv::bpe {
@@ -119,7 +119,7 @@ void read_tokenizer_json(const std::string& json, const std::string& name_for_er
 std::string gpt2_files_json(const std::string& dir);
 
 // Throws qkv::Error naming the byte offset (and line) of the first invalid
-// UTF-8 sequence in `text`: the tokenizers' one strict decoder (model/utf8.h).
+// UTF-8 sequence in `text`: the tokenizers' one strict decoder (text/utf8.h).
 inline void check_utf8(std::string_view text) { utf8::for_each_code_point(text, [](char32_t) {}); }
 
 // Appends `bytes` to `out`, each maximal ill-formed subsequence replaced by

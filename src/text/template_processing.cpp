@@ -1,6 +1,6 @@
 // template_processing.cpp: TemplateProcessing's single-sequence template
-// (model/template_processing.h).
-#include "model/template_processing.h"
+// (text/template_processing.h).
+#include "text/template_processing.h"
 
 #include "io/json_strict.h"
 #include "qkv/error.h"

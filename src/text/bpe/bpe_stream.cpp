@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/bpe/bpe_impl.h"
+#include "text/bpe/bpe_impl.h"
 #include "qkv/bpe.h"
 #include "qkv/error.h"
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "io/json_strict.h"
-#include "model/bert_text.h"
-#include "model/utf8.h"
+#include "text/bert_text.h"
+#include "text/utf8.h"
 #include "io/files.h"
 #include "qkv/error.h"
 

@@ -1,4 +1,4 @@
-// gemm_panels.cpp: sgemm_panels (contract in model/gemm.h): the avx512
+// gemm_panels.cpp: sgemm_panels (contract in linalg/gemm.h): the avx512
 // path's kernel, or plain loops giving the same bits, on each thread's
 // panels.
 #include <omp.h>
@@ -7,11 +7,14 @@
 #include <cmath>
 
 #include "core/isa_kernels.h"
-#include "model/gemm.h"
-#include "model/gemm_common.h"
+#include "linalg/gemm.h"
+#include "linalg/gemm_common.h"
 #include "qkv/runtime.h"
 
-namespace qkv::kernels {
+namespace qkv::linalg {
+
+using namespace qkv::kernels;  // the core's SIMD kernels and their tables
+
 namespace {
 
 // f32_panels's contract in plain loops: one std::fma chain an element.
@@ -45,4 +48,4 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, 
   }
 }
 
-}  // namespace qkv::kernels
+}  // namespace qkv::linalg

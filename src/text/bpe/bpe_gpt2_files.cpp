@@ -9,7 +9,7 @@
 
 #include "io/files.h"
 #include "io/json_strict.h"
-#include "model/bpe/bpe_impl.h"
+#include "text/bpe/bpe_impl.h"
 #include "qkv/error.h"
 
 namespace qkv::bpe {

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "io/json_strict.h"
-#include "model/bpe/bpe_impl.h"
-#include "model/template_processing.h"
+#include "text/bpe/bpe_impl.h"
+#include "text/template_processing.h"
 #include "qkv/error.h"
 
 namespace qkv::bpe {
