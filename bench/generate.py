@@ -14,7 +14,7 @@ each with a tokenizer trained on --text in its family's format):
               which a GGUF file carries in a form qkv reads.
 Each in float32 and bf16 (--dtypes): the folder's weights stored in that
 dtype; qkv runs generate(dtype=...), PyTorch the model in that dtype.
-Quantized types (--dtypes q8_0,q4_0,q4_k_m; gpt2-124m and tinyllama-bpe):
+Quantized types (--dtypes q8_0,q4_0,q4_k_m,q5_k_m,q6_k; gpt2-124m and tinyllama-bpe):
 the float32 folder converted to GGUF by llama.cpp's converter, then
 quantized by its llama-quantize (--llama-quantize); qkv (Model.load of
 the file) and llama.cpp run that same file, PyTorch sits out.
@@ -78,7 +78,7 @@ SHAPES = {
         rope_theta=10000.0, tie_word_embeddings=False)),
 }
 SHAPES["tinyllama-bpe"] = dict(SHAPES["tinyllama"], tokenizer="gpt2")
-QUANTIZED = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}  # --dtypes -> llama-quantize's type
+QUANTIZED = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K"}  # --dtypes -> llama-quantize's type
 PAUSE_S = 0.2
 # Runs convert_hf_to_gguf.py (argv[1]) on argv[2:], taking the GPT-2 folders'
 # trained tokenizers for GPT-2's pre-tokenizer (the converter knows
