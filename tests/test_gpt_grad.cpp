@@ -165,14 +165,16 @@ TensorError tensor_error(const ParamInfo& p, const std::vector<float>& got,
 }
 
 // The block around the attention.
-enum class Block { nanogpt, llama, post_norm };
+enum class Block { nanogpt, llama, qwen2, post_norm };
 // (RoPE, Hkv, bias, block)
 using GradParam = std::tuple<bool, int64_t, bool, Block>;
 class GptGrad : public ::testing::TestWithParam<GradParam> {};
 
 // tiny(), and for Llama's block: RMSNorm, SwiGLU (F = 24), an untied head,
 // rope_theta 500000 with llama3 scaling, and a sliding window shorter than
-// the context; bias then means Llama's attention_bias and mlp_bias. For
+// the context; bias then means Llama's attention_bias and mlp_bias. Qwen2's
+// block is Llama's with biases on q, k and v only, here with heads of 6
+// (the attention 24 wide, embd 16), bias then meaning heads of 2. For
 // post-norm, BERT's block (norms after each residual sum, attention in both
 // directions) under a final norm and a head.
 GPTConfig config_of(const GradParam& param) {
@@ -182,7 +184,7 @@ GPTConfig config_of(const GradParam& param) {
     c.post_norm = true;
     c.causal = false;
   }
-  if (block == Block::llama) {
+  if (block == Block::llama || block == Block::qwen2) {
     c.rms_norm = c.swiglu = true;
     c.ffn = 24;
     c.tied_head = false;
@@ -190,13 +192,19 @@ GPTConfig config_of(const GradParam& param) {
     c.rope_theta = 500000.0;
     c.rope_scaling = {GPTConfig::RopeScaling::Kind::llama3, 8.0, 1.0, 4.0, 4};
   }
+  if (block == Block::qwen2) {
+    c.bias = false;
+    c.qkv_bias = true;
+    c.head_size = bias ? 2 : 6;
+  }
   return c;
 }
 
 std::string config_name(const ::testing::TestParamInfo<GptGrad::ParamType>& info) {
   const auto [rope, kv, bias, block] = info.param;
-  return std::string(rope ? "rope" : "wpe") + "_kv" + std::to_string(kv) + (bias ? "_bias" : "") +
-         (block == Block::llama ? "_llama" : block == Block::post_norm ? "_post_norm" : "");
+  return std::string(rope ? "rope" : "wpe") + "_kv" + std::to_string(kv) +
+         (block == Block::qwen2 ? (bias ? "_hs2" : "_hs6") : bias ? "_bias" : "") +
+         (block == Block::llama ? "_llama" : block == Block::qwen2 ? "_qwen2" : block == Block::post_norm ? "_post_norm" : "");
 }
 
 TEST_P(GptGrad, BackwardMatchesFiniteDifferencesInFloat64) {
@@ -375,6 +383,10 @@ INSTANTIATE_TEST_SUITE_P(Configs, GptGrad,
 INSTANTIATE_TEST_SUITE_P(Llama, GptGrad,
                          ::testing::Combine(::testing::Values(true), ::testing::Values(2, 1),
                                             ::testing::Bool(), ::testing::Values(Block::llama)),
+                         config_name);
+INSTANTIATE_TEST_SUITE_P(Qwen2, GptGrad,
+                         ::testing::Combine(::testing::Values(true), ::testing::Values(2),
+                                            ::testing::Bool(), ::testing::Values(Block::qwen2)),
                          config_name);
 INSTANTIATE_TEST_SUITE_P(PostNorm, GptGrad,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(2), ::testing::Bool(),

@@ -67,8 +67,14 @@ struct QKV_API GPTConfig {
   /// Biases in the attention's Linear layers (q, k, v and the output
   /// projection) although `bias` is off: Llama's attention_bias.
   bool attn_bias = false;
+  /// Biases in q, k and v only, not in the output projection: Qwen2's.
+  bool qkv_bias = false;
   /// Biases in the MLP's Linear layers although `bias` is off: Llama's mlp_bias.
   bool mlp_bias = false;
+  /// The width of a head, hs, where a checkpoint sets its own (config.json's
+  /// head_dim); 0 means embd / heads. The attention then works in
+  /// heads * hs columns, which c_proj brings back to embd.
+  int64_t head_size = 0;
   /// A sliding window (Mistral's sliding_window): query i sees keys j with
   /// i - window < j (as well as the causal j <= i); 0: every earlier key.
   int64_t window = 0;
@@ -91,10 +97,13 @@ struct QKV_API GPTConfig {
   };
   RopeScaling rope_scaling;  ///< none unless a checkpoint's config says
 
-  int64_t head_dim() const { return embd / heads; }  ///< hs = C / H
+  int64_t head_dim() const { return head_size ? head_size : embd / heads; }  ///< hs: head_size, or C / H
+  int64_t attn_dim() const { return heads * head_dim(); }  ///< A = H * hs, the heads merged
+
   /// The MLP's hidden width: ffn, or 4 * embd when ffn is 0.
   int64_t ffn_dim() const { return ffn ? ffn : 4 * embd; }
-  bool attn_biased() const { return bias || attn_bias; }  ///< c_attn and attn.c_proj have biases
+  bool qkv_biased() const { return bias || attn_bias || qkv_bias; }  ///< c_attn has a bias
+  bool proj_biased() const { return bias || attn_bias; }             ///< attn.c_proj has a bias
   bool mlp_biased() const { return bias || mlp_bias; }    ///< c_fc and mlp.c_proj have biases
   /// What backward() can train: a language model with a final norm, pre-
   /// or post-norm, causal or not, with any of the options above (nanoGPT's,

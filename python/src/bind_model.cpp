@@ -110,7 +110,7 @@ void bind_model(nb::module_& m) {
              const qkv::GPTConfig& c = self.config();
              nb::dict d;
              d["vocab"] = c.vocab, d["context"] = c.context, d["layers"] = c.layers;
-             d["heads"] = c.heads, d["kv_heads"] = c.kv_heads, d["embd"] = c.embd;
+             d["heads"] = c.heads, d["kv_heads"] = c.kv_heads, d["embd"] = c.embd, d["head_dim"] = c.head_dim();
              d["rope"] = c.rope, d["bias"] = c.bias;
              d["ffn"] = c.ffn_dim(), d["post_norm"] = c.post_norm, d["causal"] = c.causal;
              d["architecture"] = self.architecture();

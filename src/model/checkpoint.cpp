@@ -58,7 +58,7 @@ std::string config_to_json(const GPTConfig& c) {
   // qkv's own config.json describes the models qkv trains; a checkpoint's
   // architecture (BERT, ...) is described by its own folder.
   const bool nanogpt = c.trainable() && !c.post_norm && c.causal && c.tied_head && !c.rms_norm && !c.swiglu && !c.attn_bias &&
-                       !c.mlp_bias && c.window == 0 && c.rope_theta == 10000.0 &&
+                       !c.qkv_bias && !c.mlp_bias && c.head_size == 0 && c.window == 0 && c.rope_theta == 10000.0 &&
                        c.rope_scaling.kind == GPTConfig::RopeScaling::Kind::none;
   if (!nanogpt || c.ffn != 0 || c.norm_eps != GPTConfig{}.norm_eps)
     throw Error("model config: qkv saves GPT models (pre-norm, causal, ln_f, tied head, ffn 4 * "

@@ -24,7 +24,7 @@ namespace qkv {
 namespace {
 
 [[noreturn]] void cannot(const std::string& input, const std::string& what) {
-  throw Error("quantize: '" + input + "': " + what + "; a GGUF file describes GPT-2 and Llama-family decoders");
+  throw Error("quantize: '" + input + "': " + what + "; a GGUF file describes GPT-2, Llama-family and Qwen2 decoders");
 }
 
 // The GGUF architecture whose maths is exactly the config's, or an error
@@ -37,12 +37,13 @@ std::string architecture_of(const std::string& input, const GPTConfig& c) {
     if (c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::none &&
         c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::linear)
       cannot(input, "its RoPE scaling is not linear");
-    return "llama";
+    // Qwen2: biases on q, k and v only (llama.cpp's qwen2); Llama: on all four projections, or none.
+    return c.qkv_bias && !c.proj_biased() && !c.mlp_biased() ? "qwen2" : "llama";
   }
   if (!c.rope && !c.rms_norm && !c.swiglu && c.bias && c.gelu == nn::Gelu::tanh && c.tied_head && c.kv_heads == c.heads)
     return "gpt2";
   cannot(input, "its blocks are neither GPT-2's (LayerNorm, biases, tanh GELU, learned positions) nor Llama's "
-                "(RMSNorm, SwiGLU, RoPE, no biases)");
+                "or Qwen2's (RMSNorm, SwiGLU, RoPE)");
 }
 
 // The ARCH.* keys llama.cpp's converter writes, which gguf_model.cpp reads back.
@@ -61,8 +62,14 @@ void put_config(GgufWriter& w, const std::string& arch, const GPTConfig& c) {
   }
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.norm_eps)));
   w.set(a + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
-  w.set(a + "rope.dimension_count", u32(c.head_dim()));
-  w.set(a + "vocab_size", u32(c.vocab));
+  if (c.head_size) {  // heads other than embedding_length / head_count wide
+    w.set(a + "attention.key_length", u32(c.head_dim()));
+    w.set(a + "attention.value_length", u32(c.head_dim()));
+  }
+  if (arch == "llama") {
+    w.set(a + "rope.dimension_count", u32(c.head_dim()));
+    w.set(a + "vocab_size", u32(c.vocab));
+  }
   if (c.rope_scaling.kind == GPTConfig::RopeScaling::Kind::linear) {
     w.set(a + "rope.scaling.type", GgufValue::string("linear"));
     w.set(a + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope_scaling.factor)));

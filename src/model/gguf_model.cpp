@@ -45,7 +45,7 @@ const std::set<std::string>& known_keys(const std::string& arch) {
   static const std::set<std::string> gpt2 = {
       "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
       "attention.head_count", "attention.head_count_kv", "attention.layer_norm_epsilon"};
-  return arch == "llama" ? llama : gpt2;
+  return arch == "gpt2" ? gpt2 : llama;  // qwen2: llama's keys
 }
 
 // Reads the metadata of `f` under the prefix "ARCH.", each error naming the
@@ -116,13 +116,19 @@ GPTConfig read_config(const GgufFile& f, const std::string& arch) {
   c.kv_heads = m.size_or("attention.head_count_kv", c.heads);
   c.ffn = m.size("feed_forward_length");
   c.context = m.size("context_length");
-  if (c.embd % c.heads != 0)
-    m.fail("attention.head_count", std::to_string(c.heads) + " does not divide embedding_length " + std::to_string(c.embd));
   if (c.heads % c.kv_heads != 0)
     m.fail("attention.head_count_kv", std::to_string(c.kv_heads) + " does not divide head_count " + std::to_string(c.heads));
+  // A head's width: attention.key_length where the file gives it (a model
+  // whose heads are not embedding_length / head_count wide), else the split.
+  if (arch != "gpt2" && m.has("attention.key_length")) {
+    const int64_t hs = m.size("attention.key_length");
+    if (hs * c.heads != c.embd) c.head_size = hs;
+  } else if (c.embd % c.heads != 0) {
+    m.fail("attention.head_count", std::to_string(c.heads) + " does not divide embedding_length " + std::to_string(c.embd));
+  }
   m.expect("attention.key_length", c.head_dim(), "embedding_length / head_count");
-  m.expect("attention.value_length", c.head_dim(), "embedding_length / head_count");
-  if (arch == "llama") {
+  m.expect("attention.value_length", c.head_dim(), "key_length: values as wide as keys");
+  if (arch != "gpt2") {
     if (!m.has("attention.layer_norm_rms_epsilon")) m.fail("attention.layer_norm_rms_epsilon", "missing");
     c.norm_eps = m.positive_or("attention.layer_norm_rms_epsilon", 0);
     read_rope(m, c);
@@ -130,7 +136,9 @@ GPTConfig read_config(const GgufFile& f, const std::string& arch) {
     c.bias = false;
     c.rms_norm = true;
     c.swiglu = true;
-    c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    // Qwen2's q, k and v always have biases; a llama file's four projections may.
+    if (arch == "qwen2") c.qkv_bias = true;
+    else c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
     c.mlp_bias = f.find_tensor("blk.0.ffn_gate.bias") != nullptr;
   } else {
     if (c.kv_heads != c.heads) m.fail("attention.head_count_kv", "must equal head_count in a gpt2 model");
@@ -280,9 +288,9 @@ GgufModel load_model(const std::string& path, bool dequantize) {
   const GgufFile f = GgufFile::open(path);
   GgufModel m;
   m.architecture = f.get_string("general.architecture");
-  if (m.architecture != "llama" && m.architecture != "gpt2")
+  if (m.architecture != "llama" && m.architecture != "qwen2" && m.architecture != "gpt2")
     throw Error("'" + path + "': metadata \"general.architecture\": " + in_quotes(m.architecture) +
-                " is not supported (qkv runs: gpt2, llama)");
+                " is not supported (qkv runs: gpt2, llama, qwen2)");
   const GPTConfig c = read_config(f, m.architecture);
   m.tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_gguf(f));
   m.gpt = std::make_unique<GPT>(c);

@@ -19,7 +19,7 @@ bool is_gguf_file(const std::string& path);
 
 // What load_model makes of a file.
 struct GgufModel {
-  std::string architecture;  // general.architecture: "llama" or "gpt2"
+  std::string architecture;  // general.architecture: "llama", "qwen2" or "gpt2"
   std::unique_ptr<GPT> gpt;
   std::shared_ptr<const BpeTokenizer> tokenizer;
 };

@@ -24,18 +24,20 @@ SourceMap source_map(const GPTConfig& c, const std::string& arch) {
         s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
         continue;
       }
-      if (k == "weight" || c.attn_bias) {
-        s[to + "attn.c_attn." + k] = {{from + "attn_q." + k, q, c.heads},
-                                      {from + "attn_k." + k, kv, c.kv_heads},
+      // The converter turns llama's q and k rows to RoPE's adjacent pairs;
+      // qwen2's stay in transformers' half-split order (llama.cpp's NEOX RoPE).
+      const bool permuted = arch == "llama";
+      if (k == "weight" || c.qkv_biased())
+        s[to + "attn.c_attn." + k] = {{from + "attn_q." + k, q, permuted ? c.heads : 0},
+                                      {from + "attn_k." + k, kv, permuted ? c.kv_heads : 0},
                                       {from + "attn_v." + k, kv}};
-        s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
-      }
+      if (k == "weight" || c.proj_biased()) s[to + "attn.c_proj." + k] = {{from + "attn_output." + k, c.embd}};
       if (k == "weight" || c.mlp_bias) {
         s[to + "mlp.c_fc." + k] = {{from + "ffn_gate." + k, c.ffn_dim()}, {from + "ffn_up." + k, c.ffn_dim()}};
         s[to + "mlp.c_proj." + k] = {{from + "ffn_down." + k, c.embd}};
       }
     }
-    if (arch == "llama") {
+    if (arch != "gpt2") {
       s[to + "ln_1.weight"] = {{from + "attn_norm.weight", c.embd}};
       s[to + "ln_2.weight"] = {{from + "ffn_norm.weight", c.embd}};
     }

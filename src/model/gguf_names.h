@@ -2,7 +2,8 @@
 // of qkv's model (convert_hf_to_gguf.py's names), shared by the reader
 // (gguf_model.cpp) and the writer (gguf_export.cpp):
 //
-//   llama (Llama 2/3, TinyLlama, SmolLM, Mistral)     gpt2
+//   llama (Llama 2/3, TinyLlama, SmolLM, Mistral),    gpt2
+//   qwen2 (the same, q, k and v with biases)
 //   token_embd                         -> wte         token_embd, position_embd -> wte, wpe
 //   blk.N.attn_norm                    -> ln_1        blk.N.attn_norm (+ bias)   -> ln_1
 //   blk.N.attn_{q,k,v} (stacked)       -> c_attn      blk.N.attn_qkv (fused)     -> c_attn
@@ -14,7 +15,7 @@
 //
 // A GGUF matrix's ne[0] is its row (a Linear's input), so [in, out] in
 // ggml's order is qkv's [out, in]. The converter permutes the rows of
-// llama's q and k within each head so that RoPE's pairs are adjacent rows
+// llama's q and k (not qwen2's) within each head so that RoPE's pairs are adjacent rows
 // (2i, 2i + 1), as llama.cpp's rope kernel turns them; qkv turns the
 // half-split pairs (i, i + hs/2) of transformers' layout.
 #pragma once

@@ -26,12 +26,14 @@ void GPTConfig::validate() const {
   need(context >= 1, "context must be at least 1, found " + std::to_string(context));
   need(layers >= 1, "layers must be at least 1, found " + std::to_string(layers));
   need(embd >= 1, "embd must be at least 1, found " + std::to_string(embd));
-  need(heads >= 1 && embd % heads == 0,
+  need(head_size >= 0, "head_size must be at least 0 (0: embd / heads), found " + std::to_string(head_size));
+  need(heads >= 1 && (head_size > 0 || embd % heads == 0),
        "heads must divide embd " + std::to_string(embd) + ", found " + std::to_string(heads));
   need(kv_heads >= 1 && heads % kv_heads == 0,
        "kv_heads must divide heads " + std::to_string(heads) + ", found " + std::to_string(kv_heads));
   need(!rope || head_dim() % 2 == 0,
-       "rope needs an even head dim, found embd / heads = " + std::to_string(head_dim()));
+       "rope needs an even head dim, found " + std::string(head_size ? "head_size = " : "embd / heads = ") +
+           std::to_string(head_dim()));
   need(ffn >= 0, "ffn must be at least 0 (0: 4 * embd), found " + std::to_string(ffn));
   need(std::isfinite(norm_eps) && norm_eps > 0,
        "norm_eps must be a finite number > 0, found " + std::to_string(norm_eps));
@@ -142,8 +144,8 @@ void zero(std::vector<T>& v) {
 
 template <class T>
 void BasicGPT<T>::build_params() {
-  const int64_t C = cfg_.embd, F = cfg_.ffn_dim(), hs = cfg_.head_dim();
-  const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
+  const int64_t C = cfg_.embd, F = cfg_.ffn_dim(), A = cfg_.attn_dim();
+  const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
   int64_t off = 0;
   auto add = [&](const std::string& name, Shape shape, bool decay, bool present = true) -> int64_t {
     if (!present) return -1;
@@ -162,7 +164,7 @@ void BasicGPT<T>::build_params() {
   }
   // RMSNorm has a weight only; SwiGLU's c_fc makes the gate and the up projection.
   const bool norm_bias = cfg_.bias && !cfg_.rms_norm;
-  const bool ab = cfg_.attn_biased(), mb = cfg_.mlp_biased();
+  const bool qb = cfg_.qkv_biased(), pb = cfg_.proj_biased(), mb = cfg_.mlp_biased();
   const int64_t fc_out = fc_width(cfg_);
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
@@ -170,9 +172,9 @@ void BasicGPT<T>::build_params() {
     L.ln1_w = add(p + "ln_1.weight", {C}, false);
     L.ln1_b = add(p + "ln_1.bias", {C}, false, norm_bias);
     L.attn_w = add(p + "attn.c_attn.weight", {qkv_out, C}, true);
-    L.attn_b = add(p + "attn.c_attn.bias", {qkv_out}, false, ab);
-    L.attn_proj_w = add(p + "attn.c_proj.weight", {C, C}, true);
-    L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false, ab);
+    L.attn_b = add(p + "attn.c_attn.bias", {qkv_out}, false, qb);
+    L.attn_proj_w = add(p + "attn.c_proj.weight", {C, A}, true);
+    L.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false, pb);
     L.ln2_w = add(p + "ln_2.weight", {C}, false);
     L.ln2_b = add(p + "ln_2.bias", {C}, false, norm_bias);
     L.fc_w = add(p + "mlp.c_fc.weight", {fc_out, C}, true);
@@ -359,7 +361,7 @@ void ensure_acts(W& w, const GPTConfig& cfg, int64_t B, int64_t Tn, int64_t rows
     l.q = Tensor(dt, {B, H, Tn, hs});
     l.k = Tensor(dt, {B, Hkv, Tn, hs});
     l.v = Tensor(dt, {B, Hkv, Tn, hs});
-    l.atty.assign(BT * C, T(0)), l.res2.assign(BT * C, T(0));
+    l.atty.assign(BT * cfg.attn_dim(), T(0)), l.res2.assign(BT * C, T(0));
     size_input(l.ln2, BT * C, bf16);
     l.ln2_mean.assign(BT, T(0)), l.ln2_rstd.assign(BT, T(0));
     l.fch.assign(BT * fc_out, T(0)), size_input(l.fch_gelu, BT * F, bf16);
@@ -379,7 +381,9 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
   const typename W::Acts& a = w.acts;
   const int64_t BT = a.rows, C = cfg.embd, F = cfg.ffn_dim(), V = cfg.vocab, hs = cfg.head_dim();
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * hs;
-  for (auto [v, n] : {std::pair{&w.dres, BT * C}, {&w.dln, BT * C}, {&w.dqkv, BT * qkv_out}, {&w.datty, BT * C},
+  // datty: the merged heads' gradient [BT, A], and post-norm's [BT, C].
+  const int64_t datty = BT * std::max(cfg.attn_dim(), C);
+  for (auto [v, n] : {std::pair{&w.dres, BT * C}, {&w.dln, BT * C}, {&w.dqkv, BT * qkv_out}, {&w.datty, datty},
                       {&w.dfch, BT * fc_width(cfg)}, {&w.dfch_gelu, BT * F}, {&w.dlogits, BT * V}})
     v->resize(static_cast<size_t>(n));
   const Shape dout{a.B, cfg.heads, a.Tn, hs};
@@ -403,7 +407,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   ensure_acts(W, cfg_, B, Tn, rows, compute, for_backward || W.keep_all_layers);
   auto& a = W.acts;
   const int64_t BT = rows, C = cfg_.embd, F = cfg_.ffn_dim(), V = cfg_.vocab, hs = cfg_.head_dim();
-  const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs;
+  const int64_t qkv_out = (cfg_.heads + 2 * cfg_.kv_heads) * hs, A = cfg_.attn_dim();
   const double eps = cfg_.norm_eps;
   const int64_t fc_out = fc_width(cfg_);
   // The matrices as the GEMMs read them, block l's four from 4 l, then the
@@ -485,7 +489,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
     const int64_t r0 = last_row_only ? BT - 1 : 0, n = BT - r0;
     T* res2 = la.res2.data() + r0 * C;
     // res2 = x + attn proj: project into res2, then add the stream.
-    linear_to(res2, la.atty.data() + r0 * C, lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), n, C, C, mm);
+    linear_to(res2, la.atty.data() + r0 * A, lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), n, A, C, mm);
     nn::residual_forward(res2, res2, x + r0 * C, n * C);
     // The MLP's input, which post-norm also adds back.
     const typename Work::LinearIn* mlp_in = &la.ln2;
@@ -648,7 +652,7 @@ void BasicGPT<T>::backward() {
     }
     // res2 = x + proj(attn(c_attn(x))), x normalised first (pre-norm) or not.
     nn::linear_backward(W.datty.data(), g(L.attn_proj_w), g(L.attn_proj_b), W.dres.data(),
-                        la.atty.data(), w(L.attn_proj_w), BT, C, C, mm, kSet, kSet);
+                        la.atty.data(), w(L.attn_proj_w), BT, cfg_.attn_dim(), C, mm, kSet, kSet);
     attention_backward(l);
     if (cfg_.post_norm) {
       nn::linear_backward(W.dln.data(), g(L.attn_w), g(L.attn_b), W.dqkv.data(), x, w(L.attn_w), BT, C,

@@ -145,7 +145,7 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
   auto& a = work_->acts;
   auto& la = work_->layer_acts(l);
   const int64_t B = a.B, Tn = a.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads, hs = cfg_.head_dim();
-  const int64_t C = cfg_.embd, row = (H + 2 * Hkv) * hs;
+  const int64_t A = cfg_.attn_dim(), row = (H + 2 * Hkv) * hs;
   T* q = la.q.template data<T>();
   T* k = la.k.template data<T>();
   T* v = la.v.template data<T>();
@@ -172,12 +172,12 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
   attention_into(la.att, la.q, la.k, la.v, o);
   const T* out = la.att.out.template data<T>();
   T* y = la.atty.data();
-#pragma omp parallel for schedule(static) collapse(2) if (a.rows * C >= nn::detail::kParallelMin)
+#pragma omp parallel for schedule(static) collapse(2) if (a.rows * A >= nn::detail::kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tn; ++t) {
       if (t >= a.lengths[b]) continue;
       for (int64_t h = 0; h < H; ++h)
-        std::copy_n(out + ((b * H + h) * Tn + t) * hs, hs, y + (a.starts[b] + t) * C + h * hs);
+        std::copy_n(out + ((b * H + h) * Tn + t) * hs, hs, y + (a.starts[b] + t) * A + h * hs);
     }
 }
 

@@ -106,7 +106,7 @@ struct BasicGPT<T>::Work {
                                   // packed rows: padded to the longest sequence
     Tensor q16, k16, v16;         // the same in bf16 (bf16 compute only)
     AttentionResult att;          // out [B, H, T, hs], lse [B, H, T]
-    Vec atty, res2;               // [BT, C]: heads merged; x + attention
+    Vec atty, res2;               // [BT, A]: heads merged; [BT, C]: x + attention
     LinearIn ln2;
     Vec ln2_mean, ln2_rstd;
     Vec fch;                      // [BT, F] ([BT, 2F] for SwiGLU: gate, then up)
@@ -195,7 +195,7 @@ std::vector<MatrixPart> linear_matrices(const Work& W, const GPTConfig& cfg) {
   const int64_t qkv_out = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
   std::vector<MatrixPart> parts;
   for (const auto& L : W.layer)
-    parts.insert(parts.end(), {{L.attn_w, qkv_out, C}, {L.attn_proj_w, C, C}, {L.fc_w, fc_out, C},
+    parts.insert(parts.end(), {{L.attn_w, qkv_out, C}, {L.attn_proj_w, C, cfg.attn_dim()}, {L.fc_w, fc_out, C},
                                {L.fc_proj_w, C, F}});
   if (cfg.lm_head) parts.push_back({cfg.tied_head ? W.wte : W.lm_head, cfg.vocab, C});
   return parts;

@@ -1,6 +1,7 @@
 // model_size.cpp: parameter, FLOP and KV-cache counts (rules in the header).
 #include "support/model_size.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace qkv {
@@ -32,12 +33,15 @@ void ModelShape::validate() const {
     need(value >= 1 && value <= kMax, std::string(field) + " must be in [1, 2^31], found " +
                                           std::to_string(value));
   need(ffn >= 0 && ffn <= kMax, "ffn must be in [0, 2^31] (0 = 4 x embd), found " + std::to_string(ffn));
-  need(embd % heads == 0,
+  need(head_size >= 0 && head_size <= kMax, "head_size must be in [0, 2^31] (0 = embd / heads), found " +
+                                               std::to_string(head_size));
+  need(head_size > 0 || embd % heads == 0,
        "heads must divide embd " + std::to_string(embd) + ", found " + std::to_string(heads));
   need(heads % kv_heads == 0,
        "kv_heads must divide heads " + std::to_string(heads) + ", found " + std::to_string(kv_heads));
   const double C = static_cast<double>(embd), F = static_cast<double>(ffn_width());
-  const double approx = static_cast<double>(layers) * (4 * C * C + 3 * C * F) +
+  const double A = static_cast<double>(heads) * static_cast<double>(head_dim());
+  const double approx = static_cast<double>(layers) * (4 * C * std::max(C, A) + 3 * C * F) +
                         static_cast<double>(vocab + context) * C * 2;
   need(approx < 1e18, "the model would have more than 10^18 parameters");
 }
@@ -58,7 +62,9 @@ ModelShape shape_of(const GPTConfig& cfg) {
   m.bias = cfg.bias;
   m.learned_positions = !cfg.rope;
   m.tied_head = cfg.tied_head;
-  m.attn_bias = cfg.attn_biased();
+  m.attn_bias = cfg.proj_biased();
+  m.qkv_bias = cfg.qkv_biased() && !cfg.proj_biased();
+  m.head_size = cfg.head_size;
   m.mlp_bias = cfg.mlp_biased();
   return m;
 }
@@ -94,7 +100,8 @@ ModelSize model_size(const ModelShape& m, int64_t context) {
   const int64_t mlp_w = (llama ? 3 : 2) * C * F;
   // Everything else in a block: biases and norms.
   const int64_t ab = llama ? int64_t{m.attn_bias} : b, mb = llama ? int64_t{m.mlp_bias} : b;
-  const int64_t attn_b = ab * (q_out + 2 * kv_out + C);
+  const int64_t qb = llama ? int64_t{m.attn_bias || m.qkv_bias} : b;
+  const int64_t attn_b = qb * (q_out + 2 * kv_out) + ab * C;
   const int64_t mlp_b = mb * ((llama ? 2 : 1) * F + C);
   const int64_t norms = llama ? 2 * C : 2 * (C + b * C);
 

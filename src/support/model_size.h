@@ -48,8 +48,10 @@ struct ModelShape {
   bool tied_head = false;         // llama: the head is the token table (SmolLM); gpt's always is
   bool attn_bias = false;         // llama: biases in q, k, v and o (attention_bias)
   bool mlp_bias = false;          // llama: biases in gate, up and down (mlp_bias)
+  bool qkv_bias = false;          // llama: biases in q, k and v only (Qwen2)
+  int64_t head_size = 0;          // a head's width where a model sets it; 0 = embd / heads
 
-  int64_t head_dim() const { return embd / heads; }
+  int64_t head_dim() const { return head_size ? head_size : embd / heads; }
   int64_t ffn_width() const { return ffn ? ffn : 4 * embd; }
   // Throws qkv::Error naming the first field out of range (sizes >= 1, heads
   // divides embd, kv_heads divides heads, totals within 64 bits).

@@ -2,7 +2,8 @@
 
 Tokenizers are trained here with the tokenizers library (nothing is
 downloaded): GPT-2's layout (ByteLevel), Llama 3's (Split with its pattern,
-then ByteLevel; ignore_merges; special tokens) and Llama 2's (Prepend and
+then ByteLevel; ignore_merges; special tokens), Qwen2's (an NFC normalizer,
+Llama 3's split with one digit a piece, merges not ignored) and Llama 2's (Prepend and
 Replace normalizer, byte_fallback, no pre-tokenizer; or a Metaspace
 pre-tokenizer and decoder), each with its family's post-processor (GPT-2's
 ByteLevel, Llama's beginning-of-text template). Each encodes seeded
@@ -25,6 +26,8 @@ SHAKESPEARE = next((p for p in (ROOT.parent / "shared/data/tinyshakespeare.txt",
                                 ROOT.parents[1] / "shared/data/tinyshakespeare.txt") if p.exists()), None)
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                    "<|end_header_id|>", "<|eot_id|>", "<|reserved_special_token_0|>"]
 LINES = 10_000
@@ -112,20 +115,32 @@ def gpt2(prefix_space=False):
     return tok
 
 
-def llama3():
-    tok = Tokenizer(models.BPE(ignore_merges=True))
+def split_then_byte_level(pattern, specials, ignore_merges, normalizer=None):
+    """Llama 3's layout and Qwen2's: a Split by `pattern`, then ByteLevel without its own split."""
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=4000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=LLAMA3_SPECIALS, show_progress=False)
-    tok.train_from_iterator(training_lines(LLAMA3_SPECIALS), trainer)
+                                  special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(training_lines(specials), trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def llama3():
+    tok = split_then_byte_level(LLAMA3_PATTERN, LLAMA3_SPECIALS, ignore_merges=True)
     bos = LLAMA3_SPECIALS[0]
     tok.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=False),
         processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])])
     return tok
+
+
+def qwen2():
+    return split_then_byte_level(QWEN2_PATTERN, QWEN2_SPECIALS, ignore_merges=False, normalizer=normalizers.NFC())
 
 
 def sentencepiece(tmp, normalizer, pre_tokenizer, decoder):
@@ -172,6 +187,7 @@ CASES = {
     "gpt2": lambda tmp: gpt2(),
     "gpt2_prefix_space": lambda tmp: gpt2(prefix_space=True),
     "llama3": lambda tmp: llama3(),
+    "qwen2": lambda tmp: qwen2(),
     "llama2": llama2,
     "metaspace_first": metaspace("first", False),
     "metaspace_always_split": metaspace("always", True),

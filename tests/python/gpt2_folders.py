@@ -46,6 +46,22 @@ def gpt2_tokenizer(vocab_size=800):
     return tok
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def qwen2_tokenizer(tok):
+    """`tok`'s vocabulary and merges in Qwen2's tokenizer.json layout: an NFC
+    normalizer, Llama 3's split with one digit a piece, then ByteLevel."""
+    tk = pytest.importorskip("tokenizers")
+    spec = json.loads(tok.to_str())
+    spec["normalizer"] = {"type": "NFC"}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    return tk.Tokenizer.from_str(json.dumps(spec))
+
+
 def gpt2_folder(path, tokenizer, dtype="float32", headless=False, seed=0, **config):
     """A GPT2LMHeadModel of `config` (small defaults) with random weights,
     saved at `path` with the tokenizer; headless saves GPT2Model's names (no

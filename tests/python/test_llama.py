@@ -1,7 +1,8 @@
 """qkv.Model on Llama folders made by transformers at test time (random
 weights, LlamaForCausalLM's layout: RMSNorm, SwiGLU, RoPE with its scalings,
-GQA, tied and untied heads, the projections' biases; MistralForCausalLM's
-sliding window) against transformers itself: logits (1e-4 in
+GQA, tied and untied heads, the projections' biases, heads wider than
+hidden_size / heads; MistralForCausalLM's sliding window; Qwen2ForCausalLM's
+biases on q, k and v, its tokenizer's split and NFC normalizer) against transformers itself: logits (1e-4 in
 float32, 1e-9 with both sides in float64), the KV-cache path, greedy
 generation, the beginning-of-text token a tokenizer.json's template puts in
 front, and the options qkv must refuse by name."""
@@ -13,7 +14,7 @@ import pytest
 import qkv
 from qkv import _qkv
 
-from gpt2_folders import EOT, check_bf16_weights_held, gpt2_tokenizer, run_qkv
+from gpt2_folders import EOT, check_bf16_weights_held, gpt2_tokenizer, qwen2_tokenizer, run_qkv
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,6 +38,11 @@ CONFIGS = {
     # a window of 5 keys: the longer prompts and all 32 generated tokens see past it
     "mistral-window": dict(arch="mistral", num_key_value_heads=2, sliding_window=5,
                            attention_bias=True),  # which Mistral ignores, as transformers does
+    # heads of 16 where hidden_size / heads is 8: the attention is 64 wide, o_proj [32, 64]
+    "wide-heads": dict(num_key_value_heads=2, head_dim=16),
+    "qwen2": dict(arch="qwen2", num_key_value_heads=2, rope_theta=1000000.0),
+    # Qwen2 with narrow heads (4 of 4: the attention 16 wide) and a tied head
+    "qwen2-narrow-heads-tied": dict(arch="qwen2", num_key_value_heads=1, head_dim=4, tie_word_embeddings=True),
 }
 
 
@@ -54,6 +60,9 @@ def llama_folder(path, tokenizer, dtype="float32", seed=0, arch="llama", **confi
     torch.manual_seed(seed)
     if arch == "mistral":
         model = transformers.MistralForCausalLM(transformers.MistralConfig(**kw)).eval()
+    elif arch == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw)).eval()
+        tokenizer = qwen2_tokenizer(tokenizer)
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
     with torch.no_grad():  # norms away from their all-ones start, biases from zero
@@ -97,7 +106,7 @@ def test_logits_match_transformers(pair):
 def inv_freq64(config):
     """RoPE's frequencies in float64, as transformers' rope utilities define
     them (default, linear, llama3), which compute them in float32."""
-    d = config.hidden_size // config.num_attention_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     # transformers 5 keeps theta and the scaling in rope_parameters
     s = getattr(config, "rope_parameters", None) or dict(config.rope_scaling or {}, rope_theta=config.rope_theta)
     f = 1.0 / s["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -270,7 +279,9 @@ REFUSED = {
                             "layer_types"),
     "mistral-window-zero": (dict(model_type="mistral", sliding_window=0), "sliding_window must be an integer >= 1"),
     "gelu": (dict(hidden_act="gelu"), "hidden_act \"gelu\""),
-    "head-dim": (dict(head_dim=16), "head_dim 16 other than"),
+    "odd-head-dim": (dict(head_dim=7), "head_dim must be even"),
+    "head-dim-against-q-proj": (dict(head_dim=16), "num_attention_heads, head_dim and hidden_size make"),
+    "qwen2-sliding-window": (dict(model_type="qwen2", use_sliding_window=True), "use_sliding_window"),
     "kv-heads": (dict(num_key_value_heads=3), "num_key_value_heads 3 does not divide"),
     "wrong-kv-heads": (dict(num_key_value_heads=2), "num_key_value_heads and hidden_size make"),
 }
@@ -288,7 +299,7 @@ def test_unsupported_options_are_named(case, tokenizer, tmp_path):
     assert REFUSED[case][1] in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("config", ["mha-untied", "mlp-bias-tied", "attention-bias"])
+@pytest.mark.parametrize("config", ["mha-untied", "mlp-bias-tied", "attention-bias", "qwen2", "wide-heads"])
 def test_size_counts_the_folders_parameters(config, tokenizer, tmp_path):
     # Llama's three MLP matrices, its head (tied or not) and its biases.
     path = tmp_path / "llama"
@@ -298,3 +309,16 @@ def test_size_counts_the_folders_parameters(config, tokenizer, tmp_path):
     row = json.loads(r.stdout)[0]
     assert row["arch"] == "llama"
     assert row["params"] == ref.num_parameters()
+
+
+def test_qwen2_folder_tokenizes_as_tokenizers(tokenizer, tmp_path):
+    # Qwen2's split (one digit a piece) and its NFC normalizer ("e" and a
+    # combining accent become "é" before the split).
+    path = tmp_path / "qwen2"
+    llama_folder(path, tokenizer, **CONFIGS["qwen2"])
+    tok = qwen2_tokenizer(tokenizer)
+    m = qkv.Model.load(path)
+    assert m.config["architecture"] == "qwen2" and m.config["head_dim"] == 8
+    for text in PROMPTS + ["caf" + "e\u0301 1234567", "x" + "\u212b" + "y"]:
+        assert m.tokenize(text) == tok.encode(text).ids, text
+    assert m.tokenize("e\u0301") == m.tokenize("\u00e9") != tokenizer.encode("e\u0301").ids

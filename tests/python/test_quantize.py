@@ -9,9 +9,9 @@ import pytest
 
 import qkv
 
-from gpt2_folders import EOT, run_qkv
-from test_gguf_models import (ACTIVATION_TOLERANCE, PROMPTS, gpt2_gguf, gpt2_model, hf_folder, llama3_tokenizer,
-                              llama_gguf, llama_model)
+from gpt2_folders import EOT, qwen2_tokenizer, run_qkv
+from gguf_files import gpt2_gguf, gpt2_model, hf_folder, llama3_tokenizer, llama_gguf, llama_model
+from test_gguf_models import ACTIVATION_TOLERANCE, PROMPTS
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -52,6 +52,15 @@ def llama_dir(tmp_path_factory, gpt2_tok):
 
 
 @pytest.fixture(scope="module")
+def qwen2_dir(tmp_path_factory, gpt2_tok):
+    """Qwen2: biases on q, k and v, heads of 96 (hidden_size / heads is 64)."""
+    tok = qwen2_tokenizer(gpt2_tok)
+    model = llama_model(tok, arch="qwen2", head_dim=96, **LLAMA)
+    path = hf_folder(model, tok, tmp_path_factory.mktemp("qwen2") / "folder")
+    return model, tok, path
+
+
+@pytest.fixture(scope="module")
 def gpt2_tok():
     from gpt2_folders import gpt2_tokenizer
     return gpt2_tokenizer()
@@ -83,13 +92,13 @@ def test_each_mix_gives_llama_quantizes_types(mix, llama_dir, tmp_path):
     assert fields["tokenizer.ggml.tokens"][:5] == [tok.id_to_token(i) for i in range(5)]
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_q8_0_and_q4_0_blocks_are_the_gguf_packages(arch, llama_dir, gpt2_tok, tmp_path):
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_q8_0_and_q4_0_blocks_are_the_gguf_packages(arch, llama_dir, qwen2_dir, gpt2_tok, tmp_path):
     # The converter's tensors quantized by the gguf package (its reference
-    # quantizers, q and k rows permuted as the converter permutes them):
-    # every tensor of the same type holds the same bytes.
-    if arch == "llama":
-        model, tok, folder = llama_dir
+    # quantizers, llama's q and k rows permuted as the converter permutes
+    # them): every tensor of the same type holds the same bytes.
+    if arch != "gpt2":
+        model, tok, folder = llama_dir if arch == "llama" else qwen2_dir
         make = llama_gguf
     else:
         model, tok = gpt2_model(gpt2_tok), gpt2_tok
@@ -98,7 +107,10 @@ def test_q8_0_and_q4_0_blocks_are_the_gguf_packages(arch, llama_dir, gpt2_tok, t
     for mix in ("q8_0", "q4_0"):
         ours = gguf.GGUFReader(quantize_cli(folder, tmp_path / f"{mix}.gguf", mix) and tmp_path / f"{mix}.gguf")
         theirs = gguf.GGUFReader(make(model, tmp_path / f"ref.{mix}.gguf", tok, qtype=BASE[mix]))
+        assert ours.fields["general.architecture"].contents() == arch
         ref = {t.name: t for t in theirs.tensors}
+        # (the helper writes GPT-2's tied head a second time, as older converters did)
+        assert {t.name for t in ours.tensors} == set(ref) - ({"output.weight"} if arch == "gpt2" else set())
         # The helper quantizes every matrix; the mixes keep position_embd
         # F32 and make the head (or GPT-2's tied table) Q6_K in q4_0.
         skipped = set()
@@ -110,9 +122,10 @@ def test_q8_0_and_q4_0_blocks_are_the_gguf_packages(arch, llama_dir, gpt2_tok, t
         assert skipped <= {"output.weight", "token_embd.weight", "position_embd.weight"}, skipped
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("mix", ["q8_0", "q4_0"])
-def test_a_written_file_runs_as_the_folder_quantized_at_load(mix, llama_dir, tmp_path):
-    model, tok, folder = llama_dir
+def test_a_written_file_runs_as_the_folder_quantized_at_load(mix, arch, llama_dir, qwen2_dir, tmp_path):
+    model, tok, folder = llama_dir if arch == "llama" else qwen2_dir
     out = quantize_cli(folder, tmp_path / "m.gguf", mix) and tmp_path / "m.gguf"
     want = qkv.Model.load(folder, quantize=mix)
     got = qkv.Model.load(out)

@@ -240,8 +240,8 @@ Architecture read_architecture(const std::string& dir) {
   Architecture a;
   if (type == "bert") a = bert_architecture(j, file, checkpoint.shapes);
   else if (type == "gpt2") a = gpt2_architecture(j, file, checkpoint.shapes);
-  else if (type == "llama" || type == "mistral") a = llama_architecture(j, file, checkpoint.shapes);
-  else throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral)");
+  else if (type == "llama" || type == "mistral" || type == "qwen2") a = llama_architecture(j, file, checkpoint.shapes);
+  else throw Error("'" + file + "': model_type \"" + type + "\" is not supported (qkv runs: bert, gpt2, llama, mistral, qwen2)");
   a.checkpoint = std::move(checkpoint);
   return a;
 }

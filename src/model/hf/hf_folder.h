@@ -83,7 +83,8 @@ std::unique_ptr<GPT> load_weights(const std::string& dir, const Architecture& ar
 
 // The architectures (bert.cpp, gpt2.cpp, llama.cpp): config.json's object -> config and map,
 // `file` naming config.json in messages, `tensors` the checkpoint's.
-// llama_architecture reads "llama" and "mistral" (Llama's block with a sliding window).
+// llama_architecture reads "llama", "mistral" (Llama's block with a sliding
+// window) and "qwen2" (with biases on q, k and v).
 Architecture bert_architecture(const nlohmann::json& config, const std::string& file,
                                const TensorShapes& tensors);
 

@@ -1,6 +1,6 @@
 // llama.cpp: the Llama family (model_type "llama": Llama 2 and 3.x,
-// TinyLlama, SmolLM, ...; "mistral": the same block with a sliding window)
-// as one configuration of qkv's model.
+// TinyLlama, SmolLM, ...; "mistral": the same block with a sliding window;
+// "qwen2": with biases on q, k and v) as one configuration of qkv's model.
 //
 //   embed_tokens                                                  -> wte
 //   each layer (pre-norm RMSNorm, causal, RoPE on q and k, GQA):
@@ -8,7 +8,9 @@
 //     post_attention_layernorm, mlp.{gate,up}_proj (stacked)      -> ln_2, mlp.c_fc (SwiGLU)
 //     mlp.down_proj                                               -> mlp.c_proj
 //   norm, then lm_head (or embed_tokens when tie_word_embeddings)  -> ln_f, lm_head
-// The projections' biases (attention_bias, mlp_bias) stack as their weights do.
+// The projections' biases (attention_bias, mlp_bias; Qwen2's on q, k and v)
+// stack as their weights do. A head may be wider or narrower than
+// hidden_size / num_attention_heads (head_dim).
 // transformers stores q and k already in the half-split RoPE layout qkv
 // uses, so they are read as they are. Names start with "model." (a causal
 // LM) or not (LlamaModel).
@@ -65,7 +67,9 @@ void check_sizes(const GPTConfig& c, const std::string& p, const std::string& fi
   expect(p + "embed_tokens.weight", {c.vocab, c.embd}, "vocab_size and hidden_size");
   const std::string last = p + "layers." + std::to_string(c.layers - 1) + ".";
   expect(last + "mlp.gate_proj.weight", {c.ffn, c.embd}, "num_hidden_layers, intermediate_size and hidden_size");
+  expect(last + "self_attn.q_proj.weight", {c.heads * hs, c.embd}, "num_attention_heads, head_dim and hidden_size");
   expect(last + "self_attn.k_proj.weight", {c.kv_heads * hs, c.embd}, "num_key_value_heads and hidden_size");
+  expect(last + "self_attn.o_proj.weight", {c.embd, c.heads * hs}, "hidden_size, num_attention_heads and head_dim");
   const std::string next = p + "layers." + std::to_string(c.layers) + ".mlp.gate_proj.weight";
   if (tensors.count(next))
     throw Error("'" + file + "': num_hidden_layers is " + std::to_string(c.layers) + ", but the checkpoint has " + next);
@@ -86,25 +90,36 @@ Architecture llama_architecture(const json& j, const std::string& file, const Te
   c.context = int_field(j, "max_position_embeddings", file, 1);
   c.norm_eps = number_field_or(j, "rms_norm_eps", file, 1e-6);
   if (!(c.norm_eps > 0)) throw Error("'" + file + "': rms_norm_eps must be > 0, found " + std::to_string(c.norm_eps));
-  if (c.embd % c.heads != 0)
-    throw Error("'" + file + "': num_attention_heads " + std::to_string(c.heads) + " does not divide hidden_size " +
-                std::to_string(c.embd));
   if (c.heads % c.kv_heads != 0)
     throw Error("'" + file + "': num_key_value_heads " + std::to_string(c.kv_heads) +
                 " does not divide num_attention_heads " + std::to_string(c.heads));
-  const int64_t head_dim = int_field_or(j, "head_dim", file, 1, c.embd / c.heads);
-  if (head_dim != c.embd / c.heads)
-    throw Error("'" + file + "': head_dim " + std::to_string(head_dim) + " other than hidden_size / num_attention_heads (" +
-                std::to_string(c.embd / c.heads) + ") is not supported");
+  // head_dim, where given (and not null), sets the heads' width; else
+  // num_attention_heads splits hidden_size.
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    const int64_t head_dim = int_field(j, "head_dim", file, 2);
+    if (head_dim % 2 != 0) throw Error("'" + file + "': head_dim must be even (RoPE turns pairs), found " + std::to_string(head_dim));
+    if (head_dim * c.heads != c.embd) c.head_size = head_dim;
+  } else if (c.embd % c.heads != 0) {
+    throw Error("'" + file + "': num_attention_heads " + std::to_string(c.heads) + " does not divide hidden_size " +
+                std::to_string(c.embd));
+  }
   const std::string act = string_field_or(j, "hidden_act", file, "silu");
   if (act != "silu") throw Error("'" + file + "': hidden_act \"" + act + "\" is not supported (silu)");
-  if (a.model_type == "llama") {  // Mistral's projections have no biases, whatever config.json says
+  if (a.model_type == "llama") {  // Mistral's and Qwen2's biases are fixed, whatever config.json says
     c.attn_bias = bool_field_or(j, "attention_bias", file, false);
     c.mlp_bias = bool_field_or(j, "mlp_bias", file, false);
-  } else {
+  } else if (a.model_type == "mistral") {
     c.window = int_field_or(j, "sliding_window", file, 1, 0);  // null: every earlier key, as Llama
     if (j.contains("layer_types") && !j["layer_types"].is_null())
       throw Error("'" + file + "': layer_types (a window on some layers only) is not supported");
+  } else {  // qwen2: its sliding window (on some layers) only where use_sliding_window says
+    c.qkv_bias = true;
+    if (bool_field_or(j, "use_sliding_window", file, false))
+      throw Error("'" + file + "': use_sliding_window (a window on the upper layers) is not supported");
+    if (j.contains("layer_types") && !j["layer_types"].is_null())
+      for (const json& t : j["layer_types"])
+        if (t != "full_attention")
+          throw Error("'" + file + "': layer_types: " + t.dump() + " is not supported (full_attention)");
   }
   read_rope(j, file, c);
   c.rope = true;
@@ -126,12 +141,12 @@ Architecture llama_architecture(const json& j, const std::string& file, const Te
                                     from + "self_attn.v_proj.weight"};
     a.source_rows[to + "attn.c_attn.weight"] = {c.heads * hs, c.kv_heads * hs, c.kv_heads * hs};
     m[to + "attn.c_proj.weight"] = {from + "self_attn.o_proj.weight"};
-    if (c.attn_bias) {
+    if (c.qkv_biased()) {
       m[to + "attn.c_attn.bias"] = {from + "self_attn.q_proj.bias", from + "self_attn.k_proj.bias",
                                     from + "self_attn.v_proj.bias"};
       a.source_rows[to + "attn.c_attn.bias"] = a.source_rows[to + "attn.c_attn.weight"];
-      m[to + "attn.c_proj.bias"] = {from + "self_attn.o_proj.bias"};
     }
+    if (c.proj_biased()) m[to + "attn.c_proj.bias"] = {from + "self_attn.o_proj.bias"};
     m[to + "ln_2.weight"] = {from + "post_attention_layernorm.weight"};
     m[to + "mlp.c_fc.weight"] = {from + "mlp.gate_proj.weight", from + "mlp.up_proj.weight"};
     m[to + "mlp.c_proj.weight"] = {from + "mlp.down_proj.weight"};

@@ -6,7 +6,11 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
+#include <memory>
 #include <sstream>
+
+#include <utf8proc.h>
 
 #include "io/json_strict.h"
 #include "text/bpe/bpe_impl.h"
@@ -206,9 +210,25 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
 
 }  // namespace
 
+namespace {
+
+// `text` (valid UTF-8) composed canonically: NFC, as tokenizers' NFC normalizer.
+std::string nfc(const std::string& text) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) throw Error(std::string("tokenizer: NFC normalization failed: ") + utf8proc_errmsg(n));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+}  // namespace
+
 std::string bpe::normalize(const std::vector<NormalizeStep>& steps, std::string text) {
   for (const NormalizeStep& s : steps) {
-    if (!s.prepend) bpe::replace_all(text, s.from, s.to);
+    if (s.nfc) text = nfc(text);
+    else if (!s.prepend) bpe::replace_all(text, s.from, s.to);
     else if (!text.empty()) text.insert(0, s.to);  // tokenizers' Prepend leaves "" alone
   }
   return text;

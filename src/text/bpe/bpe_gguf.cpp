@@ -4,7 +4,9 @@
 // tokenizer as:
 //   tokenizer.ggml.model        "gpt2"
 //   tokenizer.ggml.pre          the pre-tokenizer's name: "gpt-2" (GPT-2's
-//                               split), "llama-bpe" (Llama 3's split)
+//                               split), "llama-bpe" (Llama 3's split),
+//                               "qwen2" (Qwen2's: its NFC normalizer is
+//                               not kept, as llama.cpp applies none)
 //   tokenizer.ggml.tokens       every token, by id
 //   tokenizer.ggml.merges       "left right", by rank
 //   tokenizer.ggml.token_type   1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
@@ -45,15 +47,17 @@ json pre_tokenizer(const GgufFile& f, bool& ignore_merges) {
   const std::string key = "tokenizer.ggml.pre";
   if (!f.find(key))
     throw Error("'" + f.name() + "': metadata \"" + key + "\" is missing: qkv needs the name of the pre-tokenizer "
-                "(gpt-2, llama-bpe)");
+                "(gpt-2, llama-bpe, qwen2)");
   const std::string pre = f.get_string(key);
   ignore_merges = false;
   if (pre == "gpt-2")
     return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    ignore_merges = true;
+  const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
+  if (llama3 || pre == "qwen2") {
+    ignore_merges = llama3;
+    const bpe::SplitRule rule = llama3 ? bpe::SplitRule::Llama3 : bpe::SplitRule::Qwen2;
     const json split = {{"type", "Split"},
-                        {"pattern", {{"Regex", std::string(bpe::split_pattern(bpe::SplitRule::Llama3))}}},
+                        {"pattern", {{"Regex", std::string(bpe::split_pattern(rule))}}},
                         {"behavior", "Isolated"},
                         {"invert", false}};
     const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
@@ -61,7 +65,7 @@ json pre_tokenizer(const GgufFile& f, bool& ignore_merges) {
     return {{"type", "Sequence"}, {"pretokenizers", json::array({split, byte_level})}};
   }
   throw Error("'" + f.name() + "': metadata \"" + key + "\": \"" + pre +
-              "\" is not supported (gpt-2, llama-bpe)");
+              "\" is not supported (gpt-2, llama-bpe, qwen2)");
 }
 
 // Token id `key` of the metadata, or -1 when absent; an id outside the

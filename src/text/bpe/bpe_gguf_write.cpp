@@ -1,7 +1,8 @@
 // bpe_gguf_write.cpp: a byte-level BPE tokenizer as GGUF metadata, the
 // inverse of bpe_gguf.cpp (what from_gguf reads back as the same
-// tokenizer). Only what GGUF's "gpt2" model can say is written: the
-// vocabulary, the merges by rank, the split's name, the special tokens.
+// tokenizer, but for Qwen2's NFC normalizer, which GGUF does not hold).
+// Only what GGUF's "gpt2" model can say is written: the vocabulary, the
+// merges by rank, the split's name, the special tokens.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -17,8 +18,8 @@ namespace {
 constexpr int64_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
 
 [[noreturn]] void cannot(const std::string& what) {
-  throw Error("tokenizer: " + what + ", which a GGUF file cannot hold (it holds byte-level BPE with GPT-2's or "
-              "Llama 3's split, no normalizer, at most bos in front and eos at the end)");
+  throw Error("tokenizer: " + what + ", which a GGUF file cannot hold (it holds byte-level BPE with GPT-2's, "
+              "Llama 3's or Qwen2's split, no normalizer, at most bos in front and eos at the end)");
 }
 
 // The name llama.cpp gives the pre-tokenizer: GPT-2's ByteLevel split, or
@@ -32,10 +33,11 @@ std::string pre_name(const BpeTokenizer::Impl& t) {
            (!regex || s.rule == bpe::SplitRule::Gpt2);
   };
   if (p.size() == 1 && plain_byte_level(p[0], true) && !t.model.ignore_merges) return "gpt-2";
-  if (p.size() == 2 && p[0].kind == Kind::Split && p[0].rule == bpe::SplitRule::Llama3 && plain_byte_level(p[1], false) &&
-      t.model.ignore_merges)
-    return "llama-bpe";
-  cannot("its pre-tokenizer is neither GPT-2's ByteLevel nor Llama 3's Split + ByteLevel (with ignore_merges)");
+  const bool split = p.size() == 2 && p[0].kind == Kind::Split && plain_byte_level(p[1], false);
+  if (split && p[0].rule == bpe::SplitRule::Llama3 && t.model.ignore_merges) return "llama-bpe";
+  if (split && p[0].rule == bpe::SplitRule::Qwen2 && !t.model.ignore_merges) return "qwen2";
+  cannot("its pre-tokenizer is neither GPT-2's ByteLevel, Llama 3's Split + ByteLevel (with ignore_merges) nor "
+         "Qwen2's Split + ByteLevel");
 }
 
 }  // namespace
@@ -43,8 +45,11 @@ std::string pre_name(const BpeTokenizer::Impl& t) {
 std::vector<std::pair<std::string, GgufValue>> BpeTokenizer::gguf_metadata(int64_t vocab) const {
   const Impl& t = *impl_;
   if (!t.model.byte_level) cannot("it is not byte-level BPE");
-  if (!t.normalizer.empty()) cannot("it has a normalizer");
   const std::string pre = pre_name(t);
+  // Qwen2's NFC normalizer: llama.cpp's converter drops it, and llama.cpp
+  // applies none to a "qwen2" file; any other normalizer would be lost.
+  const bool nfc_only = t.normalizer.size() == 1 && t.normalizer[0].nfc;
+  if (!t.normalizer.empty() && !(pre == "qwen2" && nfc_only)) cannot("it has a normalizer");
   const auto n = static_cast<int64_t>(t.tokens.size());
   if (vocab < n) throw Error("tokenizer: " + std::to_string(n) + " tokens, more than the model's " + std::to_string(vocab));
   std::vector<std::string> tokens(static_cast<size_t>(vocab));

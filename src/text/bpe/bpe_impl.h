@@ -35,9 +35,12 @@ struct AddedIndex {
 };
 
 // A normalizer step: Prepend(text) when `prepend`, else Replace(from, to).
+// Prepend `to`; replace every `from` with `to`; or compose the text
+// canonically (Unicode's NFC).
 struct NormalizeStep {
   bool prepend = false;
   std::string from, to;
+  bool nfc = false;
 };
 
 // `text` through the normalizer's steps.

@@ -75,6 +75,8 @@ void read_normalizer(const Reader& r, const json& n, std::vector<NormalizeStep>&
       const std::string from = r.string_pattern(*step, path);
       if (from.empty()) r.fail(path + ".pattern", "an empty pattern is not supported");
       out.push_back({false, from, r.string(*step, path, "content")});
+    } else if (type == "NFC") {
+      out.push_back({.nfc = true});
     } else {
       r.unsupported_type(*step, path);
     }
@@ -128,13 +130,12 @@ void read_pre_tokenizer(const Reader& r, const json& p, std::vector<PreTokenizeS
       if (!pattern.is_object() || it == pattern.end() || !it->is_string())
         r.fail(path + ".pattern", "only {\"Regex\": ...} is supported, found " + json_excerpt(pattern));
       const std::string regex = it->get<std::string>();
-      if (regex == split_pattern(SplitRule::Gpt2)) {
-        s.rule = SplitRule::Gpt2;
-      } else if (regex == split_pattern(SplitRule::Llama3)) {
-        s.rule = SplitRule::Llama3;
-      } else {
-        r.fail(path + ".pattern.Regex", json_excerpt(*it) + " is not one of the patterns implemented (GPT-2's, Llama 3's)");
-      }
+      const auto rule = std::find_if(std::begin(kSplitRules), std::end(kSplitRules),
+                                     [&](SplitRule k) { return regex == split_pattern(k); });
+      if (rule == std::end(kSplitRules))
+        r.fail(path + ".pattern.Regex",
+               json_excerpt(*it) + " is not one of the patterns implemented (GPT-2's, Llama 3's, Qwen2's)");
+      s.rule = *rule;
       if (const std::string b = r.string(*step, path, "behavior"); b != "Isolated")
         r.fail(path + ".behavior", "\"" + b + "\" is not supported (only \"Isolated\")");
       if (r.flag(*step, path, "invert", false)) r.fail(path + ".invert", "true is not supported");

@@ -109,15 +109,16 @@ size_t gpt2_match(const Chars& t, size_t i) {
   return spaces(t, i);
 }
 
-size_t llama3_match(const Chars& t, size_t i) {
+// Llama 3's rule, numbers in pieces of up to `digits` (Qwen2's: 1).
+size_t llama3_match(const Chars& t, size_t i, size_t digits) {
   if (const size_t j = contraction(t, i, true); j > i) return j;
   const Cls c = t.cls[i];
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (c != Cls::Letter && c != Cls::Number && !t.line_break(i) && t.is(i + 1, Cls::Letter))
     return t.run(i + 1, Cls::Letter);
   if (c == Cls::Letter) return t.run(i, Cls::Letter);
-  // \p{N}{1,3}
-  if (c == Cls::Number) return std::min(t.run(i, Cls::Number), i + 3);
+  // \p{N}{1,digits}
+  if (c == Cls::Number) return std::min(t.run(i, Cls::Number), i + digits);
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
   const size_t k = (t.cp[i] == ' ' && t.is(i + 1, Cls::Other)) ? i + 1 : i;
   if (t.cls[k] == Cls::Other) {
@@ -140,6 +141,8 @@ std::string_view split_pattern(SplitRule rule) {
       return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
     case SplitRule::Llama3:
       return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitRule::Qwen2:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   }
   return {};
 }
@@ -147,7 +150,7 @@ std::string_view split_pattern(SplitRule rule) {
 void split_pieces(std::string_view text, SplitRule rule, std::vector<std::string_view>& out) {
   const Chars t(text);
   for (size_t i = 0; i < t.n;) {
-    const size_t j = rule == SplitRule::Gpt2 ? gpt2_match(t, i) : llama3_match(t, i);
+    const size_t j = rule == SplitRule::Gpt2 ? gpt2_match(t, i) : llama3_match(t, i, rule == SplitRule::Qwen2 ? 1 : 3);
     out.push_back(text.substr(t.off[i], t.off[j] - t.off[i]));
     i = j;
   }

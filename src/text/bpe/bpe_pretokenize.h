@@ -1,4 +1,4 @@
-// The split rules of GPT-2's and Llama 3's pre-tokenizers: the regular
+// The split rules of GPT-2's, Llama 3's and Qwen2's pre-tokenizers: the regular
 // expressions their tokenizer.json files name, implemented by hand over
 // Unicode categories (utf8proc), so no regex engine is needed.
 #pragma once
@@ -14,7 +14,10 @@ enum class SplitRule {
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
   // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   Llama3,
+  // Llama 3's with one digit a piece: \p{N} for \p{N}{1,3}
+  Qwen2,
 };
+inline constexpr SplitRule kSplitRules[] = {SplitRule::Gpt2, SplitRule::Llama3, SplitRule::Qwen2};
 
 // The rule's regular expression exactly as tokenizer.json spells it.
 std::string_view split_pattern(SplitRule rule);
