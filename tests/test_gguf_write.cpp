@@ -175,9 +175,11 @@ TEST(QuantMix, TypesAsLlamaQuantizeChooses) {
     EXPECT_EQ(t(QuantMix::q4_k_m, b + "ffn_up.weight"), WeightType::q4_k) << l;
     EXPECT_EQ(t(QuantMix::q6_k, b + "attn_v.weight"), WeightType::q6_k) << l;
   }
-  // Rows that are not whole blocks fall back.
+  // Rows that are not whole blocks fall back as llama-quantize's do.
   EXPECT_EQ(t(QuantMix::q6_k, "blk.3.ffn_up.weight", 96), WeightType::q8_0);
   EXPECT_EQ(t(QuantMix::q4_k_m, "output.weight", 96), WeightType::q8_0);
-  EXPECT_EQ(t(QuantMix::q4_k_m, "blk.3.ffn_up.weight", 96), WeightType::q8_0);
+  EXPECT_EQ(t(QuantMix::q4_k_m, "blk.3.ffn_up.weight", 96), WeightType::q5_0);
+  EXPECT_EQ(t(QuantMix::q5_k_m, "blk.3.ffn_up.weight", 96), WeightType::q5_1);
+  EXPECT_EQ(t(QuantMix::q4_k_m, "blk.0.ffn_down.weight", 96), WeightType::q8_0);  // Q6_K's
   EXPECT_EQ(t(QuantMix::q8_0, "blk.3.ffn_up.weight", 40), WeightType::f16);
 }

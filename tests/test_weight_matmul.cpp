@@ -25,8 +25,9 @@ using qkv::WeightType;
 namespace {
 
 constexpr WeightType kTypes[] = {WeightType::f32,  WeightType::f16,  WeightType::bf16,
-                                 WeightType::q8_0, WeightType::q4_0, WeightType::q4_k,
-                                 WeightType::q5_k, WeightType::q6_k};
+                                 WeightType::q8_0, WeightType::q4_0, WeightType::q5_0,
+                                 WeightType::q5_1, WeightType::q4_k, WeightType::q5_k,
+                                 WeightType::q6_k};
 
 // rows x cols weights of type t: random bytes, each block's f16 scales set
 // to random positive values in [lo, 2 lo) (positive, so that a K-quant's
@@ -54,7 +55,7 @@ std::vector<uint8_t> random_weights(WeightType t, int64_t rows, int64_t cols, st
     auto put = [&](size_t off) { qkv::linalg::put_f16(&b[at + off], qkv::linalg::half_from_float(scale(gen))); };
     if (t == WeightType::q6_k) put(208);
     else put(0);
-    if (t == WeightType::q4_k || t == WeightType::q5_k) put(2);
+    if (t == WeightType::q4_k || t == WeightType::q5_k || t == WeightType::q5_1) put(2);  // dmin, or Q5_1's m
   }
   return b;
 }
@@ -96,7 +97,10 @@ double bound(const Weight& w, int64_t r, const float* x) {
   const std::vector<double> mag = magnitudes(w, r);
   int64_t bx = 0;
   double slack = 0.5;
-  if (w.type == WeightType::q8_0 || w.type == WeightType::q4_0) bx = 32, slack += 127.0 / 2048;
+  // Q5_1's q d + m (both positive here) is one weight times x's rounding.
+  if (w.type == WeightType::q8_0 || w.type == WeightType::q4_0 || w.type == WeightType::q5_0 ||
+      w.type == WeightType::q5_1)
+    bx = 32, slack += 127.0 / 2048;
   if (w.type == WeightType::q4_k || w.type == WeightType::q5_k || w.type == WeightType::q6_k) bx = 256;
   double b = 0;
   for (int64_t k0 = 0; bx && k0 < w.cols; k0 += bx) {

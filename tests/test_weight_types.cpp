@@ -54,7 +54,7 @@ constexpr int kMin[8] = {0, 5, 62, 7, 16, 31, 47, 63};
 }  // namespace
 
 TEST(WeightTypes, TableAgreesWithTheGgufLayouts) {
-  ASSERT_EQ(qkv::weight_types().size(), 8u);
+  ASSERT_EQ(qkv::weight_types().size(), 10u);
   uint32_t last = 0;
   for (const qkv::WeightTypeInfo& t : qkv::weight_types()) {
     const auto id = static_cast<uint32_t>(t.type);
@@ -103,6 +103,23 @@ TEST(WeightTypes, Q8_0AndQ4_0KnownBlocks) {
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(y4[j], 2.0f * static_cast<float>(j - 8)) << j;
     EXPECT_EQ(y4[j + 16], 2.0f * static_cast<float>(7 - j)) << j;
+  }
+}
+
+// Q5_0 and Q5_1: weight j's nibble in byte j % 16 of qs (low for j < 16),
+// its fifth bit bit j of qh (little-endian). Here q[j] = j, so that qh's
+// bits are 0xffff0000 and the fifth bit shows in the second half only.
+TEST(WeightTypes, Q5_0AndQ5_1KnownBlocks) {
+  for (const WeightType t : {WeightType::q5_0, WeightType::q5_1}) {
+    const bool offset = t == WeightType::q5_1;
+    const size_t qh = offset ? 4 : 2;
+    std::vector<uint8_t> b(offset ? 24 : 22);
+    put_f16(b, 0, 0x4000);                 // d = 2
+    if (offset) put_f16(b, 2, 0xbc00);     // m = -1
+    b[qh + 2] = b[qh + 3] = 0xff;          // bits 16..31
+    for (int j = 0; j < 16; ++j) b[qh + 4 + static_cast<size_t>(j)] = static_cast<uint8_t>(j | j << 4);
+    const std::vector<float> y = dequantize(t, b);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], offset ? 2.0f * static_cast<float>(j) - 1.0f : 2.0f * static_cast<float>(j - 16)) << qkv::weight_type_info(t).name << " " << j;
   }
 }
 
@@ -257,6 +274,6 @@ TEST(WeightTypes, CountsMustFillBlocks) {
     qkv::quantize_row(WeightType::bf16, out.data(), blocks.data(), 0);
     ADD_FAILURE() << "BF16 quantized";
   } catch (const qkv::Error& e) {
-    EXPECT_STREQ(e.what(), "quantize_row: expected a type qkv can quantize to (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), found BF16");
+    EXPECT_STREQ(e.what(), "quantize_row: expected a type qkv can quantize to (F32, F16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), found BF16");
   }
 }

@@ -41,9 +41,8 @@ QKV_API uint32_t quant_mix_file_type(QuantMix mix);
 /// tied embedding table) is Q6_K unless the mix is Q8_0; attn_v/attn_qkv and
 /// ffn_down of the _M mixes are Q6_K in layers l < L/8, l >= 7L/8 and
 /// (l - L/8) % 3 == 2. A row that is not a whole number of the type's
-/// blocks falls back as llama.cpp's does (Q6_K to Q8_0; to F16 when not a
-/// multiple of 32), except that Q4_K and Q5_K fall back to Q8_0, where
-/// llama.cpp picks Q5_0 and Q5_1, types qkv does not compute with.
+/// blocks falls back as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1,
+/// Q6_K to Q8_0; to F16 when not a multiple of 32).
 QKV_API WeightType quant_mix_type(QuantMix mix, const std::string& name, int64_t ne0, int dims, int64_t layers,
                                   bool tied);
 

@@ -1,7 +1,7 @@
 /// @file
 /// qkv/weight_type.h: the types a weight can be stored in, in one table:
-/// float32, float16, bfloat16, and ggml's block-quantized Q8_0, Q4_0, Q4_K,
-/// Q5_K and Q6_K (the types of GGUF files).
+/// float32, float16, bfloat16, and ggml's block-quantized Q8_0, Q4_0, Q5_0,
+/// Q5_1, Q4_K, Q5_K and Q6_K (the types of GGUF files).
 ///
 /// A quantized type stores a row of weights in blocks: `block` weights in
 /// `block_bytes` bytes, small integers and the scale (and offset) that turn
@@ -9,7 +9,8 @@
 /// plain reference dequantizer, written from the format's definition and
 /// equal bit for bit to the gguf Python package's (tests/numpy/test_gguf.py);
 /// Every type but BF16 has ggml's reference quantizer too: the same bits as
-/// quantize_row_q8_0_ref, ..._q4_0_ref, ..._q4_K_ref, ..._q5_K_ref and
+/// quantize_row_q8_0_ref, ..._q4_0_ref, ..._q5_0_ref, ..._q5_1_ref,
+/// ..._q4_K_ref, ..._q5_K_ref and
 /// ..._q6_K_ref (the blocks llama-quantize writes without an importance
 /// matrix; tests/numpy/test_quantize.py). The byte layout of each
 /// block is drawn beside its code in src/linalg/.
@@ -20,6 +21,8 @@
 ///   BF16      1      2  16
 ///   Q8_0     32     34   8.5
 ///   Q4_0     32     18   4.5
+///   Q5_0     32     22   5.5
+///   Q5_1     32     24   6
 ///   Q4_K    256    144   4.5
 ///   Q5_K    256    176   5.5
 ///   Q6_K    256    210   6.5625
@@ -39,6 +42,8 @@ enum class WeightType : uint32_t {
   f32 = 0,    ///< F32: float32
   f16 = 1,    ///< F16: IEEE half precision
   q4_0 = 2,   ///< Q4_0: blocks of 32 4-bit weights and an f16 scale
+  q5_0 = 6,   ///< Q5_0: blocks of 32 5-bit weights and an f16 scale
+  q5_1 = 7,   ///< Q5_1: Q5_0 with an f16 offset (the block's minimum)
   q8_0 = 8,   ///< Q8_0: blocks of 32 int8 weights and an f16 scale
   q4_k = 12,  ///< Q4_K: 256 4-bit weights, 8 sub-blocks with 6-bit scales and mins
   q5_k = 13,  ///< Q5_K: Q4_K with a fifth bit per weight

@@ -1,7 +1,8 @@
-// Q8_0 and Q4_0: 32 weights per block, one f16 scale d each. The reference
-// dequantizers, and ggml's reference quantizers (quantize_row_q8_0_ref,
-// quantize_row_q4_0_ref: the same bits, so that a file qkv writes matches
-// one ggml writes from the same floats).
+// Q8_0, Q4_0, Q5_0 and Q5_1: 32 weights per block, an f16 scale d each
+// (and Q5_1's f16 offset m). The reference dequantizers, and ggml's
+// reference quantizers (quantize_row_q8_0_ref, ..._q4_0_ref, ..._q5_0_ref,
+// ..._q5_1_ref: the same bits, so that a file qkv writes matches one ggml
+// writes from the same floats).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -84,6 +85,93 @@ void quantize_q4_0(const float* x, void* blocks, int64_t n) {
     put_f16(b, half_from_float(d));
     auto q = [&](int j) { return clamp_to(std::trunc(x[j] * id + 8.5f), 0, 15); };
     for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(q(j) | q(j + 16) << 4);
+  }
+}
+
+namespace {
+
+// Q5_0's and Q5_1's 5-bit q[j] from the nibbles at qs and the fifth bits
+// of the 32-bit word at qh (bit j is q[j]'s).
+int q5_at(const uint8_t* qh_bytes, const uint8_t* qs, int j) {
+  const uint32_t qh = static_cast<uint32_t>(qh_bytes[0] | qh_bytes[1] << 8 | qh_bytes[2] << 16) |
+                      static_cast<uint32_t>(qh_bytes[3]) << 24;
+  const int nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+  return nibble | static_cast<int>((qh >> j) & 1) << 4;
+}
+
+// The 32 q (0..31) into qh (fifth bits) and qs (nibbles, as Q4_0's).
+void put_q5(const int* q, uint8_t* qh_bytes, uint8_t* qs) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  for (int k = 0; k < 4; ++k) qh_bytes[k] = static_cast<uint8_t>(qh >> (8 * k));
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+}
+
+}  // namespace
+
+// Q5_0, 22 bytes, 5.5 bits per weight:
+//   byte 0      2      6                            22
+//        | d    | qh   | qs[0] ...           qs[15] |
+//          f16    bit j: q[j]'s fifth bit; qs as Q4_0's nibbles
+//   x[j] = (q[j] - 16) * d,  q in 0..31
+void dequantize_q5_0(const void* blocks, float* out, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 22, out += 32) {
+    const float d = f16_at(b);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(b + 2, b + 6, j) - 16) * d;
+  }
+}
+
+// As Q4_0's, over 32 levels: d = m / -16, q = trunc(x * (1 / d) + 16.5),
+// at most 31.
+void quantize_q5_0(const float* x, void* blocks, int64_t n) {
+  auto* b = static_cast<uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 22, x += 32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, half_from_float(d));
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = clamp_to(std::trunc(x[j] * id + 16.5f), 0, 31);
+    put_q5(q, b + 2, b + 6);
+  }
+}
+
+// Q5_1, 24 bytes, 6 bits per weight:
+//   byte 0      2      4      8                            24
+//        | d    | m    | qh   | qs[0] ...           qs[15] |
+//          f16    f16    as Q5_0's
+//   x[j] = q[j] * d + m,  q in 0..31
+void dequantize_q5_1(const void* blocks, float* out, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 24, out += 32) {
+    const float d = f16_at(b), m = f16_at(b + 2);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(b + 4, b + 8, j)) * d + m;
+  }
+}
+
+// m = min x, d = (max x - m) / 31, q = trunc((x - m) * (1 / d) + 0.5),
+// kept to its low five bits as ggml's cast to uint8_t keeps them.
+void quantize_q5_1(const float* x, void* blocks, int64_t n) {
+  auto* b = static_cast<uint8_t*>(blocks);
+  for (int64_t i = 0; i < n / 32; ++i, b += 24, x += 32) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < 32; ++j) {
+      if (x[j] < min) min = x[j];
+      if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 31;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, half_from_float(d));
+    put_f16(b + 2, half_from_float(min));
+    int q[32];
+    for (int j = 0; j < 32; ++j) q[j] = clamp_to(std::trunc((x[j] - min) * id + 0.5f), 0, 255);
+    put_q5(q, b + 4, b + 8);
   }
 }
 

@@ -3,8 +3,10 @@
 //
 // The activations' two formats (ggml's, so that the products are
 // llama.cpp's):
-//   Q8_0 (beside Q8_0 and Q4_0 weights): blocks of 32 int8 and an f16
-//     scale, the reference quantizer of linalg/rows.h;
+//   Q8_0 (beside Q8_0, Q4_0, Q5_0 and Q5_1 weights): blocks of 32 int8
+//     and an f16 scale, the reference quantizer of linalg/rows.h (Q5_1's
+//     offset multiplies the block's Σ qx: llama.cpp's Q8_1 carries that
+//     sum, qkv sums the int8s);
 //   Q8_K (beside the K-quants): blocks of 256 int8 with a float32 scale,
 //     and the sum of each 16 of them, which the mins of Q4_K and Q5_K and
 //     Q6_K's offset of 32 multiply (their sums never touch each weight).
@@ -41,7 +43,7 @@ using DequantFn = void (*)(const void* blocks, float* out, int64_t n);
 // One path's dots and dequantizers, by weight type; a null dequantizer is
 // the reference's.
 struct DotKernels {
-  DotFn q8_0, q4_0, q4_k, q5_k, q6_k;
+  DotFn q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k;
   DequantFn dequantize_q8_0, dequantize_q4_0, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k;
 };
 extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64

@@ -80,6 +80,30 @@ float dot_q4_0(const void* w, const void* x, int64_t K) {
   return sum;
 }
 
+// Q5_0 and Q5_1 · Q8_0: per block, d_w d_x Σ (qw - 16) qx for Q5_0, and
+// d_w d_x Σ qw qx + m d_x Σ qx for Q5_1 (m its offset).
+template <bool kOffset>
+float dot_q5(const void* w, const void* x, int64_t K) {
+  constexpr int kBytes = kOffset ? 24 : 22, kQh = kOffset ? 4 : 2;
+  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < K / 32; ++i, a += kBytes, b += 34) {
+    uint32_t qh;
+    std::memcpy(&qh, a + kQh, sizeof qh);
+    int isum = 0, xsum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int nibble = j < 16 ? a[kQh + 4 + j] & 15 : a[kQh + 4 + j - 16] >> 4;
+      const int q = (nibble | static_cast<int>((qh >> j) & 1) << 4) - (kOffset ? 0 : 16);
+      const int qx = static_cast<int8_t>(b[2 + j]);
+      isum += q * qx;
+      xsum += qx;
+    }
+    sum += f16_at(a) * f16_at(b) * static_cast<float>(isum);
+    if constexpr (kOffset) sum += f16_at(a + 2) * f16_at(b) * static_cast<float>(xsum);
+  }
+  return sum;
+}
+
 // Q4_K and Q5_K · Q8_K: per super-block, with sub-block j's 32 weights
 // (d sc_j) q - (dmin m_j):
 //   d d_x Σ_j sc_j Σ q qx  -  dmin d_x Σ_j m_j (bsums[2j] + bsums[2j + 1]).
@@ -134,8 +158,8 @@ float dot_q6_k(const void* w, const void* x, int64_t K) {
 
 }  // namespace
 
-const DotKernels dot_scalar = {dot_q8_0, dot_q4_0, dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
-                               nullptr,  nullptr,  nullptr,          nullptr,         nullptr};
+const DotKernels dot_scalar = {dot_q8_0, dot_q4_0, dot_q5<false>, dot_q5<true>, dot_q45_k<false>, dot_q45_k<true>,
+                               dot_q6_k, nullptr,  nullptr,       nullptr,      nullptr,          nullptr};
 
 const DotKernels& dot_kernels() { return active_isa() == Isa::scalar ? dot_scalar : dot_avx2; }
 

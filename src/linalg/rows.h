@@ -12,6 +12,10 @@ void dequantize_q8_0(const void* blocks, float* out, int64_t n);
 void quantize_q8_0(const float* x, void* blocks, int64_t n);
 void dequantize_q4_0(const void* blocks, float* out, int64_t n);
 void quantize_q4_0(const float* x, void* blocks, int64_t n);
+void dequantize_q5_0(const void* blocks, float* out, int64_t n);
+void quantize_q5_0(const float* x, void* blocks, int64_t n);
+void dequantize_q5_1(const void* blocks, float* out, int64_t n);
+void quantize_q5_1(const float* x, void* blocks, int64_t n);
 
 // quant_k.cpp: 256-weight super-blocks.
 void dequantize_q4_k(const void* blocks, float* out, int64_t n);

@@ -25,7 +25,9 @@ enum class XForm { f32, q8_0, q8_k };
 XForm form_of(WeightType t) {
   switch (t) {
     case WeightType::q8_0:
-    case WeightType::q4_0: return XForm::q8_0;
+    case WeightType::q4_0:
+    case WeightType::q5_0:
+    case WeightType::q5_1: return XForm::q8_0;
     case WeightType::q4_k:
     case WeightType::q5_k:
     case WeightType::q6_k: return XForm::q8_k;
@@ -37,6 +39,8 @@ linalg::DotFn dot_of(const linalg::DotKernels& k, WeightType t) {
   switch (t) {
     case WeightType::q8_0: return k.q8_0;
     case WeightType::q4_0: return k.q4_0;
+    case WeightType::q5_0: return k.q5_0;
+    case WeightType::q5_1: return k.q5_1;
     case WeightType::q4_k: return k.q4_k;
     case WeightType::q5_k: return k.q5_k;
     case WeightType::q6_k: return k.q6_k;

@@ -55,11 +55,13 @@ WeightTypeInfo entry(WeightType type, void (*dequantize)(const void*, float*, in
 }
 
 // In the order of ggml's numbers.
-const std::array<WeightTypeInfo, 8>& types() {
-  static const std::array<WeightTypeInfo, 8> kTypes = {
+const std::array<WeightTypeInfo, 10>& types() {
+  static const std::array<WeightTypeInfo, 10> kTypes = {
       entry(WeightType::f32, dequantize_f32, quantize_f32),
       entry(WeightType::f16, dequantize_f16, quantize_f16),
       entry(WeightType::q4_0, linalg::dequantize_q4_0, linalg::quantize_q4_0),
+      entry(WeightType::q5_0, linalg::dequantize_q5_0, linalg::quantize_q5_0),
+      entry(WeightType::q5_1, linalg::dequantize_q5_1, linalg::quantize_q5_1),
       entry(WeightType::q8_0, linalg::dequantize_q8_0, linalg::quantize_q8_0),
       entry(WeightType::q4_k, linalg::dequantize_q4_k, linalg::quantize_q4_k),
       entry(WeightType::q5_k, linalg::dequantize_q5_k, linalg::quantize_q5_k),
@@ -121,9 +123,10 @@ bool all_finite(WeightType type, const void* blocks, int64_t n) {
         break;
       case WeightType::q4_k:
       case WeightType::q5_k:
+      case WeightType::q5_1:
         if (!f16_ok(0) || !f16_ok(2)) return false;
         break;
-      default:  // F16, Q8_0, Q4_0: an f16 first
+      default:  // F16, Q8_0, Q4_0, Q5_0: an f16 first
         if (!f16_ok(0)) return false;
     }
   }
@@ -133,7 +136,7 @@ bool all_finite(WeightType type, const void* blocks, int64_t n) {
 void quantize_row(WeightType type, const float* x, void* blocks, int64_t n) {
   const WeightTypeInfo& t = weight_type_info(type);
   if (!t.quantize)
-    throw Error(std::string("quantize_row: expected a type qkv can quantize to (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), found ") + t.name);
+    throw Error(std::string("quantize_row: expected a type qkv can quantize to (F32, F16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), found ") + t.name);
   weight_bytes(type, n);
   t.quantize(x, blocks, n);
 }

@@ -161,7 +161,7 @@ const WeightTypeInfo& checked_type(const GgufFile& f, const GgufTensor& t, const
   if (!type) {
     const GgmlTypeLayout* layout = ggml_type_layout(t.ggml_type);
     throw Error("'" + f.name() + "': tensor " + t.name + " is of type " + (layout ? layout->name : "?") +
-                ", which qkv does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
+                ", which qkv does not read (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
   }
   if (want[0] % type->block != 0)
     throw Error("'" + f.name() + "': tensor " + t.name + " of type " + type->name + " has rows of " +

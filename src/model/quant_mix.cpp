@@ -74,7 +74,9 @@ WeightType quant_mix_type(QuantMix mix, const std::string& name, int64_t ne0, in
                        name.find("ffn_down") != std::string::npos)) {
     if (more_bits(layer_of(name), layers)) t = WeightType::q6_k;
   }
-  if (ne0 % block_of(t) != 0) t = block_of(t) > 32 ? WeightType::q8_0 : t;  // llama.cpp: Q6_K -> Q8_0
+  // llama.cpp's fallbacks for rows that are not whole super-blocks.
+  if (ne0 % block_of(t) != 0)
+    t = t == WeightType::q4_k ? WeightType::q5_0 : t == WeightType::q5_k ? WeightType::q5_1 : block_of(t) > 32 ? WeightType::q8_0 : t;
   if (ne0 % block_of(t) != 0) t = WeightType::f16;
   return t;
 }

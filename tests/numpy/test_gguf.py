@@ -3,7 +3,7 @@
 Files are written here with gguf's GGUFWriter: every metadata value type, arrays of each and
 of arrays, tensors of every weight type qkv has. tests/gguf_check (QKV_GGUF_CHECK) reads
 them with qkv::GgufFile and dequantizes every tensor with qkv's reference rows; the float32
-bits must equal gguf.quants.dequantize's. Q8_0 and Q4_0 blocks from qkv's quantizer must
+bits must equal gguf.quants.dequantize's. Q8_0, Q4_0, Q5_0 and Q5_1 blocks from qkv's quantizer must
 equal gguf.quants.quantize's, byte for byte (both follow ggml's reference quantizers).
 """
 import json
@@ -20,9 +20,10 @@ from gguf import GGUFValueType as VT
 from gguf.constants import GGML_QUANT_SIZES
 
 ROOT = Path(__file__).resolve().parents[2]
-WEIGHT_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_K, QT.Q5_K, QT.Q6_K]
-# Where each block keeps its f16 scales (d, and dmin for Q4_K and Q5_K).
-SCALE_BYTES = {QT.Q8_0: [0], QT.Q4_0: [0], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208]}
+WEIGHT_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+# Where each block keeps its f16 scales (d, and dmin for Q4_K and Q5_K, m for Q5_1).
+SCALE_BYTES = {QT.Q8_0: [0], QT.Q4_0: [0], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2],
+               QT.Q6_K: [208]}
 
 # (key, value, type, element type): one of each value type, arrays of each, nested arrays.
 SCALARS = [
@@ -127,7 +128,7 @@ def test_tensors_of_every_type_dequantize_as_gguf_does(gguf_check, tmp_path, ver
     rng = np.random.default_rng(version * 100 + (alignment or 0))
     tensors = [(f"w.{q.name}", *weights(rng, q)) for q in WEIGHT_TYPES]
     x = rng.standard_normal((2, 256)).astype(np.float32)
-    for q in (QT.Q8_0, QT.Q4_0):
+    for q in (QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q5_1):
         tensors.append((f"quantized.{q.name}", gguf.quants.quantize(x, q), q))
     path = write(tmp_path / "t.gguf", tensors=tensors, alignment=alignment)
     if version == 2:  # the same layout; only the number differs
@@ -168,7 +169,7 @@ def quantizer_inputs(rng):
     return np.concatenate(blocks + [ordinary]).astype(np.float32)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0])
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q5_0, QT.Q5_1])
 def test_quantizers_write_ggml_bits(gguf_check, tmp_path, qtype):
     x = quantizer_inputs(np.random.default_rng(int(qtype)))
     x.tofile(tmp_path / "x.f32")

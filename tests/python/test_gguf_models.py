@@ -101,7 +101,7 @@ def test_q8_0_logits_near_float32(case, tmp_path):
     near_dequantized(m8.logits(ids), m8d.logits(ids))
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
 def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, tmp_path):
     # The gguf package quantizes only some types: random blocks stand in (a
     # small scale d, and dmin, in every block), and the float32 file holds
@@ -122,9 +122,9 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
         scale = np.frombuffer(np.float16(2e-5 if qtype == "Q6_K" else 3e-4).tobytes(), np.uint8)
         if qtype == "Q6_K":
             b[..., -2:] = scale
-        elif qtype in ("Q4_K", "Q5_K"):
+        elif qtype in ("Q4_K", "Q5_K", "Q5_1"):
             b[..., 0:2] = b[..., 2:4] = scale
-        elif qtype in ("Q4_0", "Q8_0"):
+        elif qtype in ("Q4_0", "Q5_0", "Q8_0"):
             b[..., 0:2] = scale
         elif qtype == "F16":  # values of about 1e-2, each of either sign
             b = (rng.standard_normal((rows, cols)) * 1e-2).astype(np.float16).view(np.uint8).reshape(rows, cols, 2)

@@ -31,16 +31,19 @@ def more_bits(layer, layers):
 
 
 def expected_type(mix, name, shape, layers, tied):
-    """llama-quantize's choice without an importance matrix (llama-quant.cpp)."""
+    """llama-quantize's choice without an importance matrix (llama-quant.cpp),
+    and its fallback where a row is not whole blocks of that type."""
     if len(shape) < 2 or name.endswith("_norm.weight") or name == "position_embd.weight":
         return QT.F32
-    base = BASE[mix]
+    t = BASE[mix]
     if name == "output.weight" or (tied and name == "token_embd.weight"):
-        return QT.Q8_0 if base == QT.Q8_0 else QT.Q6_K
-    if mix in ("q4_k_m", "q5_k_m") and any(k in name for k in ("attn_v.", "attn_qkv.", "ffn_down.")):
+        t = QT.Q8_0 if t == QT.Q8_0 else QT.Q6_K
+    elif mix in ("q4_k_m", "q5_k_m") and any(k in name for k in ("attn_v.", "attn_qkv.", "ffn_down.")):
         if more_bits(int(name.split(".")[1]), layers):
-            return QT.Q6_K
-    return base
+            t = QT.Q6_K
+    if shape[0] % gguf.constants.GGML_QUANT_SIZES[t][0]:
+        t = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0}.get(t, t)
+    return t
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +93,31 @@ def test_each_mix_gives_llama_quantizes_types(mix, llama_dir, tmp_path):
     assert fields["llama.rope.freq_base"] == pytest.approx(500000.0)
     assert fields["tokenizer.ggml.pre"] == "llama-bpe" and fields["tokenizer.ggml.add_bos_token"] is True
     assert fields["tokenizer.ggml.tokens"][:5] == [tok.id_to_token(i) for i in range(5)]
+
+
+@pytest.mark.parametrize("mix", ["q4_k_m", "q5_k_m", "q6_k"])
+def test_qwen2_rows_that_are_not_whole_super_blocks_fall_back(mix, qwen2_dir, tmp_path):
+    # Heads of 96: attn_output's rows of 384 are not whole blocks of 256, and
+    # take llama-quantize's fallback (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for
+    # Q6_K); the file runs near the folder's float weights.
+    model, tok, folder = qwen2_dir
+    out = tmp_path / f"m.{mix}.gguf"
+    quantize_cli(folder, out, mix)
+    f = gguf.GGUFReader(out)
+    assert f.fields["general.architecture"].contents() == "qwen2"
+    types = {t.name: t.tensor_type for t in f.tensors}
+    for t in f.tensors:
+        assert t.tensor_type == expected_type(mix, t.name, list(t.shape), 8, tied=False), t.name
+    assert types["blk.0.attn_output.weight"] == {"q4_k_m": QT.Q5_0, "q5_k_m": QT.Q5_1, "q6_k": QT.Q8_0}[mix]
+    assert "blk.0.attn_q.bias" in types and "blk.0.attn_output.bias" not in types
+    m, deq, ref = qkv.Model.load(out), qkv.Model.load(out, dequantize=True), qkv.Model.load(folder)
+    ids = ref.tokenize(PROMPTS[1])
+    want, exact = ref.logits(ids), deq.logits(ids)
+    # These random weights lose 4% (Q6_K) to 16% (Q4_K) of the logits' largest
+    # magnitude; the products on int8 activations stay near the dequantized model's.
+    assert np.abs(exact - want).max() < 0.2 * np.abs(want).max()
+    got = m.logits(ids)
+    assert 0 < np.abs(got - exact).max() <= ACTIVATION_TOLERANCE * np.abs(exact).max()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])

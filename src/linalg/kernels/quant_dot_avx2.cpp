@@ -61,6 +61,47 @@ float dot_q4_0(const void* w, const void* x, int64_t K) {
   return hsum(acc);
 }
 
+// The 32 bits of the word at p as 32 bytes, byte j 16 where bit j is set
+// (Q5_0's and Q5_1's fifth bits): each byte of the word spread over eight
+// bytes (within each 128-bit lane: bytes 0, 1 to the low lane, 2, 3 to the
+// high), then each of those tested against its own bit.
+__m256i fifth_bits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, sizeof qh);
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+// Q5_0 and Q5_1 · Q8_0: Q4_0's nibbles with a fifth bit each. Q5_0's q - 16
+// is signed; Q5_1's q (0..31) multiplies x unsigned, and its offset m the
+// block's Σ x (vpmaddubsw with ones).
+template <bool kOffset>
+float dot_q5(const void* w, const void* x, int64_t K) {
+  constexpr int kBytes = kOffset ? 24 : 22, kQh = kOffset ? 4 : 2;
+  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
+  const __m256i low4 = _mm256_set1_epi8(15), ones16 = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < K / 32; ++i, a += kBytes, b += 34) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + kQh + 4));
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+    const __m256i q = _mm256_or_si256(nib, fifth_bits(a + kQh)), xq = load32(b + 2);
+    const float dx = f16_at(b);
+    if constexpr (kOffset) {
+      const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16);
+      const __m256i xsum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), ones16);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 2) * dx), _mm256_cvtepi32_ps(xsum), acc);
+    } else {
+      const __m256i isum = dot_i8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), xq);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
+    }
+  }
+  return hsum(acc);
+}
+
 // The bit of each byte of qh that is set in `bit`, as 16 (Q5_K's fifth bit).
 __m256i fifth_bit(__m256i qh, int j) {
   const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
@@ -239,7 +280,9 @@ void dequantize_q6_k(const void* blocks, float* out, int64_t n) {
 
 }  // namespace
 
-const DotKernels dot_avx2 = {dot_q8_0,        dot_q4_0,        dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
-                             dequantize_q8_0, dequantize_q4_0, dequantize_q45_k<false>, dequantize_q45_k<true>, dequantize_q6_k};
+const DotKernels dot_avx2 = {dot_q8_0,        dot_q4_0,        dot_q5<false>,           dot_q5<true>,
+                             dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
+                             dequantize_q8_0, dequantize_q4_0, dequantize_q45_k<false>, dequantize_q45_k<true>,
+                             dequantize_q6_k};
 
 }  // namespace qkv::linalg
