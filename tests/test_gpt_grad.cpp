@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -644,6 +645,37 @@ TEST(KVCache, Bf16HoldsTheRoundedKeysAndValues) {
               << (keys ? "key" : "value") << " of head " << g << ", position " << t;
         }
   }
+}
+
+// RoPE's frequencies divided by a factor each (a GGUF file's rope_freqs)
+// are Llama 3.1's scaling when the factors are its stretches: the same
+// logits, in float64, to its rounding. The factors must fit the heads.
+TEST(GptRope, FactorsStretchAsLlama3) {
+  GPTConfig llama3 = tiny(true, 2, false);
+  llama3.embd = 32;  // heads of 8: wavelengths 2 pi 10^i, i < 4, against 64: kept, blended, stretched twice
+  llama3.rope_scaling = {GPTConfig::RopeScaling::Kind::llama3, 8.0, 1.0, 4.0, 64};
+  GPTConfig factors = llama3;
+  factors.rope_scaling = {GPTConfig::RopeScaling::Kind::factors};
+  const int64_t D = llama3.head_dim();
+  for (int64_t i = 0; i < D / 2; ++i) {
+    const double f = 1.0 / std::pow(10000.0, static_cast<double>(2 * i) / static_cast<double>(D));
+    const double wavelen = 2.0 * std::numbers::pi / f, smooth = (64.0 / wavelen - 1.0) / 3.0;
+    factors.rope_scaling.factors.push_back(wavelen > 64.0 ? 8.0f : wavelen < 16.0 ? 1.0f
+                                                                 : static_cast<float>(1.0 / ((1.0 - smooth) / 8.0 + smooth)));
+  }
+  GPT64 a(llama3), b(factors);
+  randomize(a, 3);
+  std::copy(a.weights().begin(), a.weights().end(), b.weights().begin());
+  const Batch batch = random_batch(llama3.vocab, 8);
+  a.forward(batch.tokens.data(), nullptr, 1, 8);
+  b.forward(batch.tokens.data(), nullptr, 1, 8);
+  const std::span<const double> x(a.logits(), 8 * llama3.vocab), y(b.logits(), 8 * llama3.vocab);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-6) << i;
+
+  factors.rope_scaling.factors.pop_back();
+  expect_error([&] { GPT64 bad(factors); }, "rope_scaling: factors needs head_dim / 2 = 4 finite numbers > 0, found 3");
+  factors.rope_scaling.factors.push_back(0.0f);
+  expect_error([&] { GPT64 bad(factors); }, "rope_scaling: factors needs head_dim / 2 = 4");
 }
 
 }  // namespace

@@ -80,20 +80,23 @@ struct QKV_API GPTConfig {
   int64_t window = 0;
   double rope_theta = 10000.0;  ///< RoPE's base
   /// RoPE's frequencies as a model was trained to stretch them:
-  /// none, linear (every frequency / factor) or llama3 (Llama 3.1's: long
-  /// wavelengths / factor, short ones kept, a smooth blend between).
+  /// none, linear (every frequency / factor), llama3 (Llama 3.1's: long
+  /// wavelengths / factor, short ones kept, a smooth blend between) or
+  /// factors (each frequency / its own factor: a GGUF file's rope_freqs).
   struct RopeScaling {
     /// How the frequencies are stretched.
     enum class Kind {
       none,    ///< as rope_theta gives them
       linear,  ///< every frequency / factor
-      llama3   ///< Llama 3.1's: by wavelength against original_context
+      llama3,  ///< Llama 3.1's: by wavelength against original_context
+      factors  ///< frequency i / factors[i]
     };
     Kind kind = Kind::none;         ///< which scaling
     double factor = 1.0;            ///< the stretch (linear, llama3)
     double low_freq_factor = 1.0;   ///< llama3: wavelengths above original_context / this are stretched
     double high_freq_factor = 4.0;  ///< llama3: wavelengths below original_context / this are kept
     int64_t original_context = 8192;  ///< llama3: the context before scaling
+    std::vector<float> factors;       ///< factors: one per frequency (head_dim / 2), each finite > 0
   };
   RopeScaling rope_scaling;  ///< none unless a checkpoint's config says
 

@@ -3,7 +3,10 @@
 // (every weight float32, a GGUF file's dequantized exactly), then each
 // parameter goes back to the tensors llama.cpp names (gguf_names.h), row
 // slices of it, quantized one tensor at a time as the file is written.
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,9 +37,6 @@ std::string architecture_of(const std::string& input, const GPTConfig& c) {
     cannot(input, "an encoder (BERT) is not a decoder");
   if (c.window) cannot(input, "sliding-window attention (" + std::to_string(c.window) + " positions) is not written by GGUF");
   if (c.rope && c.rms_norm && c.swiglu && !c.bias) {
-    if (c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::none &&
-        c.rope_scaling.kind != GPTConfig::RopeScaling::Kind::linear)
-      cannot(input, "its RoPE scaling is not linear");
     // Qwen2: biases on q, k and v only (llama.cpp's qwen2); Llama: on all four projections, or none.
     return c.qkv_bias && !c.proj_biased() && !c.mlp_biased() ? "qwen2" : "llama";
   }
@@ -44,6 +44,40 @@ std::string architecture_of(const std::string& input, const GPTConfig& c) {
     return "gpt2";
   cannot(input, "its blocks are neither GPT-2's (LayerNorm, biases, tanh GELU, learned positions) nor Llama's "
                 "or Qwen2's (RMSNorm, SwiGLU, RoPE)");
+}
+
+// RoPE's factors as llama.cpp's converter stores Llama 3.1's scaling
+// (tensor rope_freqs.weight): frequency i is divided by factor i. Empty
+// when the config has none (no scaling, or linear). Computed in float32,
+// step by step as the converter's torch code computes them (its pow
+// correctly rounded, its divisions by a tensor as reciprocals), so that
+// the bits are its own.
+std::vector<float> rope_factors(const GPTConfig& c) {
+  using Kind = GPTConfig::RopeScaling::Kind;
+  const GPTConfig::RopeScaling& s = c.rope_scaling;
+  if (s.kind == Kind::factors) return s.factors;
+  if (s.kind != Kind::llama3) return {};
+  const int64_t D = c.head_dim();
+  const auto orig = static_cast<double>(s.original_context);
+  const auto high_wavelen = static_cast<float>(orig / s.high_freq_factor), low_wavelen = static_cast<float>(orig / s.low_freq_factor);
+  const auto two_pi = static_cast<float>(2.0 * std::numbers::pi);
+  std::vector<float> out;
+  for (int64_t i = 0; i < D; i += 2) {
+    const float exponent = static_cast<float>(i) / static_cast<float>(D);
+    const auto power = static_cast<float>(std::pow(c.rope_theta, static_cast<double>(exponent)));
+    const float freq = 1.0f / power;
+    const float wavelen = (1.0f / freq) * two_pi;
+    float factor = 1.0f;  // short wavelengths (below high_wavelen): kept
+    if (wavelen > low_wavelen) {
+      factor = static_cast<float>(s.factor);
+    } else if (!(wavelen < high_wavelen)) {
+      const float smooth = ((1.0f / wavelen) * static_cast<float>(orig) - static_cast<float>(s.low_freq_factor)) /
+                           static_cast<float>(s.high_freq_factor - s.low_freq_factor);
+      factor = 1.0f / ((1.0f - smooth) / static_cast<float>(s.factor) + smooth);
+    }
+    out.push_back(factor);
+  }
+  return out;
 }
 
 // The ARCH.* keys llama.cpp's converter writes, which gguf_model.cpp reads back.
@@ -132,9 +166,17 @@ std::vector<QuantizedTensor> quantize_model(const std::string& input, const std:
   const GPT& gpt = m.gpt();
   const float* weights = gpt.weights().data();
   const gguf::SourceMap sources = gguf::source_map(c, arch);
-  int64_t total = 0;
+  const std::vector<float> factors = rope_factors(c);
+  int64_t total = factors.empty() ? 0 : 1;
   for (const auto& [param, list] : sources) total += static_cast<int64_t>(list.size());
   std::vector<QuantizedTensor> written;
+  if (!factors.empty()) {  // first, as the converter writes it
+    const Shape ne{static_cast<int64_t>(factors.size())};
+    w.add_tensor("rope_freqs.weight", ne, static_cast<uint32_t>(WeightType::f32), [&factors](std::byte* out) {
+      std::memcpy(out, factors.data(), factors.size() * sizeof(float));
+    });
+    written.push_back({"rope_freqs.weight", ne, WeightType::f32});
+  }
   for (const ParamInfo& p : gpt.params()) {
     const auto it = sources.find(p.name);
     if (it == sources.end()) throw Error("quantize: no GGUF tensor is named for " + p.name);

@@ -78,8 +78,29 @@ struct Meta {
   }
 };
 
+// Llama 3.1's RoPE scaling as llama.cpp's converter stores it: tensor
+// rope_freqs.weight, F32 [head_dim / 2], a factor that divides each
+// frequency. Returns whether the file has it.
+bool read_rope_factors(const GgufFile& f, GPTConfig& c) {
+  const GgufTensor* t = f.find_tensor("rope_freqs.weight");
+  if (!t) return false;
+  const int64_t n = c.head_dim() / 2;
+  if (t->shape != Shape{n} || t->ggml_type != static_cast<uint32_t>(WeightType::f32))
+    throw Error("'" + f.name() + "': tensor rope_freqs.weight should be F32 " + shape_str({n}) + " (half a head), found " +
+                shape_str(t->shape));
+  std::vector<float> factors(static_cast<size_t>(n));
+  std::memcpy(factors.data(), t->bytes.data(), factors.size() * sizeof(float));
+  for (float v : factors)
+    if (!std::isfinite(v) || !(v > 0))
+      throw Error("'" + f.name() + "': tensor rope_freqs.weight holds " + std::to_string(v) + " (factors must be finite > 0)");
+  c.rope_scaling.kind = Kind::factors;
+  c.rope_scaling.factors = std::move(factors);
+  return true;
+}
+
 // RoPE's base and scaling: none or linear (rope.scaling.type, or the older
-// rope.scale_linear); YaRN and the others are refused by name.
+// rope.scale_linear), or a factor per frequency (rope_freqs.weight); YaRN
+// and the others are refused by name.
 void read_rope(const Meta& m, GPTConfig& c) {
   c.rope_theta = m.positive_or("rope.freq_base", 10000.0);
   m.expect("rope.dimension_count", c.head_dim(), "RoPE on every dimension of a head");
@@ -90,8 +111,11 @@ void read_rope(const Meta& m, GPTConfig& c) {
     type = "linear";
     factor = m.positive_or("rope.scale_linear", 1.0);
   }
+  const bool factors = read_rope_factors(m.f, c);
   if (type == "none") return;
   if (type != "linear") m.fail("rope.scaling.type", in_quotes(type) + " is not supported (none, linear)");
+  if (factors && factor != 1.0)
+    m.fail("rope.scaling.type", "linear scaling beside tensor rope_freqs.weight is not supported (one or the other)");
   if (factor != 1.0) {
     c.rope_scaling.kind = Kind::linear;
     c.rope_scaling.factor = factor;
@@ -261,9 +285,7 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
   }
   for (const GgufTensor& t : f.tensors()) {
     if (read.count(t.name)) continue;
-    if (t.name == "rope_freqs.weight")
-      throw Error("'" + f.name() + "': tensor rope_freqs.weight (RoPE frequency factors, as Llama 3.1's "
-                  "rope scaling is stored) is not supported");
+    if (t.name == "rope_freqs.weight" && arch != "gpt2") continue;  // read with the config (read_rope_factors)
     throw Error("'" + f.name() + "': tensor " + t.name + " is not part of qkv's " + arch +
                 " model (it would change the maths)");
   }

@@ -47,6 +47,11 @@ void GPTConfig::validate() const {
   need(rs.kind != Kind::llama3 || (rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor &&
                                    rs.original_context >= 1),
        "rope_scaling: llama3 needs 0 < low_freq_factor < high_freq_factor and original_context >= 1");
+  need(rs.kind != Kind::factors ||
+           (static_cast<int64_t>(rs.factors.size()) == head_dim() / 2 &&
+            std::all_of(rs.factors.begin(), rs.factors.end(), [](float f) { return std::isfinite(f) && f > 0; })),
+       "rope_scaling: factors needs head_dim / 2 = " + std::to_string(head_dim() / 2) +
+           " finite numbers > 0, found " + std::to_string(rs.factors.size()) + " numbers");
   need(!lm_head || tied_head || !post_norm, "an untied head is for pre-norm decoders");
   need(window >= 0, "window must be at least 0 (0: none), found " + std::to_string(window));
   need(window == 0 || causal, "a sliding window is for causal models");
@@ -55,7 +60,8 @@ void GPTConfig::validate() const {
 namespace {
 
 // RoPE's frequencies theta_i = 1 / theta^(2i/D), stretched as the model's
-// rope_scaling says (transformers' _compute_llama3_parameters and linear).
+// rope_scaling says (transformers' _compute_llama3_parameters and linear;
+// llama.cpp's rope_freqs factors).
 std::vector<double> rope_frequencies(const GPTConfig& c) {
   const int64_t D = c.head_dim();
   std::vector<double> theta(static_cast<size_t>(D / 2));
@@ -64,6 +70,8 @@ std::vector<double> rope_frequencies(const GPTConfig& c) {
     double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(D));
     if (rs.kind == GPTConfig::RopeScaling::Kind::linear) {
       f /= rs.factor;
+    } else if (rs.kind == GPTConfig::RopeScaling::Kind::factors) {
+      f /= static_cast<double>(rs.factors[static_cast<size_t>(i)]);
     } else if (rs.kind == GPTConfig::RopeScaling::Kind::llama3) {
       const double orig = static_cast<double>(rs.original_context);
       const double low_wavelen = orig / rs.low_freq_factor, high_wavelen = orig / rs.high_freq_factor;

@@ -118,12 +118,13 @@ def permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path, arch, tensors, metadata, tok, pre, add_bos, qtype=None, skip=(), reshape=None, replace=None):
+def write_gguf(path, arch, tensors, metadata, tok, pre, add_bos, qtype=None, skip=(), reshape=None, replace=None,
+               extra=None):
     """`tensors` (llama.cpp's names -> float32 arrays, PyTorch's shapes) and
     `metadata` (keys under ARCH.) to a GGUF file; 2-D tensors as `qtype` when
     given (1-D ones stay F32, as llama.cpp keeps norms). `replace` gives
     tensors other values: a float32 array, or (its blocks' bytes, ggml type).
-    `skip` leaves tensors out and `reshape` changes them, for the tests of bad files."""
+    `skip` leaves tensors out, `reshape` changes them and `extra` adds more, for the tests of bad files."""
     w = gguf.GGUFWriter(str(path), arch)
     for key, value in metadata.items():
         if isinstance(value, str):
@@ -133,7 +134,7 @@ def write_gguf(path, arch, tensors, metadata, tok, pre, add_bos, qtype=None, ski
         else:
             w.add_uint32(f"{arch}.{key}", value)
     add_tokenizer(w, tok, pre, add_bos)
-    for name, a in tensors.items():
+    for name, a in {**tensors, **(extra or {})}.items():
         if name in skip:
             continue
         if replace and name in replace:
@@ -174,10 +175,35 @@ def llama_model(tok, seed=0, arch="llama", **config):
     return model
 
 
+def rope_params(config):
+    """RoPE's base and scaling: transformers 5 keeps them in rope_parameters, 4 beside them."""
+    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
 def rope_theta(config):
-    """RoPE's base: transformers 5 keeps it in rope_parameters, 4 beside them."""
-    params = getattr(config, "rope_parameters", None) or {}
-    return params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return rope_params(config)["rope_theta"]
+
+
+def llama3_rope_factors(config, head_dim):
+    """Llama 3.1's scaling as the converter stores it (rope_freqs.weight):
+    LlamaModel.generate_extra_tensors' factors, in float32 as torch makes them."""
+    import math
+    p = rope_params(config)
+    freqs = 1.0 / (p["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    orig, lo, hi, factor = p["original_max_position_embeddings"], p["low_freq_factor"], p["high_freq_factor"], p["factor"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < orig / hi:
+            out.append(1)
+        elif wavelen > orig / lo:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
 
 
 def llama_gguf(model, path, tok, **kw):
@@ -190,6 +216,8 @@ def llama_gguf(model, path, tok, **kw):
              "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down"}
     tensors = {}
+    if rope_params(c).get("rope_type") == "llama3":
+        tensors["rope_freqs.weight"] = llama3_rope_factors(c, head_dim)
     for name, t in model.state_dict().items():
         a = t.float().numpy()
         if name == "model.embed_tokens.weight":

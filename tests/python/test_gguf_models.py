@@ -46,7 +46,10 @@ def hf_logits(ref, ids):
 # name -> the model's options: heads of 32 where hidden_size / heads is 16
 # (attention.key_length), Qwen2's biases on q, k and v and its split.
 CASES = {"llama-gqa": {}, "llama-tied": dict(tie_word_embeddings=True), "llama-wide-heads": dict(head_dim=32),
-         "qwen2": dict(arch="qwen2", head_dim=32, rope_theta=1000000.0), "gpt2": None}
+         "qwen2": dict(arch="qwen2", head_dim=32, rope_theta=1000000.0), "gpt2": None,
+         # Llama 3.1's scaling: the file holds a factor per frequency (rope_freqs.weight)
+         "llama3-rope-scaling": dict(rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                       high_freq_factor=4.0, original_max_position_embeddings=16))}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -190,6 +193,10 @@ BAD = {
                                   "metadata \"tokenizer.ggml.pre\": \"deepseek-llm\" is not supported (gpt-2, llama-bpe, qwen2)"),
     "rope scaling": (dict(metadata={"rope.scaling.type": "yarn"}),
                      "metadata \"llama.rope.scaling.type\": \"yarn\" is not supported (none, linear)"),
+    "rope factors misshapen": (dict(extra={"rope_freqs.weight": np.ones(5, np.float32)}),
+                               "tensor rope_freqs.weight should be F32 [4] (half a head), found [5]"),
+    "rope factors not positive": (dict(extra={"rope_freqs.weight": np.array([1, 2, 0, 8], np.float32)}),
+                                  "tensor rope_freqs.weight holds 0.000000 (factors must be finite > 0)"),
     "unknown key": (dict(metadata={"expert_count": 8}),
                     "metadata \"llama.expert_count\" is not supported by qkv's llama model (it may change the maths)"),
 }

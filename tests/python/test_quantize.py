@@ -10,7 +10,7 @@ import pytest
 import qkv
 
 from gpt2_folders import EOT, qwen2_tokenizer, run_qkv
-from gguf_files import gpt2_gguf, gpt2_model, hf_folder, llama3_tokenizer, llama_gguf, llama_model
+from gguf_files import gpt2_gguf, gpt2_model, hf_folder, llama3_rope_factors, llama3_tokenizer, llama_gguf, llama_model
 from test_gguf_models import ACTIVATION_TOLERANCE, PROMPTS
 
 torch = pytest.importorskip("torch")
@@ -118,6 +118,28 @@ def test_qwen2_rows_that_are_not_whole_super_blocks_fall_back(mix, qwen2_dir, tm
     assert np.abs(exact - want).max() < 0.2 * np.abs(want).max()
     got = m.logits(ids)
     assert 0 < np.abs(got - exact).max() <= ACTIVATION_TOLERANCE * np.abs(exact).max()
+
+
+def test_llama3_rope_scaling_is_written_as_rope_freqs(gpt2_tok, tmp_path):
+    # Llama 3.1's scaling goes into the file as the converter stores it: a
+    # factor per frequency, which qkv and llama.cpp divide the frequencies by.
+    tok = llama3_tokenizer(gpt2_tok)
+    scaling = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=64)
+    model = llama_model(tok, hidden_size=256, intermediate_size=256, rope_scaling=scaling)
+    folder = hf_folder(model, tok, tmp_path / "folder")
+    out = tmp_path / "m.gguf"
+    quantize_cli(folder, out, "q8_0")
+    tensors = {t.name: t for t in gguf.GGUFReader(out).tensors}
+    factors = tensors["rope_freqs.weight"]
+    assert factors.tensor_type == QT.F32
+    want = llama3_rope_factors(model.config, 256 // 4)
+    np.testing.assert_array_equal(np.asarray(factors.data), want)  # the converter's float32 bits
+    assert want.min() == 1 and want.max() == 8 and len(set(want.tolist())) > 2  # kept, stretched, blended
+    m, ref = qkv.Model.load(out), qkv.Model.load(folder, quantize="q8_0")
+    ids = ref.tokenize(PROMPTS[1] + " " + PROMPTS[1])
+    want_logits = ref.logits(ids)
+    np.testing.assert_allclose(m.logits(ids), want_logits, rtol=0, atol=1e-4 * np.abs(want_logits).max())
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
