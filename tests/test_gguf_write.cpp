@@ -117,6 +117,17 @@ TEST(GgufWrite, RefusesWhatTheFormatCannotHold) {
   bad.set("k", GgufValue{GgufType::u32, GgufType::u8, std::string("not a number")});
   EXPECT_THROW(bad.write((temp_dir() / "bad.gguf").string()), Error);
   EXPECT_FALSE(fs::exists(temp_dir() / "bad.gguf"));
+  for (GgufValue v : {GgufValue::i32s({1, int64_t{1} << 40}), GgufValue{GgufType::u8, GgufType::u8, uint64_t{256}},
+                      GgufValue{GgufType::i16, GgufType::u8, int64_t{-40000}}}) {
+    GgufWriter narrow;
+    narrow.set("k", v);
+    try {
+      narrow.write((temp_dir() / "narrow.gguf").string());
+      ADD_FAILURE() << "a value outside its type was written";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+    }
+  }
   fs::remove_all(temp_dir());
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "io/gguf_kinds.h"
 #include "io/mapped_file.h"
 #include "io/npy_header.h"  // quoted()
 #include "qkv/error.h"
@@ -75,21 +76,8 @@ class Reader {
   const std::string& file_;
 };
 
-// How a value of each type is held (GgufValue's rule).
-enum class Kind { unsigned_int, signed_int, real, text, array };
-
-Kind kind_of(GgufType t) {
-  switch (t) {
-    case GgufType::u8: case GgufType::u16: case GgufType::u32: case GgufType::u64: case GgufType::boolean:
-      return Kind::unsigned_int;
-    case GgufType::i8: case GgufType::i16: case GgufType::i32: case GgufType::i64:
-      return Kind::signed_int;
-    case GgufType::f32: case GgufType::f64: return Kind::real;
-    case GgufType::string: return Kind::text;
-    case GgufType::array: break;
-  }
-  return Kind::array;
-}
+using io::Kind;
+using io::kind_of;
 
 // The fewest bytes one value of type t takes in the file.
 uint64_t min_bytes(GgufType t) {

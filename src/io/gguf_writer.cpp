@@ -4,10 +4,10 @@
 // held at a time.
 #include <bit>
 #include <cstring>
-#include <set>
 #include <vector>
 
 #include "io/files.h"
+#include "io/gguf_kinds.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 
@@ -32,8 +32,19 @@ void put_string(std::string& out, const std::string& s) {
   out += s;
 }
 
-// One scalar of type t from the variant's uint64_t, int64_t or double.
+// One scalar of type t from the variant's uint64_t, int64_t or double; an
+// integer outside t's range is an error, never a value cut to fit.
 void put_scalar(std::string& out, GgufType t, uint64_t u, int64_t i, double f) {
+  const int bits = t == GgufType::u8 || t == GgufType::i8 ? 8 : t == GgufType::u16 || t == GgufType::i16 ? 16
+                   : t == GgufType::u32 || t == GgufType::i32                                      ? 32
+                                                                                                   : 64;
+  const bool fits = bits == 64 || (io::kind_of(t) == io::Kind::unsigned_int ? u >> bits == 0
+                                                                             : i >= -(int64_t{1} << (bits - 1)) &&
+                                                                                   i < (int64_t{1} << (bits - 1)));
+  if (!fits)
+    throw Error(std::string("GGUF writer: ") +
+                (io::kind_of(t) == io::Kind::unsigned_int ? std::to_string(u) : std::to_string(i)) + " does not fit " +
+                gguf_type_name(t));
   switch (t) {
     case GgufType::u8: put<uint8_t>(out, static_cast<uint8_t>(u)); break;
     case GgufType::boolean: put<uint8_t>(out, u ? 1 : 0); break;
@@ -50,11 +61,6 @@ void put_scalar(std::string& out, GgufType t, uint64_t u, int64_t i, double f) {
   }
 }
 
-bool is_signed(GgufType t) {
-  return t == GgufType::i8 || t == GgufType::i16 || t == GgufType::i32 || t == GgufType::i64;
-}
-bool is_float(GgufType t) { return t == GgufType::f32 || t == GgufType::f64; }
-
 // A value as the file holds it: its type, then the value; an array's
 // elements follow its element type and count. The variant must hold what
 // GgufValue's rule says the type holds (else a qkv::Error naming the key).
@@ -67,9 +73,10 @@ void put_value(std::string& out, const GgufValue& v, const std::string& key, boo
     return put_string(out, std::get<std::string>(v.data));
   }
   if (v.type != GgufType::array) {
-    if (is_float(v.type) && std::holds_alternative<double>(v.data)) return put_scalar(out, v.type, 0, 0, std::get<double>(v.data));
-    if (is_signed(v.type) && std::holds_alternative<int64_t>(v.data)) return put_scalar(out, v.type, 0, std::get<int64_t>(v.data), 0);
-    if (std::holds_alternative<uint64_t>(v.data)) return put_scalar(out, v.type, std::get<uint64_t>(v.data), 0, 0);
+    const io::Kind k = io::kind_of(v.type);
+    if (k == io::Kind::real && std::holds_alternative<double>(v.data)) return put_scalar(out, v.type, 0, 0, std::get<double>(v.data));
+    if (k == io::Kind::signed_int && std::holds_alternative<int64_t>(v.data)) return put_scalar(out, v.type, 0, std::get<int64_t>(v.data), 0);
+    if (k == io::Kind::unsigned_int && std::holds_alternative<uint64_t>(v.data)) return put_scalar(out, v.type, std::get<uint64_t>(v.data), 0, 0);
     wrong();
   }
   put<uint32_t>(out, static_cast<uint32_t>(v.element_type));
@@ -82,15 +89,15 @@ void put_value(std::string& out, const GgufValue& v, const std::string& key, boo
     const auto& a = std::get<std::vector<GgufValue>>(v.data);
     put<uint64_t>(out, a.size());
     for (const GgufValue& inner : a) put_value(out, inner, key, false);
-  } else if (is_float(e) && std::holds_alternative<std::vector<double>>(v.data)) {
+  } else if (io::kind_of(e) == io::Kind::real && std::holds_alternative<std::vector<double>>(v.data)) {
     const auto& a = std::get<std::vector<double>>(v.data);
     put<uint64_t>(out, a.size());
     for (const double x : a) put_scalar(out, e, 0, 0, x);
-  } else if (is_signed(e) && std::holds_alternative<std::vector<int64_t>>(v.data)) {
+  } else if (io::kind_of(e) == io::Kind::signed_int && std::holds_alternative<std::vector<int64_t>>(v.data)) {
     const auto& a = std::get<std::vector<int64_t>>(v.data);
     put<uint64_t>(out, a.size());
     for (const int64_t x : a) put_scalar(out, e, 0, x, 0);
-  } else if (!is_signed(e) && !is_float(e) && std::holds_alternative<std::vector<uint64_t>>(v.data)) {
+  } else if (io::kind_of(e) == io::Kind::unsigned_int && std::holds_alternative<std::vector<uint64_t>>(v.data)) {
     const auto& a = std::get<std::vector<uint64_t>>(v.data);
     put<uint64_t>(out, a.size());
     for (const uint64_t x : a) put_scalar(out, e, x, 0, 0);

@@ -103,7 +103,7 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     if (const GemmDotKernels* dot = isa_kernels(active_isa()).gemm_dot; dot && (trans_b || dot->f32_kn))
       return dot_columns(*dot, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
   if (bias && beta == 0.0f) {  // the bias as C and beta = 1: the same bits, one pass fewer
-#pragma omp parallel for schedule(static) if (M * N >= kGemmParallelMin)
+#pragma omp parallel for schedule(static) if (M * N >= qkv::kParallelMin)
     for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
     return on_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
   }
@@ -160,7 +160,7 @@ void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 }
 
 void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc) {
-#pragma omp parallel for schedule(static) if (M * N >= kGemmParallelMin)
+#pragma omp parallel for schedule(static) if (M * N >= qkv::kParallelMin)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }

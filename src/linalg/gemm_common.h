@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/gemm_dot_kernels.h"
+#include "core/runtime/parallel.h"
 
 namespace qkv::linalg {
 
@@ -25,10 +26,6 @@ bool gemm_without_products(int64_t M, int64_t N, int64_t K, float alpha, float b
 std::pair<int64_t, int64_t> dot_range(int64_t N, int t, int threads,
                                        int64_t block = kernels::kDotBlockColumns);
 constexpr int64_t kKnBlockColumns = 32;
-
-// Below this many outputs a GEMM's own loops run on the calling thread: an
-// OpenMP region costs a few microseconds (the layers' threshold, kept equal).
-inline constexpr int64_t kGemmParallelMin = int64_t{1} << 14;
 
 // C [M, N] (rows ldc apart) += bias [N] on every row.
 void add_bias(int64_t M, int64_t N, const float* bias, float* C, int64_t ldc);

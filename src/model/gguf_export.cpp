@@ -172,7 +172,8 @@ std::vector<QuantizedTensor> quantize_model(const std::string& input, const std:
   std::vector<QuantizedTensor> written;
   if (!factors.empty()) {  // first, as the converter writes it
     const Shape ne{static_cast<int64_t>(factors.size())};
-    w.add_tensor("rope_freqs.weight", ne, static_cast<uint32_t>(WeightType::f32), [&factors](std::byte* out) {
+    w.add_tensor("rope_freqs.weight", ne, static_cast<uint32_t>(WeightType::f32), [&](std::byte* out) {
+      if (options.progress) options.progress("rope_freqs.weight", WeightType::f32, 0, total);
       std::memcpy(out, factors.data(), factors.size() * sizeof(float));
     });
     written.push_back({"rope_freqs.weight", ne, WeightType::f32});

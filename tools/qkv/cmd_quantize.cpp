@@ -7,6 +7,8 @@
 #include <iostream>
 #include <map>
 
+#include <unistd.h>
+
 #include "cli_common.h"
 #include "commands.h"
 #include "model_threads.h"
@@ -30,14 +32,17 @@ int run_quantize(const QuantizeArgs& a) {
     throw UsageError(std::string("--type: ") + e.what());
   }
   const ThreadScope threads(model_threads(a.threads));
+  // On a terminal one line, redrawn; in a log, a line a tensor (as llama-quantize writes).
+  const bool tty = isatty(STDERR_FILENO);
   if (!a.quiet)
-    options.progress = [](const std::string& name, WeightType type, int64_t done, int64_t total) {
-      std::fprintf(stderr, "\r[%lld/%lld] %-32s %-5s", static_cast<long long>(done + 1), static_cast<long long>(total),
-                   name.c_str(), weight_type_info(type).name);
+    options.progress = [tty](const std::string& name, WeightType type, int64_t done, int64_t total) {
+      const auto i = static_cast<long long>(done + 1), n = static_cast<long long>(total);
+      if (tty) std::fprintf(stderr, "\r[%lld/%lld] %-32s %-5s", i, n, name.c_str(), weight_type_info(type).name);
+      else std::fprintf(stderr, "[%lld/%lld] %s %s\n", i, n, name.c_str(), weight_type_info(type).name);
       std::fflush(stderr);
     };
   const std::vector<QuantizedTensor> tensors = quantize_model(a.model, a.out, options);
-  if (!a.quiet) std::fprintf(stderr, "\n");
+  if (!a.quiet && tty) std::fprintf(stderr, "\n");
   std::map<std::string, int> by_type;
   double weights = 0;
   for (const QuantizedTensor& t : tensors) {

@@ -11,14 +11,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/runtime/parallel.h"
 #include "qkv/tensor.h"  // bfloat16
 
 namespace qkv::nn::detail {
 
-// Below this many elements an op runs on the calling thread: an OpenMP
-// region costs a few microseconds, about what 16k elements of a simple op do.
-// (Sampling calls the layers with BT = 1.)
-inline constexpr int64_t kParallelMin = int64_t{1} << 14;  // linalg/gemm_common.h's kGemmParallelMin too
+// Below this many elements an op runs on the calling thread (sampling calls
+// the layers with BT = 1): core/runtime/parallel.h's threshold.
+using qkv::kParallelMin;
 
 // Sums over rows run per block of this many columns (one vector of AVX-512).
 inline constexpr int64_t kColBlock = 16;
