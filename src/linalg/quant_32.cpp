@@ -88,18 +88,18 @@ void quantize_q4_0(const float* x, void* blocks, int64_t n) {
   }
 }
 
-namespace {
-
-// Q5_0's and Q5_1's 5-bit q[j] from the nibbles at qs and the fifth bits
-// of the 32-bit word at qh (bit j is q[j]'s).
-int q5_at(const uint8_t* qh_bytes, const uint8_t* qs, int j) {
+void unpack_q5(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
   const uint32_t qh = static_cast<uint32_t>(qh_bytes[0] | qh_bytes[1] << 8 | qh_bytes[2] << 16) |
                       static_cast<uint32_t>(qh_bytes[3]) << 24;
-  const int nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
-  return nibble | static_cast<int>((qh >> j) & 1) << 4;
+  for (int j = 0; j < 32; ++j) {
+    const int nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    q[j] = nibble | static_cast<int>((qh >> j) & 1) << 4;
+  }
 }
 
-// The 32 q (0..31) into qh (fifth bits) and qs (nibbles, as Q4_0's).
+namespace {
+
+// The 32 q (0..31) into qh (fifth bits) and qs (nibbles, as Q4_0's): unpack_q5's inverse.
 void put_q5(const int* q, uint8_t* qh_bytes, uint8_t* qs) {
   uint32_t qh = 0;
   for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
@@ -118,7 +118,9 @@ void dequantize_q5_0(const void* blocks, float* out, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(blocks);
   for (int64_t i = 0; i < n / 32; ++i, b += 22, out += 32) {
     const float d = f16_at(b);
-    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(b + 2, b + 6, j) - 16) * d;
+    int q[32];
+    unpack_q5(b + 2, b + 6, q);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q[j] - 16) * d;
   }
 }
 
@@ -151,7 +153,9 @@ void dequantize_q5_1(const void* blocks, float* out, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(blocks);
   for (int64_t i = 0; i < n / 32; ++i, b += 24, out += 32) {
     const float d = f16_at(b), m = f16_at(b + 2);
-    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(b + 4, b + 8, j)) * d + m;
+    int q[32];
+    unpack_q5(b + 4, b + 8, q);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q[j]) * d + m;
   }
 }
 

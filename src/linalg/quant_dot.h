@@ -2,7 +2,7 @@
 // of activations quantized to int8 (qkv/weight.h), on each path.
 //
 // The activations' two formats (ggml's, so that the products are
-// llama.cpp's):
+// llama.cpp's, but for Q5_1's offset term):
 //   Q8_0 (beside Q8_0, Q4_0, Q5_0 and Q5_1 weights): blocks of 32 int8
 //     and an f16 scale, the reference quantizer of linalg/rows.h (Q5_1's
 //     offset multiplies the block's Σ qx: llama.cpp's Q8_1 carries that

@@ -88,14 +88,12 @@ float dot_q5(const void* w, const void* x, int64_t K) {
   const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
   float sum = 0.0f;
   for (int64_t i = 0; i < K / 32; ++i, a += kBytes, b += 34) {
-    uint32_t qh;
-    std::memcpy(&qh, a + kQh, sizeof qh);
+    int q[32];
+    unpack_q5(a + kQh, a + kQh + 4, q);
     int isum = 0, xsum = 0;
     for (int j = 0; j < 32; ++j) {
-      const int nibble = j < 16 ? a[kQh + 4 + j] & 15 : a[kQh + 4 + j - 16] >> 4;
-      const int q = (nibble | static_cast<int>((qh >> j) & 1) << 4) - (kOffset ? 0 : 16);
       const int qx = static_cast<int8_t>(b[2 + j]);
-      isum += q * qx;
+      isum += (q[j] - (kOffset ? 0 : 16)) * qx;
       xsum += qx;
     }
     sum += f16_at(a) * f16_at(b) * static_cast<float>(isum);

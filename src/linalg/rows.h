@@ -12,6 +12,10 @@ void dequantize_q8_0(const void* blocks, float* out, int64_t n);
 void quantize_q8_0(const float* x, void* blocks, int64_t n);
 void dequantize_q4_0(const void* blocks, float* out, int64_t n);
 void quantize_q4_0(const float* x, void* blocks, int64_t n);
+// Q5_0's and Q5_1's 32 q (0..31) of a block: the nibbles at qs (weight j
+// < 16 the low nibble of qs[j], j >= 16 the high one of qs[j - 16]) and
+// the fifth bits of the little-endian word at qh (bit j, weight j's).
+void unpack_q5(const uint8_t* qh, const uint8_t* qs, int* q);
 void dequantize_q5_0(const void* blocks, float* out, int64_t n);
 void quantize_q5_0(const float* x, void* blocks, int64_t n);
 void dequantize_q5_1(const void* blocks, float* out, int64_t n);

@@ -36,7 +36,8 @@ int64_t require_int(const json& j, const char* key, const std::string& name) {
 
 // The number of weights build_params() makes for `c`, in double so that a
 // huge config cannot overflow: compared with the weights file's size before
-// anything is allocated for the config.
+// anything is allocated for the config. For qkv's own models only (their
+// config.json has neither head_size nor Llama's blocks: config_to_json).
 double param_count(const GPTConfig& c) {
   const double C = static_cast<double>(c.embd), L = static_cast<double>(c.layers);
   const double hs = static_cast<double>(c.head_dim());

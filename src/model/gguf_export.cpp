@@ -37,10 +37,18 @@ std::string architecture_of(const std::string& input, const GPTConfig& c) {
     cannot(input, "an encoder (BERT) is not a decoder");
   if (c.window) cannot(input, "sliding-window attention (" + std::to_string(c.window) + " positions) is not written by GGUF");
   if (c.rope && c.rms_norm && c.swiglu && !c.bias) {
-    // Qwen2: biases on q, k and v only (llama.cpp's qwen2); Llama: on all four projections, or none.
-    return c.qkv_bias && !c.proj_biased() && !c.mlp_biased() ? "qwen2" : "llama";
+    // Llama: biases on all four projections, or none (the reader finds them
+    // by attn_q.bias); Qwen2: on q, k and v only, and never Llama 3.1's
+    // rope_freqs, which llama.cpp reads for llama files only.
+    if (!c.qkv_bias || c.proj_biased()) return "llama";
+    if (c.mlp_biased()) cannot(input, "biases on q, k and v without the output projection's, beside the MLP's");
+    using Kind = GPTConfig::RopeScaling::Kind;
+    if (c.rope_scaling.kind == Kind::llama3 || c.rope_scaling.kind == Kind::factors)
+      cannot(input, "Qwen2 with Llama 3.1's RoPE scaling is not written by GGUF");
+    return "qwen2";
   }
-  if (!c.rope && !c.rms_norm && !c.swiglu && c.bias && c.gelu == nn::Gelu::tanh && c.tied_head && c.kv_heads == c.heads)
+  if (!c.rope && !c.rms_norm && !c.swiglu && c.bias && c.gelu == nn::Gelu::tanh && c.tied_head && c.kv_heads == c.heads &&
+      c.head_size == 0)
     return "gpt2";
   cannot(input, "its blocks are neither GPT-2's (LayerNorm, biases, tanh GELU, learned positions) nor Llama's "
                 "or Qwen2's (RMSNorm, SwiGLU, RoPE)");

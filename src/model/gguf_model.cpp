@@ -85,9 +85,11 @@ bool read_rope_factors(const GgufFile& f, GPTConfig& c) {
   const GgufTensor* t = f.find_tensor("rope_freqs.weight");
   if (!t) return false;
   const int64_t n = c.head_dim() / 2;
-  if (t->shape != Shape{n} || t->ggml_type != static_cast<uint32_t>(WeightType::f32))
+  if (t->shape != Shape{n} || t->ggml_type != static_cast<uint32_t>(WeightType::f32)) {
+    const GgmlTypeLayout* layout = ggml_type_layout(t->ggml_type);
     throw Error("'" + f.name() + "': tensor rope_freqs.weight should be F32 " + shape_str({n}) + " (half a head), found " +
-                shape_str(t->shape));
+                (layout ? layout->name : "?") + " " + shape_str(t->shape));
+  }
   std::vector<float> factors(static_cast<size_t>(n));
   std::memcpy(factors.data(), t->bytes.data(), factors.size() * sizeof(float));
   for (float v : factors)
@@ -111,7 +113,8 @@ void read_rope(const Meta& m, GPTConfig& c) {
     type = "linear";
     factor = m.positive_or("rope.scale_linear", 1.0);
   }
-  const bool factors = read_rope_factors(m.f, c);
+  // Only llama files carry factors (llama.cpp's other architectures read none).
+  const bool factors = m.prefix == "llama." && read_rope_factors(m.f, c);
   if (type == "none") return;
   if (type != "linear") m.fail("rope.scaling.type", in_quotes(type) + " is not supported (none, linear)");
   if (factors && factor != 1.0)
@@ -150,7 +153,6 @@ GPTConfig read_config(const GgufFile& f, const std::string& arch) {
   } else if (c.embd % c.heads != 0) {
     m.fail("attention.head_count", std::to_string(c.heads) + " does not divide embedding_length " + std::to_string(c.embd));
   }
-  m.expect("attention.key_length", c.head_dim(), "embedding_length / head_count");
   m.expect("attention.value_length", c.head_dim(), "key_length: values as wide as keys");
   if (arch != "gpt2") {
     if (!m.has("attention.layer_norm_rms_epsilon")) m.fail("attention.layer_norm_rms_epsilon", "missing");
@@ -285,7 +287,7 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
   }
   for (const GgufTensor& t : f.tensors()) {
     if (read.count(t.name)) continue;
-    if (t.name == "rope_freqs.weight" && arch != "gpt2") continue;  // read with the config (read_rope_factors)
+    if (t.name == "rope_freqs.weight" && arch == "llama") continue;  // read with the config (read_rope_factors)
     throw Error("'" + f.name() + "': tensor " + t.name + " is not part of qkv's " + arch +
                 " model (it would change the maths)");
   }

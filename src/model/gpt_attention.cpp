@@ -116,7 +116,7 @@ void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
   nn::merge_heads(a.atty.data(), a.att.out.template data<T>(), B, Tn, H, hs, H * hs, 0);
 }
 
-// The same in reverse: datty [BT, C] -> dout [B, H, T, hs] -> attention's
+// The same in reverse: datty [BT, A] -> dout [B, H, T, hs] -> attention's
 // backward -> RoPE back on dq, dk -> dqkv [BT, (H + 2 Hkv) hs].
 template <class T>
 void BasicGPT<T>::attention_backward(int64_t l) {

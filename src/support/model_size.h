@@ -46,7 +46,7 @@ struct ModelShape {
   bool bias = true;               // Linear and LayerNorm biases (gpt and bert)
   bool learned_positions = true;  // a [context, embd] position table (gpt and bert)
   bool tied_head = false;         // llama: the head is the token table (SmolLM); gpt's always is
-  bool attn_bias = false;         // llama: biases in q, k, v and o (attention_bias)
+  bool attn_bias = false;         // llama: biases in q, k, v and o (attention_bias; qkv_bias below: q, k, v only)
   bool mlp_bias = false;          // llama: biases in gate, up and down (mlp_bias)
   bool qkv_bias = false;          // llama: biases in q, k and v only (Qwen2)
   int64_t head_size = 0;          // a head's width where a model sets it; 0 = embd / heads
@@ -54,7 +54,8 @@ struct ModelShape {
   int64_t head_dim() const { return head_size ? head_size : embd / heads; }
   int64_t ffn_width() const { return ffn ? ffn : 4 * embd; }
   // Throws qkv::Error naming the first field out of range (sizes >= 1, heads
-  // divides embd, kv_heads divides heads, totals within 64 bits).
+  // divides embd unless head_size is set, kv_heads divides heads, totals
+  // within 64 bits).
   void validate() const;
 };
 

@@ -194,12 +194,21 @@ BAD = {
     "rope scaling": (dict(metadata={"rope.scaling.type": "yarn"}),
                      "metadata \"llama.rope.scaling.type\": \"yarn\" is not supported (none, linear)"),
     "rope factors misshapen": (dict(extra={"rope_freqs.weight": np.ones(5, np.float32)}),
-                               "tensor rope_freqs.weight should be F32 [4] (half a head), found [5]"),
+                               "tensor rope_freqs.weight should be F32 [4] (half a head), found F32 [5]"),
     "rope factors not positive": (dict(extra={"rope_freqs.weight": np.array([1, 2, 0, 8], np.float32)}),
                                   "tensor rope_freqs.weight holds 0.000000 (factors must be finite > 0)"),
     "unknown key": (dict(metadata={"expert_count": 8}),
                     "metadata \"llama.expert_count\" is not supported by qkv's llama model (it may change the maths)"),
 }
+
+
+def test_qwen2_files_carry_no_rope_factors(gpt2_tok, tmp_path):
+    # llama.cpp reads rope_freqs.weight in llama files only.
+    tok = qwen2_tokenizer(gpt2_tok)
+    model = llama_model(tok, arch="qwen2", hidden_size=32, intermediate_size=64)
+    path = llama_gguf(model, tmp_path / "q.gguf", tok, extra={"rope_freqs.weight": np.ones(2, np.float32)})
+    with pytest.raises(ValueError, match="tensor rope_freqs.weight is not part of qkv's qwen2 model"):
+        qkv.Model.load(path)
 
 
 @pytest.mark.parametrize("bad", sorted(BAD))

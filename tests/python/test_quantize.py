@@ -265,6 +265,14 @@ def test_models_gguf_cannot_describe_are_refused(gpt2_tok, tmp_path):
     r = run_qkv("quantize", "--model", mistral, "--type", "q8_0", "-o", tmp_path / "m.gguf")
     assert r.returncode == 1 and "sliding-window" in r.stderr, r.stderr
     assert not (tmp_path / "m.gguf").exists()
+    # llama.cpp reads Llama 3.1's rope_freqs in llama files only
+    qwen2 = tmp_path / "qwen2"
+    qwen2.mkdir()
+    llama_folder(qwen2, gpt2_tok, arch="qwen2", num_key_value_heads=2,
+                 rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                   original_max_position_embeddings=16))
+    r = run_qkv("quantize", "--model", qwen2, "--type", "q8_0", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 1 and "Qwen2 with Llama 3.1's RoPE scaling" in r.stderr, r.stderr
     chars = tmp_path / "chars"
     (tmp_path / "t.txt").write_text("hello world " * 50)
     r = run_qkv("train", "--text", tmp_path / "t.txt", "--out", chars, "--iters", "1", "--layers", "1", "--embd",

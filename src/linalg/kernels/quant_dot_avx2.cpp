@@ -65,7 +65,7 @@ float dot_q4_0(const void* w, const void* x, int64_t K) {
 // (Q5_0's and Q5_1's fifth bits): each byte of the word spread over eight
 // bytes (within each 128-bit lane: bytes 0, 1 to the low lane, 2, 3 to the
 // high), then each of those tested against its own bit.
-__m256i fifth_bits(const uint8_t* p) {
+__m256i q5_high_bits(const uint8_t* p) {
   uint32_t qh;
   std::memcpy(&qh, p, sizeof qh);
   const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
@@ -87,7 +87,7 @@ float dot_q5(const void* w, const void* x, int64_t K) {
   for (int64_t i = 0; i < K / 32; ++i, a += kBytes, b += 34) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + kQh + 4));
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
-    const __m256i q = _mm256_or_si256(nib, fifth_bits(a + kQh)), xq = load32(b + 2);
+    const __m256i q = _mm256_or_si256(nib, q5_high_bits(a + kQh)), xq = load32(b + 2);
     const float dx = f16_at(b);
     if constexpr (kOffset) {
       const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16);

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <cstdlib>
 #include <memory>
 #include <sstream>
 
@@ -207,10 +207,6 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
       break;
   }
 }
-
-}  // namespace
-
-namespace {
 
 // `text` (valid UTF-8) composed canonically: NFC, as tokenizers' NFC normalizer.
 std::string nfc(const std::string& text) {

@@ -34,9 +34,8 @@ struct AddedIndex {
   bool empty = true;
 };
 
-// A normalizer step: Prepend(text) when `prepend`, else Replace(from, to).
-// Prepend `to`; replace every `from` with `to`; or compose the text
-// canonically (Unicode's NFC).
+// A normalizer step: Prepend(to) when `prepend`; NFC (compose the text
+// canonically) when `nfc`; else Replace(from, to).
 struct NormalizeStep {
   bool prepend = false;
   std::string from, to;

@@ -76,7 +76,9 @@ void read_normalizer(const Reader& r, const json& n, std::vector<NormalizeStep>&
       if (from.empty()) r.fail(path + ".pattern", "an empty pattern is not supported");
       out.push_back({false, from, r.string(*step, path, "content")});
     } else if (type == "NFC") {
-      out.push_back({.nfc = true});
+      NormalizeStep nfc;
+      nfc.nfc = true;
+      out.push_back(nfc);
     } else {
       r.unsupported_type(*step, path);
     }
