@@ -22,9 +22,9 @@ struct SavedModel {
   GPTConfig cfg;
   std::unique_ptr<GPT> gpt;
 
-  explicit SavedModel(bool rope) {
+  explicit SavedModel(bool rope, int64_t embd = 16) {
     dir = (std::filesystem::temp_directory_path() /
-           ("qkv_model_api_" + std::to_string(::getpid()) + (rope ? "_rope" : "")))
+           ("qkv_model_api_" + std::to_string(::getpid()) + (rope ? "_rope" : "") + "_" + std::to_string(embd)))
               .string();
     std::filesystem::create_directories(dir);
     cfg.vocab = tok.vocab_size();
@@ -32,7 +32,7 @@ struct SavedModel {
     cfg.layers = 2;
     cfg.heads = 4;
     cfg.kv_heads = 2;
-    cfg.embd = 16;
+    cfg.embd = embd;
     cfg.rope = rope;
     gpt = std::make_unique<GPT>(cfg);
     gpt->init(7);
@@ -78,6 +78,22 @@ TEST(ModelApi, LogitsAttentionAndSamplesMatchTheSavedGpt) {
     EXPECT_EQ(a.text, m.decode(b));
     EXPECT_EQ(a.stop, StopReason::tokens);
   }
+}
+
+// A quantized model's KV cache is bf16 unless asked otherwise, as
+// llama.cpp keeps one in f16: half the bytes a decode step reads there.
+TEST(ModelApi, AQuantizedModelCachesInBf16) {
+  SavedModel s(true, 32);  // a row of 32: one Q8_0 block
+  LoadOptions o;
+  o.quantize = WeightType::q8_0;
+  Model q = Model::load(s.dir, o), f = Model::load(s.dir);
+  ASSERT_TRUE(q.gpt().matrices_quantized());
+  EXPECT_EQ(q.gpt().default_kv_dtype(DType::f32), DType::bf16);
+  EXPECT_EQ(q.gpt().new_cache().dtype(), DType::bf16);
+  EXPECT_EQ(q.gpt().new_cache(DType::f32).dtype(), DType::f32);
+  EXPECT_EQ(f.gpt().default_kv_dtype(DType::f32), DType::f32);
+  EXPECT_EQ(f.gpt().default_kv_dtype(DType::bf16), DType::bf16);
+  EXPECT_EQ(f.gpt().new_cache().dtype(), DType::f32);
 }
 
 TEST(ModelApi, BadInputsAreErrors) {

@@ -311,8 +311,13 @@ class BasicGPT {
   /// embedding pools. A view of this model's scratch, valid until the next
   /// call on this model. Throws qkv::Error on a bad length or token id.
   std::span<const T> hidden_states(const int32_t* tokens, std::span<const int64_t> lengths);
-  /// An empty cache for this model: KVCache(config(), dtype). Unset: bf16
-  /// under bf16 compute, else the model's T (float32 or float64).
+  /// The KV cache's element type when none is asked for, under `compute`:
+  /// bf16 under bf16 compute or with the matrices held quantized (as
+  /// llama.cpp keeps a quantized model's cache in f16: half the bytes a
+  /// decode step reads there), else the model's T (float32 or float64).
+  DType default_kv_dtype(DType compute) const;
+  /// An empty cache for this model: KVCache(config(), dtype); unset,
+  /// default_kv_dtype under the compute dtype set now.
   KVCache new_cache(std::optional<DType> dtype = std::nullopt) const;
 
   /// What the model looks at: the attention weights of every layer and head

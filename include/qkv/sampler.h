@@ -31,8 +31,9 @@ struct SampleOptions {
   std::optional<DType> dtype = std::nullopt;
   /// The KV cache's keys and values: float32, or bf16 (half the memory;
   /// attention runs the bf16 kernel on them); unset: bf16 under bf16
-  /// compute, float32 otherwise. Read where the cache is made (sample_ids'
-  /// own, Model::generate's); a cache passed in is used as it is.
+  /// compute or for a quantized model (GPT::default_kv_dtype), float32
+  /// otherwise. Read where the cache is made (sample_ids' own,
+  /// Model::generate's); a cache passed in is used as it is.
   std::optional<DType> kv_dtype = std::nullopt;
   /// What happens when the sequence fills the model's context (its positions
   /// end there): false (the default), generation stops, StopReason::context,

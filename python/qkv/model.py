@@ -171,7 +171,8 @@ class Model:
         in bf16 with float32 sums; None (the default): :attr:`weights_dtype`,
         bf16 for a folder of BF16 weights, which are then read as they are.
         kv_dtype the KV cache's keys and values: "float32", or "bf16" (half
-        the memory); None (the default): bf16 when the products run in bf16.
+        the memory); None (the default): bf16 when the products run in bf16
+        or the matrices are quantized (a GGUF file's Q8_0, Q4_K, ...).
 
         on_token, if given, is called with each piece of text as it is produced
         (streaming): pieces of whole characters that together are exactly the

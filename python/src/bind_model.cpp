@@ -170,7 +170,7 @@ void bind_model(nb::module_& m) {
              o.top_k = top_k, o.seed = seed, o.use_cache = use_cache;
              o.sliding_window = sliding_window, o.special_tokens = special_tokens;
              if (dtype) o.dtype = compute_dtype(*dtype);  // None: the weights' dtype
-             if (kv_dtype) o.kv_dtype = compute_dtype(*kv_dtype, "kv_dtype");  // None: as dtype
+             if (kv_dtype) o.kv_dtype = compute_dtype(*kv_dtype, "kv_dtype");  // None: GPT::default_kv_dtype
              std::function<void(const std::string&)> cb;
              if (!on_token.is_none())
                cb = [&on_token](const std::string& piece) {

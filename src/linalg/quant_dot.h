@@ -32,9 +32,21 @@ void quantize_q8_0_x(const float* x, void* blocks, int64_t K);
 // that every product with it is NaN, never a number.
 void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K);
 
-// The dot of K weights (one row, its type's blocks at w) with K activations
-// in the type's activation format at x (Q8_0 blocks, or BlockQ8K).
-using DotFn = float (*)(const void* w, const void* x, int64_t K);
+// The dots of n weight rows (1 <= n <= kDotRows; row r's blocks of its
+// type at w + r * stride) with one row of K activations in the type's
+// activation format at x (Q8_0 blocks, or BlockQ8K): out[r]. A decode step
+// multiplies one row of x by every weight row: taking several weight rows
+// a call shares x's loads and its scale between them, and their sums run
+// in independent chains. Each row's sum is the same whatever n.
+constexpr int kDotRows = 4;
+using DotFn = void (*)(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K, float* out);
+
+// A DotFn from the dot of one row, for the types whose kernels take a row
+// at a time.
+template <float (*Dot)(const void* w, const void* x, int64_t K)>
+void each_row(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K, float* out) {
+  for (int r = 0; r < n; ++r) out[r] = Dot(w + r * stride, x, K);
+}
 
 // n weights (a multiple of the block) to float32: the reference
 // dequantizer's bits (linalg/rows.h).

@@ -156,8 +156,18 @@ float dot_q6_k(const void* w, const void* x, int64_t K) {
 
 }  // namespace
 
-const DotKernels dot_scalar = {dot_q8_0, dot_q4_0, dot_q5<false>, dot_q5<true>, dot_q45_k<false>, dot_q45_k<true>,
-                               dot_q6_k, nullptr,  nullptr,       nullptr,      nullptr,          nullptr};
+const DotKernels dot_scalar = {each_row<dot_q8_0>,
+                               each_row<dot_q4_0>,
+                               each_row<dot_q5<false>>,
+                               each_row<dot_q5<true>>,
+                               each_row<dot_q45_k<false>>,
+                               each_row<dot_q45_k<true>>,
+                               each_row<dot_q6_k>,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr};
 
 const DotKernels& dot_kernels() { return active_isa() == Isa::scalar ? dot_scalar : dot_avx2; }
 

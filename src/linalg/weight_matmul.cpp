@@ -112,11 +112,24 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
   if (need[static_cast<int>(XForm::q8_k)] && xr.q8_k.size() < uM * q8_k_row) xr.q8_k.resize(uM * q8_k_row);
   uint8_t* xq8_0 = xr.q8_0.data();
   BlockQ8K* xq8_k = xr.q8_k.data();
+  // Each run as the loop reads it: its rows' bytes and stride, its dot.
+  struct Run {
+    const uint8_t* data;
+    uint64_t stride;
+    WeightType type;
+    XForm form;
+    linalg::DotFn dot;
+    int64_t end;  // one past its last output
+  };
   const linalg::DotKernels& kernels = linalg::dot_kernels();
-  // The runs' first outputs, for finding the run of output j.
-  std::vector<int64_t> first(w.size() + 1, 0);
-  for (size_t r = 0; r < w.size(); ++r) first[r + 1] = first[r] + w[r].rows;
-  constexpr int64_t kTile = 4;  // weight rows a thread takes at a time
+  std::vector<Run> runs;
+  runs.reserve(w.size());
+  for (int64_t end = 0; const Weight& r : w) {
+    end += r.rows;
+    runs.push_back({static_cast<const uint8_t*>(r.data), r.row_bytes(), r.type, form_of(r.type), dot_of(kernels, r.type), end});
+  }
+  constexpr int64_t kTile = linalg::kDotRows;  // weight rows a thread takes at a time
+  constexpr int64_t kPrefetchRowsMax = 8;      // rows of x up to which the next tile is prefetched
 
 #pragma omp parallel if (!omp_in_parallel())
   {
@@ -125,40 +138,48 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
       if (need[static_cast<int>(XForm::q8_0)]) linalg::quantize_q8_0_x(x + i * K, xq8_0 + i * q8_0_row, K);
       if (need[static_cast<int>(XForm::q8_k)]) linalg::quantize_q8_k(x + i * K, xq8_k + i * q8_k_row, K);
     }
-    thread_local std::vector<float> wrow;  // a float weight's row, dequantized
+    thread_local std::vector<float> wrow;  // a float weight's rows, dequantized
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     // This thread's outputs: a contiguous range of whole tiles.
     const int64_t tiles = (N + kTile - 1) / kTile;
     const int64_t j0 = std::min(N, tiles * t / T * kTile), j1 = std::min(N, tiles * (t + 1) / T * kTile);
     size_t r = 0;
-    for (int64_t jt = j0; jt < j1; jt += kTile) {
-      // The tile's rows: where each lies, its dot and the x it reads.
-      const int64_t n = std::min(j1, jt + kTile) - jt;
-      const uint8_t* row[kTile];
-      linalg::DotFn dot[kTile];
-      XForm form[kTile];
-      for (int64_t u = 0; u < n; ++u) {
-        while (first[r + 1] <= jt + u) ++r;
-        row[u] = w[r].row(jt + u - first[r]);
-        dot[u] = dot_of(kernels, w[r].type);
-        form[u] = form_of(w[r].type);
-        if (form[u] == XForm::f32 && w[r].type != WeightType::f32) {  // dequantized into wrow
-          if (wrow.size() < kTile * uK) wrow.resize(kTile * uK);
-          dequantize_row(w[r].type, row[u], wrow.data() + u * K, K);
-          row[u] = reinterpret_cast<const uint8_t*>(wrow.data() + u * K);
-        }
+    for (int64_t jt = j0; jt < j1;) {
+      // The tile: up to kTile rows of one run.
+      while (runs[r].end <= jt) ++r;
+      const Run& run = runs[r];
+      const int64_t n = std::min({kTile, j1 - jt, run.end - jt});
+      const uint8_t* rows = run.data + static_cast<uint64_t>(jt - (run.end - w[r].rows)) * run.stride;
+      if (run.form == XForm::f32 && run.type != WeightType::f32) {  // dequantized into wrow
+        if (wrow.size() < kTile * uK) wrow.resize(kTile * uK);
+        for (int64_t u = 0; u < n; ++u) dequantize_row(run.type, rows + u * run.stride, wrow.data() + u * K, K);
       }
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t u = 0; u < n; ++u) {
-          const int64_t j = jt + u;
-          float v = 0.0f;
-          switch (form[u]) {
-            case XForm::q8_0: v = dot[u](row[u], xq8_0 + i * q8_0_row, K); break;
-            case XForm::q8_k: v = dot[u](row[u], xq8_k + i * q8_k_row, K); break;
-            case XForm::f32: v = dot_f32(reinterpret_cast<const float*>(row[u]), x + i * K, K); break;
-          }
-          out[i * N + j] = bias ? v + bias[j] : v;
+      // The next tile's lines requested now, so that they arrive while
+      // this one's dots run: a decode step's dots wait on memory, and the
+      // hardware's prefetcher loses the stream at each tile's four rows.
+      if (M <= kPrefetchRowsMax) {
+        const uint8_t* next = rows + n * run.stride;
+        const uint64_t bytes = std::min<uint64_t>(static_cast<uint64_t>(kTile) * run.stride,
+                                                  static_cast<uint64_t>(std::min(j1, run.end) - jt - n) * run.stride);
+        for (uint64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
+      }
+      for (int64_t i = 0; i < M; ++i) {
+        float* o = out + i * N + jt;
+        switch (run.form) {
+          case XForm::q8_0: run.dot(rows, run.stride, static_cast<int>(n), xq8_0 + i * q8_0_row, K, o); break;
+          case XForm::q8_k: run.dot(rows, run.stride, static_cast<int>(n), xq8_k + i * q8_k_row, K, o); break;
+          case XForm::f32:
+            for (int64_t u = 0; u < n; ++u) {
+              const float* row = run.type == WeightType::f32 ? reinterpret_cast<const float*>(rows + u * run.stride)
+                                                             : wrow.data() + u * K;
+              o[u] = dot_f32(row, x + i * K, K);
+            }
+            break;
         }
+        if (bias)
+          for (int64_t u = 0; u < n; ++u) o[u] += bias[jt + u];
+      }
+      jt += n;
     }
   }
 }

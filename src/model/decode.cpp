@@ -68,8 +68,13 @@ void KVCache::check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) c
 }
 
 template <class T>
+DType BasicGPT<T>::default_kv_dtype(DType compute) const {
+  return compute == DType::bf16 || matrices_quantized_ ? DType::bf16 : dtype_of<T>();
+}
+
+template <class T>
 KVCache BasicGPT<T>::new_cache(std::optional<DType> dtype) const {
-  return KVCache(cfg_, dtype.value_or(compute_ == DType::bf16 ? DType::bf16 : dtype_of<T>()));
+  return KVCache(cfg_, dtype.value_or(default_kv_dtype(compute_)));
 }
 
 template <class T>
@@ -86,6 +91,8 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
 }
 
 // gpt.cpp instantiates the rest of the class; these members live here.
+template DType BasicGPT<float>::default_kv_dtype(DType) const;
+template DType BasicGPT<double>::default_kv_dtype(DType) const;
 template KVCache BasicGPT<float>::new_cache(std::optional<DType>) const;
 template KVCache BasicGPT<double>::new_cache(std::optional<DType>) const;
 template std::span<const float> BasicGPT<float>::decode(const int32_t*, int64_t, KVCache&);

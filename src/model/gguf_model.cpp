@@ -236,6 +236,10 @@ bool has_blocks(const GgufFile& f, const SourceMap& sources) {
 // tensor is dequantized into the model's float32 weights.
 void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const SourceMap& sources, bool quantized) {
   float* w = GptLoader::weights(gpt);
+  // With the matrices held as stored, only the norms, biases and position
+  // table are written here, a few KiB every few MiB: in 4 KiB pages, not
+  // a 2 MiB page zeroed for each.
+  if (quantized) written_sparsely(w, gpt.weights().size() * sizeof(float));
   const std::set<int64_t> matrices = GptLoader::bf16_matrix_offsets(gpt);
   auto held = [&](const ParamInfo& p) { return quantized && (matrices.count(p.offset) || p.name == "transformer.wte.weight"); };
   // The bytes of the rearranged (q and k) tensors, held by the model: sized

@@ -282,7 +282,7 @@ Generation Model::generate(const SampleOptions& opts, const std::function<void(c
   opts.validate();
   const DType dtype = opts.dtype.value_or(weights_dtype_);
   const ComputeDtypeScope compute(*gpt_, dtype);
-  const DType kv_dtype = opts.kv_dtype.value_or(dtype);
+  const DType kv_dtype = opts.kv_dtype.value_or(gpt_->default_kv_dtype(dtype));
   if (opts.use_cache && (!cache_ || cache_->dtype() != kv_dtype))
     cache_ = std::make_unique<KVCache>(gpt_->new_cache(kv_dtype));
   KVCache* cache = opts.use_cache ? cache_.get() : nullptr;

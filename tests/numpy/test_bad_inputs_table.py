@@ -159,12 +159,14 @@ def nanogpt_state(i: Inputs, drop=None, reshape=None, vocab_rows=4, untied=False
             i.file("input.txt", "abc\n"), "--heads", "2", "-o", i.tmp / "imported"]
 
 
-def gguf_model(i: Inputs, drop=(), rows=None, extra=None, metadata=None, strings=None, qtype=None, out=None):
+def gguf_model(i: Inputs, drop=(), rows=None, extra=None, metadata=None, strings=None, qtype=None, out=None,
+               tokens=None, merges=("a b",)):
     """A 1-layer llama GGUF file (embd 32, 2 heads, a 6-token byte-level BPE
     vocabulary) with random float32 weights, as llama.cpp's converter names
     them: `drop` leaves tensors out, `rows` cuts one ({name: rows}), `extra`
     adds tensors, `metadata` adds llama.* keys, `strings` replaces string keys,
-    `qtype` (a ggml type number) stores token_embd as zero bytes of that type.
+    `qtype` (a ggml type number) stores token_embd as zero bytes of that type,
+    `tokens` and `merges` replace the vocabulary's.
     Returns qkv logits' args."""
     import gguf
     rng = np.random.default_rng(0)
@@ -178,12 +180,12 @@ def gguf_model(i: Inputs, drop=(), rows=None, extra=None, metadata=None, strings
                        **(metadata or {})}.items():
         (w.add_string if isinstance(value, str) else w.add_float32 if isinstance(value, float) else w.add_uint32)(
             f"llama.{key}", value)
-    tokens = ["<|endoftext|>", "a", "b", "c", "\u0120", "ab"]
+    tokens = tokens or ["<|endoftext|>", "a", "b", "c", "\u0120", "ab"]
     w.add_string("tokenizer.ggml.model", strings["tokenizer.ggml.model"])
     w.add_string("tokenizer.ggml.pre", strings["tokenizer.ggml.pre"])
     w.add_token_list(tokens)
     w.add_token_types([3, 1, 1, 1, 1, 1])
-    w.add_token_merges(["a b"])
+    w.add_token_merges(list(merges))
     shapes = {"token_embd.weight": (6, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
               "blk.0.ffn_norm.weight": (32,), **{f"blk.0.{n}.weight": (32, 32) for n in (
                   "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")},
@@ -490,6 +492,8 @@ SETUP = {
     "gguf-rope-scaling": lambda i: gguf_model(i, metadata={"rope.scaling.type": "yarn"}),
     "gguf-tokenizer-model": lambda i: gguf_model(i, strings={"tokenizer.ggml.model": "bert"}),
     "gguf-pre-tokenizer": lambda i: gguf_model(i, strings={"tokenizer.ggml.pre": "deepseek-llm"}),
+    "gguf-repeated-token": lambda i: gguf_model(i, tokens=["<|endoftext|>", "a", "b", "c", "\u0120", "a"]),
+    "gguf-bad-merge": lambda i: gguf_model(i, merges=["a b c"]),
     "gguf-output-is-model": lambda i: gguf_model(i, out=i.tmp / "m.gguf"),
     "gguf-quantize-file": lambda i: gguf_model(i) + ["--quantize", "q8_0"],
     # qkv quantize

@@ -51,7 +51,7 @@ int run_sample(SampleArgs& a) {
   // The weights are in memory now; the KV cache, keys and values for the
   // whole context of every layer, is what generation still allocates.
   const GPTConfig& c = m.config();
-  const DType kv = a.o.kv_dtype.value_or(a.o.dtype.value_or(m.weights_dtype()));
+  const DType kv = a.o.kv_dtype.value_or(m.gpt().default_kv_dtype(a.o.dtype.value_or(m.weights_dtype())));
   const double cache = 2.0 * static_cast<double>(dtype_size(kv)) * static_cast<double>(c.layers) * static_cast<double>(c.kv_heads) *
                        static_cast<double>(c.context) * static_cast<double>(c.head_dim());
   std::error_code ec;  // a folder's config.json, or the GGUF file that holds the config
@@ -112,7 +112,7 @@ Runner add_sample(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-dtype", a->kv_dtype,
                   "the KV cache's keys and values: float32, or bf16 (half the memory); "
-                  "auto: bf16 when the products run in bf16, else float32")
+                  "auto: bf16 when the products run in bf16 or the matrices are quantized, else float32")
       ->check(CLI::IsMember({"auto", "float32", "bf16", "bfloat16"}))
       ->capture_default_str();
   cmd->add_flag("--sliding-window", a->o.sliding_window,

@@ -60,7 +60,8 @@ bool cpu_can_run(Isa isa) {
   // saves the wide registers, so "avx512f" here means usable, not just present.
   switch (isa) {
     case Isa::scalar: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx2:  // every AVX2 CPU has F16C too; the quantized dots read their f16 scales with it
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");

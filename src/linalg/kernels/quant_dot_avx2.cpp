@@ -1,5 +1,5 @@
-// The quantized dot products on AVX2 (compiled with -mavx2 -mfma, run only
-// from the avx2 path up). Each block's integer products are exact in int32
+// The quantized dot products on AVX2 (compiled with -mavx2 -mfma -mf16c,
+// run only from the avx2 path up). Each block's integer products are exact in int32
 // lanes: vpmaddubsw multiplies an unsigned byte by a signed one (a signed
 // weight rides on |w| and the activation with w's sign), adding pairs to
 // int16 (never saturating: at most 2 · 128 · 127), vpmaddwd adds those
@@ -35,31 +35,67 @@ __m256i dot_i8(__m256i w, __m256i x) {
   return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-// Q8_0 · Q8_0 (block: f16 d, then 32 int8).
-float dot_q8_0(const void* w, const void* x, int64_t K) {
-  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < K / 32; ++i, a += 34, b += 34) {
-    const __m256 d = _mm256_set1_ps(f16_at(a) * f16_at(b));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(load32(a + 2), load32(b + 2))), acc);
-  }
-  return hsum(acc);
+// The f16 scale at p as float32: F16C's conversion, exact, as the
+// reference's half_to_float (the avx2 path requires F16C).
+float scale_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
 }
 
-// Q4_0 · Q8_0: 16 bytes of nibbles, the low ones weights 0-15, the high
-// ones 16-31, each less 8.
-float dot_q4_0(const void* w, const void* x, int64_t K) {
-  const auto *a = static_cast<const uint8_t*>(w), *b = static_cast<const uint8_t*>(x);
-  const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < K / 32; ++i, a += 18, b += 34) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
-    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
-    const __m256 d = _mm256_set1_ps(f16_at(a) * f16_at(b));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(_mm256_sub_epi8(q, eight), load32(b + 2))), acc);
+// A DotFn of a kernel that takes N = 1..4 rows as a template argument.
+template <class Kernel>
+void dot_rows(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K, float* out) {
+  const auto* b = static_cast<const uint8_t*>(x);
+  switch (n) {
+    case 4: Kernel::template run<4>(w, stride, b, K, out); return;
+    case 3: Kernel::template run<3>(w, stride, b, K, out); return;
+    case 2: Kernel::template run<2>(w, stride, b, K, out); return;
+    default: Kernel::template run<1>(w, stride, b, K, out); return;
   }
-  return hsum(acc);
 }
+
+// Q8_0 · Q8_0 (block: f16 d, then 32 int8), N rows against one x, a chain each.
+struct DotQ8_0 {
+  template <int N>
+  static void run(const uint8_t* w, uint64_t stride, const uint8_t* x, int64_t K, float* out) {
+    __m256 acc[N];
+    for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K / 32; ++i, w += 34, x += 34) {
+      const __m256i xq = load32(x + 2);
+      const float dx = scale_at(x);
+      for (int r = 0; r < N; ++r) {
+        const uint8_t* a = w + r * stride;
+        const __m256 d = _mm256_set1_ps(scale_at(a) * dx);
+        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(load32(a + 2), xq)), acc[r]);
+      }
+    }
+    for (int r = 0; r < N; ++r) out[r] = hsum(acc[r]);
+  }
+};
+
+// Q4_0 · Q8_0: 16 bytes of nibbles, the low ones weights 0-15, the high
+// ones 16-31, each less 8; N rows against one x.
+struct DotQ4_0 {
+  template <int N>
+  static void run(const uint8_t* w, uint64_t stride, const uint8_t* x, int64_t K, float* out) {
+    const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+    __m256 acc[N];
+    for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K / 32; ++i, w += 18, x += 34) {
+      const __m256i xq = load32(x + 2);
+      const float dx = scale_at(x);
+      for (int r = 0; r < N; ++r) {
+        const uint8_t* a = w + r * stride;
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
+        const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+        const __m256 d = _mm256_set1_ps(scale_at(a) * dx);
+        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(_mm256_sub_epi8(q, eight), xq)), acc[r]);
+      }
+    }
+    for (int r = 0; r < N; ++r) out[r] = hsum(acc[r]);
+  }
+};
 
 // The 32 bits of the word at p as 32 bytes, byte j 16 where bit j is set
 // (Q5_0's and Q5_1's fifth bits): each byte of the word spread over eight
@@ -88,15 +124,15 @@ float dot_q5(const void* w, const void* x, int64_t K) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + kQh + 4));
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
     const __m256i q = _mm256_or_si256(nib, q5_high_bits(a + kQh)), xq = load32(b + 2);
-    const float dx = f16_at(b);
+    const float dx = scale_at(b);
     if constexpr (kOffset) {
       const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16);
       const __m256i xsum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), ones16);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 2) * dx), _mm256_cvtepi32_ps(xsum), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a + 2) * dx), _mm256_cvtepi32_ps(xsum), acc);
     } else {
       const __m256i isum = dot_i8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), xq);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a) * dx), _mm256_cvtepi32_ps(isum), acc);
     }
   }
   return hsum(acc);
@@ -154,8 +190,8 @@ float dot_q45_k(const void* w, const void* x, int64_t K) {
       isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc_lo)));
       isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc_hi)));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a) * y->d), _mm256_cvtepi32_ps(isum), acc);
-    macc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 2) * y->d), _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), macc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a) * y->d), _mm256_cvtepi32_ps(isum), acc);
+    macc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a + 2) * y->d), _mm256_cvtepi32_ps(_mm256_mullo_epi32(pairs, mins)), macc);
   }
   return hsum(acc) - hsum(macc);
 }
@@ -186,7 +222,7 @@ float dot_q6_k(const void* w, const void* x, int64_t K) {
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, scale));
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(a + 208) * y->d), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_at(a + 208) * y->d), _mm256_cvtepi32_ps(isum), acc);
   }
   return hsum(acc);
 }
@@ -280,9 +316,17 @@ void dequantize_q6_k(const void* blocks, float* out, int64_t n) {
 
 }  // namespace
 
-const DotKernels dot_avx2 = {dot_q8_0,        dot_q4_0,        dot_q5<false>,           dot_q5<true>,
-                             dot_q45_k<false>, dot_q45_k<true>, dot_q6_k,
-                             dequantize_q8_0, dequantize_q4_0, dequantize_q45_k<false>, dequantize_q45_k<true>,
+const DotKernels dot_avx2 = {dot_rows<DotQ8_0>,
+                             dot_rows<DotQ4_0>,
+                             each_row<dot_q5<false>>,
+                             each_row<dot_q5<true>>,
+                             each_row<dot_q45_k<false>>,
+                             each_row<dot_q45_k<true>>,
+                             each_row<dot_q6_k>,
+                             dequantize_q8_0,
+                             dequantize_q4_0,
+                             dequantize_q45_k<false>,
+                             dequantize_q45_k<true>,
                              dequantize_q6_k};
 
 }  // namespace qkv::linalg

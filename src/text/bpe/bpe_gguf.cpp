@@ -1,6 +1,9 @@
-// bpe_gguf.cpp: the tokenizer of a GGUF file, read from its metadata by
-// writing the tokenizer.json it stands for (as bpe_gpt2_files.cpp does for
-// GPT-2's older files). llama.cpp's converter writes a byte-level BPE
+// bpe_gguf.cpp: the tokenizer of a GGUF file, read from its metadata as
+// the tokenizer.json it stands for (as bpe_gpt2_files.cpp does for GPT-2's
+// older files): its stages as JSON, its vocabulary and merges given to the
+// reader as they are (bpe::VocabSource). Counts and ids in that JSON are
+// unsigned literals (1u): the reader takes a count only as the unsigned
+// number that parsing "1" gives. llama.cpp's converter writes a byte-level BPE
 // tokenizer as:
 //   tokenizer.ggml.model        "gpt2"
 //   tokenizer.ggml.pre          the pre-tokenizer's name: "gpt-2" (GPT-2's
@@ -22,6 +25,7 @@
 // merges derived from the scores (spm_merges).
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -86,9 +90,9 @@ bool flag_or(const GgufFile& f, const std::string& key, bool fallback) {
 // The special token `id` in a TemplateProcessing's tables.
 void template_token(const std::vector<std::string>& tokens, int32_t id, json& single, json& specials, bool front) {
   const std::string& t = tokens[static_cast<size_t>(id)];
-  const json piece = json{{"SpecialToken", json{{"id", t}, {"type_id", 0}}}};
+  const json piece = json{{"SpecialToken", json{{"id", t}, {"type_id", 0u}}}};
   single.insert(front ? single.begin() : single.end(), piece);
-  specials[t] = {{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
+  specials[t] = {{"id", t}, {"ids", json::array({static_cast<uint32_t>(id)})}, {"tokens", json::array({t})}};
 }
 
 // The merges of a SentencePiece BPE vocabulary, as the tokenizers library
@@ -98,13 +102,14 @@ void template_token(const std::vector<std::string>& tokens, int32_t id, json& si
 // over these ranks merges what SentencePiece merges: the adjacent pair
 // whose union scores highest. A piece holding a space cannot be written as
 // a merge ("left right") and is left out (SentencePiece writes "▁").
-json spm_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores) {
+std::vector<std::pair<std::string, std::string>> spm_merges(const std::vector<std::string>& tokens,
+                                                            const std::vector<double>& scores) {
   std::unordered_map<std::string, size_t> id_of;
   for (size_t id = 0; id < tokens.size(); ++id) id_of.emplace(tokens[id], id);
   std::vector<size_t> order(tokens.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
-  json merges = json::array();
+  std::vector<std::pair<std::string, std::string>> merges;
   std::vector<std::pair<size_t, size_t>> local;
   for (const size_t id : order) {
     const std::string& t = tokens[id];
@@ -116,16 +121,16 @@ json spm_merges(const std::vector<std::string>& tokens, const std::vector<double
       if (l != id_of.end() && r != id_of.end()) local.emplace_back(l->second, r->second);
     }
     std::sort(local.begin(), local.end());
-    for (const auto& [l, r] : local) merges.push_back(tokens[l] + " " + tokens[r]);
+    for (const auto& [l, r] : local) merges.emplace_back(tokens[l], tokens[r]);
   }
   return merges;
 }
 
 // The tokenizer.json parts of a SentencePiece vocabulary: Llama 2's
-// normalizer ("▁" in front, spaces as "▁") and decoder, byte fallback, the
-// unknown piece, the merges its scores imply.
+// normalizer ("▁" in front, spaces as "▁") and decoder; the model's byte
+// fallback, unknown piece and the merges its scores imply.
 void spm_parts(const GgufFile& f, const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
-               json& spec) {
+               json& spec, bpe::VocabSource& model) {
   const std::vector<double>& scores = f.get_floats("tokenizer.ggml.scores");
   if (scores.size() != tokens.size())
     throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.scores\" has " + std::to_string(scores.size()) +
@@ -139,15 +144,14 @@ void spm_parts(const GgufFile& f, const std::vector<std::string>& tokens, const 
   spec["pre_tokenizer"] = nullptr;
   json dec = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
                           {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
-  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1u}, {"stop", 0u}});
   spec["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
-  json& model = spec["model"];
-  model["merges"] = spm_merges(tokens, scores);
-  model["byte_fallback"] = true;
-  model["fuse_unk"] = true;
+  model.merges = spm_merges(tokens, scores);
+  model.byte_fallback = true;
+  model.fuse_unk = true;
   for (size_t id = 0; id < tokens.size(); ++id)
     if (types[id] == kUnknown) {
-      model["unk_token"] = tokens[id];
+      model.unk = tokens[id];
       break;
     }
 }
@@ -170,36 +174,47 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
       throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.token_type\" has " + std::to_string(types.size()) +
                   " entries, tokenizer.ggml.tokens " + std::to_string(tokens.size()));
   }
-  json vocab = json::object(), added = json::array();
+  bpe::VocabSource vocab;
+  vocab.ignore_merges = ignore_merges;
+  vocab.vocab.reserve(tokens.size());
+  std::unordered_map<std::string_view, size_t> first;  // llama.cpp refuses a token listed twice too
   for (size_t id = 0; id < tokens.size(); ++id) {
-    if (vocab.contains(tokens[id])) continue;  // a repeated token: its first id, the rest have no text
-    vocab[tokens[id]] = id;
-    if (types[id] == kControl || types[id] == kUserDefined)
-      added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", types[id] == kUserDefined},
-                       {"special", types[id] == kControl}});
+    if (const auto [it, fresh] = first.emplace(tokens[id], id); !fresh)
+      throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.tokens\": \"" + tokens[id] + "\" is listed twice (ids " +
+                  std::to_string(it->second) + " and " + std::to_string(id) + ")");
+    vocab.vocab.emplace_back(tokens[id], static_cast<int32_t>(id));
+    if (types[id] == kControl || types[id] == kUserDefined) {
+      bpe::AddedToken& a = vocab.added.emplace_back();
+      a.content = tokens[id];
+      a.id = static_cast<int32_t>(id);
+      a.normalized = types[id] == kUserDefined;
+      a.special = types[id] == kControl;
+    }
   }
-  json merges = json::array();
-  if (!spm)
-    for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) merges.push_back(m);
+  if (!spm) {
+    const std::vector<std::string>& merges = f.get_strings("tokenizer.ggml.merges");
+    vocab.merges.resize(merges.size());
+    for (size_t i = 0; i < merges.size(); ++i)
+      if (!bpe::split_merge(merges[i], vocab.merges[i].first, vocab.merges[i].second))
+        throw Error("'" + f.name() + "': metadata \"tokenizer.ggml.merges\"[" + std::to_string(i) + "]: \"" +
+                    merges[i] + "\" is not two tokens separated by one space");
+  }
   const int32_t bos = token_id(f, "tokenizer.ggml.bos_token_id", tokens.size());
   const int32_t eos = token_id(f, "tokenizer.ggml.eos_token_id", tokens.size());
-  json single = json::array({json{{"Sequence", json{{"id", "A"}, {"type_id", 0}}}}}), specials = json::object();
+  json single = json::array({json{{"Sequence", json{{"id", "A"}, {"type_id", 0u}}}}}), specials = json::object();
   if (flag_or(f, "tokenizer.ggml.add_bos_token", ignore_merges || spm) && bos >= 0)
     template_token(tokens, bos, single, specials, true);
   if (flag_or(f, "tokenizer.ggml.add_eos_token", false) && eos >= 0)
     template_token(tokens, eos, single, specials, false);
   json spec = {{"version", "1.0"},
-               {"added_tokens", added},
                {"pre_tokenizer", pre},
                {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                            {"use_regex", true}}},
-               {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", ignore_merges}}}};
-  if (spm) spm_parts(f, tokens, types, spec);
+                            {"use_regex", true}}}};
+  if (spm) spm_parts(f, tokens, types, spec, vocab);
   if (!specials.empty())
     spec["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
   auto impl = std::make_shared<Impl>();
-  bpe::read_tokenizer_json(spec.dump(), "'" + f.name() + "': the tokenizer metadata", *impl);
+  bpe::read_tokenizer_json(spec, std::move(vocab), "'" + f.name() + "': the tokenizer metadata", *impl);
   impl->bos = bos;
   impl->eos = eos;
   return BpeTokenizer(std::move(impl));

@@ -5,10 +5,14 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "text/bpe/bpe_pretokenize.h"
 #include "text/utf8.h"
@@ -109,8 +113,32 @@ struct BpeModel {
   void encode_word(std::string_view word, MergeScratch& scratch, std::vector<int32_t>& out) const;
 };
 
-// Reads tokenizer.json (its parsed form) into `impl`; bpe_json.cpp.
+// Reads tokenizer.json (its text) into `impl`; bpe_json.cpp.
 void read_tokenizer_json(const std::string& json, const std::string& name_for_errors,
+                         BpeTokenizer::Impl& impl);
+
+// A BPE vocabulary as a file spells it: tokenizer.json's "model" and
+// "added_tokens", or a GGUF file's tokenizer.ggml.tokens, token_type and
+// merges. Read as given: checked where it is made into tables.
+struct VocabSource {
+  std::vector<std::pair<std::string, int32_t>> vocab;       // token, id
+  std::vector<std::pair<std::string, std::string>> merges;  // left, right; by rank
+  std::optional<std::string> unk;                           // unk_token
+  bool fuse_unk = false;
+  bool byte_fallback = false;
+  bool ignore_merges = false;
+  std::vector<AddedToken> added;  // content, id, normalized, special
+};
+
+// A merge as tokenizer.json's strings spell it, "left right" (one space),
+// split; false when it is not that.
+bool split_merge(const std::string& s, std::string& left, std::string& right);
+
+// Reads a parsed tokenizer.json whose vocabulary is `source` (the object's
+// own "model" and "added_tokens" are not read) into `impl`: how a GGUF
+// file's tokenizer, tens of thousands of tokens and merges, is read without
+// a round trip through JSON.
+void read_tokenizer_json(const nlohmann::json& j, VocabSource source, const std::string& name_for_errors,
                          BpeTokenizer::Impl& impl);
 
 // The tokenizer.json equivalent of a GPT-2 folder's older pair of files,

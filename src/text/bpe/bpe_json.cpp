@@ -186,8 +186,8 @@ void read_decoder(const Reader& r, const json& d, std::vector<DecodeStep>& out) 
   }
 }
 
-// Returns the vocabulary as the file spells it.
-Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::Impl& impl) {
+// tokenizer.json's "model", checked, as a VocabSource (its added tokens not yet).
+VocabSource model_source(const Reader& r, const json& m) {
   const std::string path = "model";
   if (const auto t = m.find("type"); t != m.end() && *t != "BPE") r.unsupported_type(m, path);
   if (const auto d = m.find("dropout"); d != m.end() && !d->is_null())
@@ -197,45 +197,76 @@ Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::
     if (it != m.end() && !it->is_null() && *it != "")
       r.fail(path + "." + key, json_excerpt(*it) + " is not supported (only null)");
   }
-  BpeModel& model = impl.model;
-  model.byte_level = byte_level;
-  model.fuse_unk = r.flag(m, path, "fuse_unk", false);
-  model.byte_fallback = r.flag(m, path, "byte_fallback", false);
-  model.ignore_merges = r.flag(m, path, "ignore_merges", false);
-  if (byte_level && model.byte_fallback)
-    r.fail("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer");
-
+  VocabSource src;
+  src.fuse_unk = r.flag(m, path, "fuse_unk", false);
+  src.byte_fallback = r.flag(m, path, "byte_fallback", false);
+  src.ignore_merges = r.flag(m, path, "ignore_merges", false);
   const json& vocab = r.get(m, path, "vocab");
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
-  std::vector<std::pair<std::string, int32_t>> entries;
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31) - 1)
       r.fail("model.vocab[" + json_excerpt(json(token)) + "]", "expected an id >= 0, found " + json_excerpt(id));
-    entries.emplace_back(token, id.get<int32_t>());
+    src.vocab.emplace_back(token, id.get<int32_t>());
   }
+  if (const auto u = m.find("unk_token"); u != m.end() && !u->is_null()) {
+    if (!u->is_string()) r.fail("model.unk_token", "expected a string or null");
+    src.unk = u->get<std::string>();
+  }
+  const json& merges = r.get(m, path, "merges");
+  if (!merges.is_array()) r.fail("model.merges", "expected an array");
+  src.merges.resize(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& e = merges[i];
+    auto& [left, right] = src.merges[i];
+    if (e.is_string()) {
+      if (!split_merge(e.get<std::string>(), left, right))
+        r.fail("model.merges[" + std::to_string(i) + "]", json_excerpt(e) + " is not two tokens separated by one space");
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      left = e[0].get<std::string>();
+      right = e[1].get<std::string>();
+    } else {
+      r.fail("model.merges[" + std::to_string(i) + "]", "expected \"left right\" or [left, right], found " + json_excerpt(e));
+    }
+  }
+  return src;
+}
+
+// The model's tables; returns the vocabulary as the file spells it.
+Vocab read_model(const Reader& r, VocabSource src, bool byte_level, BpeTokenizer::Impl& impl) {
+  BpeModel& model = impl.model;
+  model.byte_level = byte_level;
+  model.fuse_unk = src.fuse_unk;
+  model.byte_fallback = src.byte_fallback;
+  model.ignore_merges = src.ignore_merges;
+  if (byte_level && model.byte_fallback)
+    r.fail("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer");
   // The ids are 0..N-1, each once (checked below), as every trained
   // vocabulary has them; so a hostile id cannot make the tables huge.
-  const auto size = static_cast<int32_t>(entries.size());
-  for (const auto& [token, id] : entries)
-    if (id >= size)
+  const auto size = static_cast<int32_t>(src.vocab.size());
+  for (const auto& [token, id] : src.vocab)
+    if (id < 0 || id >= size)
       r.fail("model.vocab", json_excerpt(json(token)) + " has id " + std::to_string(id) + "; the " +
                                 std::to_string(size) + " ids must be 0.." + std::to_string(size - 1));
   impl.tokens.assign(static_cast<size_t>(size), "");
   impl.assigned.assign(static_cast<size_t>(size), 0);
   Vocab by_name;  // as the file spells the tokens
+  by_name.reserve(src.vocab.size());
+  model.vocab.reserve(src.vocab.size());
   std::string key;
-  for (const auto& [token, id] : entries) {
-    by_name.emplace(token, id);
+  for (auto& [token, id] : src.vocab) {
     if (impl.assigned[id]) r.fail("model.vocab", "id " + std::to_string(id) + " is given to two tokens");
-    impl.tokens[id] = token;
+    if (!by_name.emplace(token, id).second) r.fail("model.vocab", json_excerpt(json(token)) + " is given two ids");
     impl.assigned[id] = 1;
     if (!byte_level) key = token;
-    else if (!byte_level_to_bytes(token, key)) continue;  // a token byte-level BPE never gives
-    model.vocab.emplace(key, id);
+    else if (!byte_level_to_bytes(token, key)) key.clear();  // a token byte-level BPE never gives
+    if (!byte_level || !key.empty()) model.vocab.emplace(key, id);
+    impl.tokens[id] = std::move(token);
   }
-  const auto id_of = [&](const std::string& token, const std::string& where) {
+  const auto id_of = [&](const std::string& token, const char* where, size_t i) {
     const auto it = by_name.find(token);
-    if (it == by_name.end()) r.fail(where, json_excerpt(json(token)) + " is not in model.vocab");
+    if (it == by_name.end())
+      r.fail(std::string(where) + (i == SIZE_MAX ? "" : "[" + std::to_string(i) + "]"),
+             json_excerpt(json(token)) + " is not in model.vocab");
     return it->second;
   };
   model.byte_ids.fill(-1);
@@ -249,41 +280,41 @@ Vocab read_model(const Reader& r, const json& m, bool byte_level, BpeTokenizer::
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     if (const auto it = by_name.find(name); it != by_name.end()) model.fallback_ids[b] = it->second;
   }
-  if (const auto u = m.find("unk_token"); u != m.end() && !u->is_null()) {
-    if (!u->is_string()) r.fail("model.unk_token", "expected a string or null");
-    model.unk = id_of(u->get<std::string>(), "model.unk_token");
-  }
-
-  const json& merges = r.get(m, path, "merges");
-  if (!merges.is_array()) r.fail("model.merges", "expected an array");
-  model.merges.reserve(merges.size());
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const std::string where = "model.merges[" + std::to_string(i) + "]";
-    const json& e = merges[i];
-    std::string left, right;
-    if (e.is_string()) {  // "left right"
-      const std::string s = e.get<std::string>();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        r.fail(where, json_excerpt(e) + " is not two tokens separated by one space");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      left = e[0].get<std::string>();
-      right = e[1].get<std::string>();
-    } else {
-      r.fail(where, "expected \"left right\" or [left, right], found " + json_excerpt(e));
-    }
-    const uint64_t pair = (static_cast<uint64_t>(id_of(left, where)) << 32) | static_cast<uint32_t>(id_of(right, where));
+  if (src.unk) model.unk = id_of(*src.unk, "model.unk_token", SIZE_MAX);
+  model.merges.reserve(src.merges.size());
+  for (size_t i = 0; i < src.merges.size(); ++i) {
+    const auto& [left, right] = src.merges[i];
+    const uint64_t pair = (static_cast<uint64_t>(id_of(left, "model.merges", i)) << 32) |
+                          static_cast<uint32_t>(id_of(right, "model.merges", i));
     // A pair listed twice takes its last rank, as in tokenizers.
-    model.merges.insert_or_assign(pair, std::make_pair(static_cast<int32_t>(i), id_of(left + right, where)));
+    model.merges.insert_or_assign(pair, std::make_pair(static_cast<int32_t>(i), id_of(left + right, "model.merges", i)));
   }
   return by_name;
 }
 
 // `vocab`: the model's, as the file spells it.
-void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, BpeTokenizer::Impl& impl) {
+// tokenizer.json's "added_tokens", each checked, as AddedTokens.
+std::vector<AddedToken> added_source(const Reader& r, const json& list) {
   if (!list.is_array()) r.fail("added_tokens", "expected an array");
+  std::vector<AddedToken> out(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = "added_tokens[" + std::to_string(i) + "]";
+    const json& t = list[i];
+    AddedToken& a = out[i];
+    a.content = r.string(t, path, "content");
+    const json& id = r.get(t, path, "id");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31) - 1)
+      r.fail(path + ".id", "expected an id >= 0, found " + json_excerpt(id));
+    a.id = id.get<int32_t>();
+    for (const char* key : {"single_word", "lstrip", "rstrip"})
+      if (r.flag(t, path, key, false)) r.fail(path + "." + key, "true is not supported");
+    a.normalized = r.flag(t, path, "normalized", true);
+    a.special = r.flag(t, path, "special", false);
+  }
+  return out;
+}
+
+void read_added_tokens(const Reader& r, std::vector<AddedToken> list, const Vocab& vocab, BpeTokenizer::Impl& impl) {
   // tokenizers gives an added token its vocabulary id, else the next id
   // after the vocabulary and the added tokens before it, whatever the file
   // says; a file that says otherwise was not written by it and is refused.
@@ -291,14 +322,8 @@ void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, Bp
   auto next_id = static_cast<int32_t>(vocab.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = "added_tokens[" + std::to_string(i) + "]";
-    const json& t = list[i];
-    AddedToken a;
-    a.content = r.string(t, path, "content");
+    AddedToken& a = list[i];
     if (a.content.empty()) r.fail(path + ".content", "an empty token is not supported");
-    const json& id = r.get(t, path, "id");
-    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31) - 1)
-      r.fail(path + ".id", "expected an id >= 0, found " + json_excerpt(id));
-    a.id = id.get<int32_t>();
     if (!added.emplace(a.content, a.id).second) r.fail(path + ".content", "\"" + a.content + "\" is added twice");
     const auto in_vocab = vocab.find(a.content);
     const int32_t expected = in_vocab != vocab.end() ? in_vocab->second : next_id++;
@@ -306,10 +331,6 @@ void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, Bp
       r.fail(path + ".id", std::to_string(a.id) + ", but tokenizers would give \"" + a.content + "\" id " +
                                std::to_string(expected) +
                                (in_vocab != vocab.end() ? " (its id in model.vocab)" : " (the next after the vocabulary)"));
-    for (const char* key : {"single_word", "lstrip", "rstrip"})
-      if (r.flag(t, path, key, false)) r.fail(path + "." + key, "true is not supported");
-    a.normalized = r.flag(t, path, "normalized", true);
-    a.special = r.flag(t, path, "special", false);
     try {
       check_utf8(a.content);
     } catch (const Error& e) {
@@ -322,7 +343,7 @@ void read_added_tokens(const Reader& r, const json& list, const Vocab& vocab, Bp
     }
     impl.tokens[a.id] = a.content;
     impl.assigned[a.id] = 1;
-    impl.added.push_back(a);
+    impl.added.push_back(std::move(a));
   }
   impl.special.assign(impl.tokens.size(), 0);
   for (size_t k = 0; k < impl.added.size(); ++k) {
@@ -363,6 +384,14 @@ void read_post_processor(const Reader& r, const json& post, BpeTokenizer::Impl& 
 
 }  // namespace
 
+bool split_merge(const std::string& s, std::string& left, std::string& right) {
+  const size_t space = s.find(' ');
+  if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) return false;
+  left = s.substr(0, space);
+  right = s.substr(space + 1);
+  return true;
+}
+
 void read_tokenizer_json(const std::string& text, const std::string& name_for_errors, BpeTokenizer::Impl& impl) {
   const Reader r{name_for_errors};
   json j;
@@ -372,6 +401,15 @@ void read_tokenizer_json(const std::string& text, const std::string& name_for_er
     throw Error(name_for_errors + ": " + e.what());
   }
   if (!j.is_object()) r.fail("the file", "expected a JSON object, found " + json_excerpt(j));
+  VocabSource vocab = model_source(r, r.get(j, "the file", "model"));
+  vocab.added = added_source(r, j.value("added_tokens", json::array()));
+  read_tokenizer_json(j, std::move(vocab), name_for_errors, impl);
+}
+
+void read_tokenizer_json(const json& j, VocabSource source, const std::string& name_for_errors,
+                         BpeTokenizer::Impl& impl) {
+  const Reader r{name_for_errors};
+  if (!j.is_object()) r.fail("the file", "expected a JSON object, found " + json_excerpt(j));
   for (const char* key : {"truncation", "padding"})
     if (const auto it = j.find(key); it != j.end() && !it->is_null())
       r.fail(key, json_excerpt(*it) + " is not supported (only null)");
@@ -379,8 +417,9 @@ void read_tokenizer_json(const std::string& text, const std::string& name_for_er
   read_pre_tokenizer(r, j.value("pre_tokenizer", json()), impl.pre_tokenizer);
   const bool byte_level =
       !impl.pre_tokenizer.empty() && impl.pre_tokenizer.back().kind == PreTokenizeStep::Kind::ByteLevel;
-  const Vocab vocab = read_model(r, r.get(j, "the file", "model"), byte_level, impl);
-  read_added_tokens(r, j.value("added_tokens", json::array()), vocab, impl);
+  std::vector<AddedToken> added = std::move(source.added);
+  const Vocab vocab = read_model(r, std::move(source), byte_level, impl);
+  read_added_tokens(r, std::move(added), vocab, impl);
   const json decoder = j.value("decoder", json());
   impl.has_decoder = !decoder.is_null();
   if (impl.has_decoder) read_decoder(r, decoder, impl.decoder);
