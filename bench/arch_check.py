@@ -2,7 +2,8 @@
 """qkv against llama.cpp on the architectures and scalings beyond GPT-2 and
 plain Llama that llama.cpp's files carry: small random-weight folders made
 by transformers (Qwen2 with heads of 96, so that attn_output's rows of 384
-are not whole K-quant super-blocks; Llama with Llama 3.1's RoPE scaling),
+are not whole K-quant super-blocks; Llama with Llama 3.1's RoPE scaling;
+SmolLM's layout: a tied head, digits split one a piece),
 each converted by llama.cpp's convert_hf_to_gguf.py to an F32 GGUF file.
 
 For each folder and mix: `qkv quantize` against `llama-quantize` on the
@@ -48,7 +49,7 @@ runpy.run_path(convert, run_name="__main__")
 def folders(tmp):
     """(name, folder, pre-tokenizer name, transformers model) of each case."""
     from gguf_files import hf_folder, llama3_tokenizer, llama_model
-    from gpt2_folders import gpt2_tokenizer, qwen2_tokenizer
+    from gpt2_folders import gpt2_tokenizer, qwen2_tokenizer, smollm_tokenizer
     base = gpt2_tokenizer(vocab_size=2000)
     shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=256)
@@ -61,6 +62,9 @@ def folders(tmp):
                    original_max_position_embeddings=64)
     model = llama_model(tok, rope_scaling=scaling, **shape)
     cases.append(("llama-3.1-scaling", hf_folder(model, tok, tmp / "llama31"), "llama-bpe", model, tok))
+    tok = smollm_tokenizer(base)
+    model = llama_model(tok, tie_word_embeddings=True, **shape)
+    cases.append(("smollm-tied", hf_folder(model, tok, tmp / "smollm"), "smollm", model, tok))
     return cases
 
 

@@ -11,11 +11,17 @@ each with a tokenizer trained on --text in its family's format):
               key/value heads, intermediate 5632, vocabulary 32000
               (SentencePiece-style BPE with byte fallback, "<s> $A");
   tinyllama-bpe  the same shape with a byte-level BPE tokenizer (as Llama 3's),
-              which a GGUF file carries in a form qkv reads.
+              which a GGUF file carries in a form qkv reads;
+  llama3-8b   Llama-3-8B's shape: 32 layers, width 4096, 32 heads over 8
+              key/value heads, intermediate 14336, vocabulary 128256 in Llama
+              3's tokenizer.json format (its split, whole words kept,
+              "<|begin_of_text|> $A"); its 16 GB of random bf16 weights are
+              written tensor by tensor (no float32 copy), for the quantized
+              types only.
 Each in float32 and bf16 (--dtypes): the folder's weights stored in that
 dtype; qkv runs generate(dtype=...), PyTorch the model in that dtype.
-Quantized types (--dtypes q8_0,q4_0,q4_k_m,q5_k_m,q6_k; gpt2-124m and tinyllama-bpe):
-the float32 folder converted to GGUF by llama.cpp's converter, then
+Quantized types (--dtypes q8_0,q4_0,q4_k_m,q5_k_m,q6_k; all but tinyllama):
+the float32 folder (llama3-8b's bf16 one) converted to GGUF by llama.cpp's converter, then
 quantized by its llama-quantize (--llama-quantize); qkv (Model.load of
 the file) and llama.cpp run that same file, PyTorch sits out.
 
@@ -78,19 +84,28 @@ SHAPES = {
         rope_theta=10000.0, tie_word_embeddings=False)),
 }
 SHAPES["tinyllama-bpe"] = dict(SHAPES["tinyllama"], tokenizer="gpt2")
+SHAPES["llama3-8b"] = dict(family="llama", tokenizer="llama3", vocab=128256, big=True, config=dict(
+    num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+    intermediate_size=14336, max_position_embeddings=8192, rms_norm_eps=1e-5,
+    rope_theta=500000.0, tie_word_embeddings=False))
+# The pre-tokenizer llama.cpp's converter is told for each tokenizer format
+# (it knows tokenizers by a hash of their output on a fixed text; these are
+# trained here); SentencePiece ("llama") needs none.
+CONVERT_PRE = {"gpt2": "gpt-2", "llama3": "llama-bpe"}
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QUANTIZED = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K"}  # --dtypes -> llama-quantize's type
-PAUSE_S = 0.2
-# Runs convert_hf_to_gguf.py (argv[1]) on argv[2:], taking the GPT-2 folders'
-# trained tokenizers for GPT-2's pre-tokenizer (the converter knows
-# tokenizers by a hash of their output on a fixed text).
-CONVERT_GPT2 = """import os, runpy, sys
-convert = sys.argv[1]
+PAUSE_S = 0.2  # between two contenders' timings: the last one's threads stop spinning
+# Runs convert_hf_to_gguf.py (argv[2]) on argv[3:], the folder's trained
+# tokenizer taken for the pre-tokenizer named argv[1] (CONVERT_PRE).
+CONVERT = """import os, runpy, sys
+pre, convert = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.dirname(convert))
-sys.argv = [convert] + sys.argv[2:]
+sys.argv = [convert] + sys.argv[3:]
 import conversion.base
-conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
 runpy.run_path(convert, run_name="__main__")
-"""  # between two contenders' timings: the last one's threads stop spinning
+"""
 
 
 def parse_args():
@@ -156,8 +171,18 @@ def train_tokenizer(family, vocab, text):
     """A tokenizer of exactly `vocab` ids in the family's tokenizer.json format,
     trained on `text`; the ids training leaves over are added tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Regex
     lines = text.splitlines()
-    if family != "llama":  # byte-level BPE
+    if family == "llama3":  # Llama 3's: its split, then bytes; whole words kept; bos in front
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+        trainer = trainers.BpeTrainer(vocab_size=vocab - len(specials), show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif family != "llama":  # byte-level BPE
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -183,8 +208,43 @@ def train_tokenizer(family, vocab, text):
     fill = vocab - tok.get_vocab_size() - len(specials)
     tok.add_tokens([f"<|unused_{i}|>" for i in range(fill)])
     tok.add_special_tokens(specials)
+    if family == "llama3":
+        bos = specials[0]
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
     assert tok.get_vocab_size() == vocab, (tok.get_vocab_size(), vocab)
     return tok
+
+
+def write_big_folder(cfg, dtype, path, shard_bytes=4 << 30):
+    """A Llama folder too big to build whole in memory: transformers' tensor
+    names and shapes (a model on the meta device), each tensor drawn (normal,
+    std 0.02; norms 1) in `dtype` and written in shards of ~shard_bytes with
+    their index, as save_pretrained writes them."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+    with torch.device("meta"):
+        shapes = {k: (v.shape, v.dtype) for k, v in transformers.LlamaForCausalLM(cfg).state_dict().items()}
+    cfg.dtype = dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    cfg.save_pretrained(path)
+    index, shard, size, files = {}, {}, 0, []
+    def flush():
+        nonlocal shard, size
+        name = f"model-{len(files) + 1:05d}.safetensors"
+        save_file(shard, str(path / name), metadata={"format": "pt"})
+        files.append(name)
+        index.update({k: name for k in shard})
+        shard, size = {}, 0
+    for k, (shape, _) in shapes.items():
+        t = torch.ones(shape, dtype=dtype) if k.endswith("norm.weight") else torch.randn(shape, dtype=dtype) * 0.02
+        shard[k] = t
+        size += t.numel() * t.element_size()
+        if size >= shard_bytes:
+            flush()
+    if shard:
+        flush()
+    total = sum(torch.Size(s).numel() for s, _ in shapes.values()) * (2 if dtype == torch.bfloat16 else 4)
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": index}))
 
 
 def make_folder(name, dtype, text_path, path):
@@ -194,6 +254,15 @@ def make_folder(name, dtype, text_path, path):
     shape = SHAPES[name]
     tok = train_tokenizer(shape.get("tokenizer", shape["family"]), shape["vocab"], text_path.read_text(encoding="utf-8"))
     torch.manual_seed(0)
+    if shape.get("big"):
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.mkdir(parents=True)
+        cfg = transformers.LlamaConfig(vocab_size=shape["vocab"], bos_token_id=tok.token_to_id("<|begin_of_text|>"),
+                                       eos_token_id=tok.token_to_id("<|end_of_text|>"), **shape["config"])
+        write_big_folder(cfg, dtype, tmp)
+        tok.save(str(tmp / "tokenizer.json"))
+        tmp.replace(path)
+        return
     if shape["family"] == "gpt2":
         cfg = transformers.GPT2Config(vocab_size=shape["vocab"], **shape["config"])
         model = transformers.GPT2LMHeadModel(cfg)
@@ -342,13 +411,14 @@ class LlamaCpp:
     """llama.cpp on the folder's GGUF conversion, through llama-bench."""
     name = "llama.cpp"
 
-    def __init__(self, a, folder, dtype, family, gguf=None):
+    def __init__(self, a, folder, dtype, tokenizer, gguf=None):
         self.a, self.gguf = a, gguf or folder.with_name(folder.name + ".gguf")
         if not self.gguf.is_file():
             print(f"converting {folder} to {self.gguf} (not timed) ...", file=sys.stderr, flush=True)
             tmp = self.gguf.with_name(self.gguf.name + ".tmp")
             env = dict(os.environ, PYTHONPATH=str(a.llama_convert.parent / "gguf-py"))
-            run = ["-c", CONVERT_GPT2] if family == "gpt2" else []
+            pre = CONVERT_PRE.get(tokenizer)
+            run = ["-c", CONVERT, pre] if pre else []
             r = subprocess.run([sys.executable, *run, str(a.llama_convert), str(folder), "--outtype",
                                 "f32" if dtype == "float32" else "bf16", "--outfile", str(tmp)],
                                env=env, capture_output=True, text=True)
@@ -376,12 +446,12 @@ class LlamaCpp:
         pass
 
 
-def quantized_file(a, folder, dtype, family):
-    """The float32 folder's GGUF (llama.cpp's converter) quantized to
-    `dtype` by llama-quantize, made once beside the folder."""
+def quantized_file(a, folder, base, dtype, tokenizer):
+    """The `base` (float32 or bf16) folder's GGUF (llama.cpp's converter)
+    quantized to `dtype` by llama-quantize, made once beside the folder."""
     path = folder.with_name(f"{folder.name}.{dtype}.gguf")
     if not path.is_file():
-        f32 = LlamaCpp(a, folder, "float32", family).gguf
+        f32 = LlamaCpp(a, folder, base, tokenizer).gguf
         print(f"quantizing {f32} to {path} (not timed) ...", file=sys.stderr, flush=True)
         tmp = path.with_name(path.name + ".tmp")
         r = subprocess.run([str(a.llama_quantize), str(f32), str(tmp), QUANTIZED[dtype]], capture_output=True, text=True)
@@ -405,9 +475,12 @@ def check_greedy(a, folder, text, workers):
 def bench_one(ctx, a, name, dtype):
     from tokenizers import Tokenizer
     quantized = dtype in QUANTIZED
-    folder = ensure_folder(ctx, a, name, "float32" if quantized else dtype)
-    family = SHAPES[name]["family"] if SHAPES[name].get("tokenizer") != "gpt2" else "gpt2"
-    model_file = quantized_file(a, folder, dtype, family) if quantized else folder
+    if SHAPES[name].get("big") and not quantized:
+        sys.exit(f"bench/generate.py: {name} runs the quantized types only (its folder is bf16, converted once)")
+    base = "bf16" if SHAPES[name].get("big") else "float32"  # a quantized file's source
+    folder = ensure_folder(ctx, a, name, base if quantized else dtype)
+    tokenizer = SHAPES[name].get("tokenizer", SHAPES[name]["family"])
+    model_file = quantized_file(a, folder, base, dtype, tokenizer) if quantized else folder
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     text = prompt_text(tok, a.text.read_text(encoding="utf-8"), a.prompt_tokens)
     n_prompt = len(tok.encode(text).ids)
@@ -421,7 +494,7 @@ def bench_one(ctx, a, name, dtype):
         w.call("run", text, 2)
     same = check_greedy(a, folder, text, workers) if dtype == "float32" else None
     if a.llama_bench:
-        workers["llama.cpp"] = LlamaCpp(a, folder, dtype, family, model_file if quantized else None)
+        workers["llama.cpp"] = LlamaCpp(a, folder, dtype, tokenizer, model_file if quantized else None)
         warm_file_cache([workers["llama.cpp"].gguf])
     names = list(workers)
     times = {(c, w): [] for c in names for w in ("prefill", "decode")}

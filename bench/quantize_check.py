@@ -45,7 +45,8 @@ def compare(ours, theirs):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="gpt2-124m,tinyllama-bpe", help="comma-separated: gpt2-124m, tinyllama-bpe")
+    p.add_argument("--models", default="gpt2-124m,tinyllama-bpe",
+                   help="comma-separated: gpt2-124m, tinyllama-bpe, llama3-8b")
     p.add_argument("--types", default="q8_0,q4_0,q4_k_m,q5_k_m,q6_k", help="comma-separated mixes")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "qkv" / "generate",
                    help="bench/generate.py's --cache, where the float32 folders are")
@@ -59,16 +60,18 @@ def main():
             p.error(f"{flag}: no such file: {path}")
     rows = []
     for model in a.models.split(","):
-        if model not in ("gpt2-124m", "tinyllama-bpe"):
-            p.error(f"--models: gpt2-124m or tinyllama-bpe, found {model!r}")
-        folder = a.cache / f"{model}-float32"
+        if model not in ("gpt2-124m", "tinyllama-bpe", "llama3-8b"):
+            p.error(f"--models: gpt2-124m, tinyllama-bpe or llama3-8b, found {model!r}")
+        shape = generate.SHAPES[model]
+        base = "bf16" if shape.get("big") else "float32"  # as bench/generate.py makes its quantized files
+        folder = a.cache / f"{model}-{base}"
         if not (folder / "config.json").is_file():
             sys.exit(f"bench/quantize_check.py: no folder {folder}; run bench/generate.py --models {model} first")
-        family = generate.SHAPES[model]["family"]
+        tokenizer = shape.get("tokenizer", shape["family"])
         for mix in a.types.split(","):
             if mix not in generate.QUANTIZED:
                 p.error(f"--types: expected from {', '.join(generate.QUANTIZED)}, found {mix!r}")
-            theirs = generate.quantized_file(a, folder, mix, family)
+            theirs = generate.quantized_file(a, folder, base, mix, tokenizer)
             ours = folder.with_name(f"{folder.name}.{mix}.qkv.gguf")
             r = subprocess.run([str(a.qkv), "quantize", "--model", str(folder), "--type", mix, "-o", str(ours),
                                 "--threads", str(a.threads), "--quiet"], capture_output=True, text=True)

@@ -71,7 +71,11 @@ struct QuantizedTensor {
 /// matrix). The file is written atomically. A model or tokenizer GGUF cannot
 /// describe (qkv's own character-level models, BERT, a SentencePiece
 /// tokenizer.json, sliding-window attention) is a qkv::Error naming it.
-/// Memory: the model in float32 (4 bytes a weight) and one tensor's blocks.
+/// Memory: the model as qkv runs it (a folder's matrices, or a GGUF file's
+/// quantized tensors, mapped where the file holds them; an F32 or F16 GGUF
+/// file's widened to float32), one tensor's blocks and 256 of its rows in
+/// float32: a bf16 Llama-3-8B folder (16 GB) is written from a machine of
+/// 24 GB.
 QKV_API std::vector<QuantizedTensor> quantize_model(const std::string& input, const std::string& output,
                                                    const QuantizeOptions& options = {});
 

@@ -1,8 +1,12 @@
 // gguf_export.cpp: a model written as a quantized GGUF file
-// (qkv/quantize.h). The model is loaded as qkv loads it for running
-// (every weight float32, a GGUF file's dequantized exactly), then each
-// parameter goes back to the tensors llama.cpp names (gguf_names.h), row
-// slices of it, quantized one tensor at a time as the file is written.
+// (qkv/quantize.h). The model is loaded as qkv loads it for running (a
+// folder mapped as it is stored, a GGUF file's tensors as theirs), then
+// each parameter goes back to the tensors llama.cpp names (gguf_names.h),
+// row slices of it, quantized one tensor at a time as the file is
+// written, a few hundred rows at a time: widened to float32 (a GGUF
+// file's dequantized exactly) only as they are quantized, so that an 8B
+// model is written from a machine that could not hold it in float32.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +21,7 @@
 #include "io/json_strict.h"
 #include "model/gguf_model.h"
 #include "model/gguf_names.h"
+#include "model/gpt_work.h"
 #include "qkv/bpe.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
@@ -25,6 +30,10 @@
 
 namespace qkv {
 namespace {
+
+// Rows widened to float32 at a time: a few MB for the widest models, a
+// whole number of blocks for each thread to quantize.
+constexpr int64_t kChunkRows = 256;
 
 [[noreturn]] void cannot(const std::string& input, const std::string& what) {
   throw Error("quantize: '" + input + "': " + what + "; a GGUF file describes GPT-2, Llama-family and Qwen2 decoders");
@@ -160,9 +169,7 @@ void put_metadata(GgufWriter& w, const std::string& input, const Model& m, const
 
 std::vector<QuantizedTensor> quantize_model(const std::string& input, const std::string& output,
                                             const QuantizeOptions& options) {
-  LoadOptions load;
-  load.dequantize = true;
-  Model m = Model::load(input, load);
+  Model m = Model::load(input);
   const GPTConfig& c = m.config();
   if (!m.bpe_tokenizer())
     cannot(input, m.is_encoder() ? "an encoder (BERT) is not a decoder"
@@ -172,7 +179,6 @@ std::vector<QuantizedTensor> quantize_model(const std::string& input, const std:
   put_metadata(w, input, m, arch, options.mix);
 
   const GPT& gpt = m.gpt();
-  const float* weights = gpt.weights().data();
   const gguf::SourceMap sources = gguf::source_map(c, arch);
   const std::vector<float> factors = rope_factors(c);
   int64_t total = factors.empty() ? 0 : 1;
@@ -194,22 +200,34 @@ std::vector<QuantizedTensor> quantize_model(const std::string& input, const std:
     for (const gguf::Source& s : it->second) {
       const Shape ne = p.shape.size() == 1 ? Shape{s.rows} : Shape{width, s.rows};
       const WeightType type = quant_mix_type(options.mix, s.name, ne[0], static_cast<int>(ne.size()), c.layers, c.tied_head);
-      const float* rows = weights + p.offset + at * width;
       const auto index = static_cast<int64_t>(written.size());
-      w.add_tensor(s.name, ne, static_cast<uint32_t>(type), [=, &options](std::byte* out) {
+      w.add_tensor(s.name, ne, static_cast<uint32_t>(type), [=, &gpt, &options](std::byte* out) {
         if (options.progress) options.progress(s.name, type, index, total);
-        std::vector<float> permuted;
-        const float* src = rows;
-        if (s.unpermute_heads) {  // llama's q and k in the converter's row order
-          permuted.resize(static_cast<size_t>(s.rows * width));
-          gguf::permute(reinterpret_cast<const uint8_t*>(rows), reinterpret_cast<uint8_t*>(permuted.data()), s.rows,
-                        s.unpermute_heads, sizeof(float) * static_cast<uint64_t>(width));
-          src = permuted.data();
+        if (ne.size() == 1) {  // a norm or a bias: one row
+          std::vector<float> x(static_cast<size_t>(s.rows));
+          GptLoader::rows_at(gpt, p.offset, 1, at, s.rows, x.data());
+          quantize_row(type, x.data(), out, s.rows);
+          return;
         }
-        const int64_t n_rows = ne.size() == 1 ? 1 : s.rows, n = ne.size() == 1 ? s.rows : width;
-        const uint64_t row_bytes = weight_bytes(type, n);
+        // Chunks of whole heads where llama's q and k rows are rearranged.
+        const int64_t head_rows = s.unpermute_heads ? s.rows / s.unpermute_heads : 1;
+        const int64_t chunk = std::max<int64_t>(1, kChunkRows / head_rows) * head_rows;
+        const uint64_t row_bytes = weight_bytes(type, width);
+        std::vector<float> x(static_cast<size_t>(std::min(chunk, s.rows) * width)), permuted;
+        if (s.unpermute_heads) permuted.resize(x.size());
+        for (int64_t r0 = 0; r0 < s.rows; r0 += chunk) {
+          const int64_t n = std::min(chunk, s.rows - r0);
+          GptLoader::rows_at(gpt, p.offset, width, at + r0, n, x.data());
+          const float* src = x.data();
+          if (s.unpermute_heads) {  // llama's q and k in the converter's row order
+            gguf::permute(reinterpret_cast<const uint8_t*>(x.data()), reinterpret_cast<uint8_t*>(permuted.data()), n,
+                          n / head_rows, sizeof(float) * static_cast<uint64_t>(width));
+            src = permuted.data();
+          }
+          std::byte* dst = out + static_cast<uint64_t>(r0) * row_bytes;
 #pragma omp parallel for schedule(dynamic, 16)
-        for (int64_t r = 0; r < n_rows; ++r) quantize_row(type, src + r * n, out + static_cast<uint64_t>(r) * row_bytes, n);
+          for (int64_t r = 0; r < n; ++r) quantize_row(type, src + r * width, dst + static_cast<uint64_t>(r) * row_bytes, width);
+        }
       });
       written.push_back({s.name, ne, type});
       at += s.rows;

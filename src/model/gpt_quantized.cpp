@@ -73,6 +73,22 @@ void row_of(const RowRuns<E>& runs, int64_t o, int64_t cols, float* out) {
   }
 }
 
+// Rows [r0, r0 + n) of the quantized runs' matrix, dequantized at out.
+void runs_rows(const std::vector<Weight>& runs, int64_t r0, int64_t n, float* out) {
+  for (const Weight& run : runs) {
+    if (n == 0) return;
+    if (r0 >= run.rows) {
+      r0 -= run.rows;
+      continue;
+    }
+    const int64_t k = std::min(n, run.rows - r0);
+    dequantize_rows(run, r0, k, out);
+    out += k * run.cols;
+    n -= k;
+    r0 = 0;
+  }
+}
+
 // rows x cols weights, row o given by row(o, float* out), quantized to
 // `type` at dst, rows split between the threads.
 template <class Row>
@@ -90,6 +106,31 @@ void quantize_rows(WeightType type, int64_t rows, int64_t cols, uint8_t* dst, Ro
 }
 
 }  // namespace
+
+void GptLoader::rows_at(const GPT& m, int64_t offset, int64_t cols, int64_t r0, int64_t n, float* out) {
+  const GPT::Work& W = *m.work_;
+  const float* flat = m.w_.data() + offset;
+  if (offset == W.wte) {  // the embedding table (and a tied head): where a mapped file holds it, else the flat buffer
+    if (m.matrices_quantized_) return dequantize_rows(W.wteq, r0, n, out);
+    if (W.wte16) {
+      std::transform(W.wte16 + r0 * cols, W.wte16 + (r0 + n) * cols, out, [](bfloat16 x) { return bf16_to_float(x); });
+      return;
+    }
+    flat = W.wte32 ? W.wte32 : flat;
+  } else if (m.matrices_quantized_ || m.matrices_in_bf16_ || m.matrices_mapped_) {
+    const std::vector<MatrixPart> parts = linear_matrices(W, m.cfg_);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].offset != offset) continue;
+      if (m.matrices_quantized_) return runs_rows(W.matsq[i], r0, n, out);
+      for (int64_t o = 0; o < n; ++o) {
+        if (m.matrices_in_bf16_) row_of(W.mats16[i], r0 + o, cols, out + o * cols);
+        else row_of(W.mats32[i], r0 + o, cols, out + o * cols);
+      }
+      return;
+    }
+  }
+  std::copy(flat + r0 * cols, flat + (r0 + n) * cols, out);
+}
 
 void GptLoader::quantize_matrices(GPT& m, WeightType type) {
   GPT::Work& W = *m.work_;
@@ -112,32 +153,13 @@ void GptLoader::quantize_matrices(GPT& m, WeightType type) {
   const uint64_t wte_at = total;
   total += weight_bytes(type, c.vocab * c.embd);
   std::vector<uint8_t> owned(total);
-  const float* w = m.w_.data();
   for (size_t i = 0; i < parts.size(); ++i) {
     const MatrixPart& p = parts[i];
     if (c.tied_head && p.offset == W.wte) continue;  // the table's, below
-    uint8_t* dst = owned.data() + at[i];
-    if (m.matrices_in_bf16_) {
-      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) { row_of(W.mats16[i], o, p.cols, x); });
-    } else if (m.matrices_mapped_) {
-      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) { row_of(W.mats32[i], o, p.cols, x); });
-    } else {
-      quantize_rows(type, p.rows, p.cols, dst, [&](int64_t o, float* x) {
-        std::copy(w + p.offset + o * p.cols, w + p.offset + (o + 1) * p.cols, x);
-      });
-    }
+    quantize_rows(type, p.rows, p.cols, owned.data() + at[i], [&](int64_t o, float* x) { rows_at(m, p.offset, p.cols, o, 1, x); });
   }
-  // The table: where a mapped file holds it, else the flat buffer (a bf16
-  // model whose table was read into it, or widened there).
   const int64_t C = c.embd;
-  quantize_rows(type, c.vocab, C, owned.data() + wte_at, [&](int64_t o, float* x) {
-    if (W.wte16) {
-      for (int64_t i = 0; i < C; ++i) x[i] = bf16_to_float(W.wte16[o * C + i]);
-    } else {
-      const float* src = W.wte32 ? W.wte32 : w + W.wte;
-      std::copy(src + o * C, src + (o + 1) * C, x);
-    }
-  });
+  quantize_rows(type, c.vocab, C, owned.data() + wte_at, [&](int64_t o, float* x) { rows_at(m, W.wte, C, o, 1, x); });
   std::map<int64_t, std::vector<Weight>> runs;
   const Weight wte{type, c.vocab, C, owned.data() + wte_at};
   for (size_t i = 0; i < parts.size(); ++i) {

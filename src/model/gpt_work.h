@@ -246,6 +246,11 @@ struct GptLoader {
   // sequential read a thread, with no horizontal sums, where the dot
   // products of the rows where they lie wait on many streams.
   static void pack_matrices(GPT& m);
+  // Rows [r0, r0 + n) of the parameter at `offset` (ParamInfo::offset, rows
+  // of `cols`) as float32 at out [n, cols], exactly (bf16 widened,
+  // quantized rows dequantized), from wherever m holds them: the flat
+  // buffer, a bf16 copy, a mapped file or quantized runs.
+  static void rows_at(const GPT& m, int64_t offset, int64_t cols, int64_t r0, int64_t n, float* out);
   // Makes m hold its matrices, head and embedding table quantized to `type`
   // (Q8_0 or Q4_0, the reference quantizers), from wherever they are held
   // now; what held them before (float32 or bf16 copies, mapped files) is

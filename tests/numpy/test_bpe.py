@@ -104,9 +104,14 @@ def training_lines(specials):
     return PROSE + texts(99, specials)[:2000]
 
 
-def gpt2(prefix_space=False):
+def gpt2(prefix_space=False, digits=None):
+    """GPT-2's layout; `digits` (True: a piece a digit, as SmolLM's; False: a
+    piece a run of them) puts a Digits step before its ByteLevel."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    if digits is not None:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=digits),
+                                                     tok.pre_tokenizer])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=3000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=["<|endoftext|>"], show_progress=False)
@@ -186,6 +191,8 @@ def metaspace(scheme, split):
 CASES = {
     "gpt2": lambda tmp: gpt2(),
     "gpt2_prefix_space": lambda tmp: gpt2(prefix_space=True),
+    "smollm": lambda tmp: gpt2(digits=True),
+    "digit_runs": lambda tmp: gpt2(digits=False),
     "llama3": lambda tmp: llama3(),
     "qwen2": lambda tmp: qwen2(),
     "llama2": llama2,

@@ -62,6 +62,17 @@ def qwen2_tokenizer(tok):
     return tk.Tokenizer.from_str(json.dumps(spec))
 
 
+def smollm_tokenizer(tok):
+    """`tok`'s vocabulary and merges in SmolLM's tokenizer.json layout: a
+    Digits step (each digit a piece) before GPT-2's ByteLevel split."""
+    tk = pytest.importorskip("tokenizers")
+    spec = json.loads(tok.to_str())
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+    return tk.Tokenizer.from_str(json.dumps(spec))
+
+
 def gpt2_folder(path, tokenizer, dtype="float32", headless=False, seed=0, **config):
     """A GPT2LMHeadModel of `config` (small defaults) with random weights,
     saved at `path` with the tokenizer; headless saves GPT2Model's names (no

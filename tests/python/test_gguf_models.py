@@ -10,7 +10,7 @@ import pytest
 import qkv
 
 from gguf_files import SpmVocab, gguf, gpt2_gguf, gpt2_model, hf_folder, llama3_tokenizer, llama_gguf, llama_model, torch
-from gpt2_folders import EOT, gpt2_tokenizer, qwen2_tokenizer, run_qkv
+from gpt2_folders import EOT, gpt2_tokenizer, qwen2_tokenizer, run_qkv, smollm_tokenizer
 
 SHAKESPEARE = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare.txt"
 PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.",
@@ -190,7 +190,7 @@ BAD = {
     "wrong shape": (dict(reshape={"blk.0.attn_k.weight": 8}),
                     "tensor blk.0.attn_k.weight should be [32, 16] (ne[0] first, from the metadata), found [32, 8]"),
     "unsupported pre-tokenizer": (dict(pre="deepseek-llm"),
-                                  "metadata \"tokenizer.ggml.pre\": \"deepseek-llm\" is not supported (gpt-2, llama-bpe, qwen2)"),
+                                  "metadata \"tokenizer.ggml.pre\": \"deepseek-llm\" is not supported (gpt-2, llama-bpe, qwen2, smollm)"),
     "rope scaling": (dict(metadata={"rope.scaling.type": "yarn"}),
                      "metadata \"llama.rope.scaling.type\": \"yarn\" is not supported (none, linear)"),
     "rope factors misshapen": (dict(extra={"rope_freqs.weight": np.ones(5, np.float32)}),
@@ -333,3 +333,23 @@ def test_quantize_at_load_refusals(gpt2_tok, tmp_path):
     assert r.returncode == 2 and "--quantize: '" in r.stderr and "is a file" in r.stderr, r.stderr
     r = run_qkv("sample", "--model", path, "--quantize", "q5_0", "--prompt", "a")
     assert r.returncode == 2 and "--quantize" in r.stderr, r.stderr
+
+
+def test_smollm_pre_tokenizer_is_read_and_written(gpt2_tok, tmp_path):
+    # SmolLM's tokenizer.json: a Digits step (each digit a piece) before
+    # GPT-2's ByteLevel split; llama.cpp's name for it is "smollm".
+    tok = smollm_tokenizer(gpt2_tok)
+    texts = PROMPTS + ["In 1234 years, 56 ships and \u0663\u0664 boats sailed 7.5 leagues", "x2y 99 2024-12-06"]
+    model = llama_model(tok, hidden_size=32, intermediate_size=64)
+    folder = hf_folder(model, tok, tmp_path / "smollm")
+    for t in texts:
+        assert qkv.Model.load(folder).tokenize(t) == tok.encode(t).ids, t
+    written = tmp_path / "written.gguf"
+    qkv.quantize(str(folder), str(written), "q8_0")
+    fields = {k: v.contents() for k, v in gguf.GGUFReader(written).fields.items() if not k.startswith("GGUF.")}
+    assert fields["tokenizer.ggml.pre"] == "smollm"
+    converted = llama_gguf(model, tmp_path / "converted.gguf", tok, pre="smollm", add_bos=False)
+    for path in (written, converted):
+        m = qkv.Model.load(path)
+        for t in texts:
+            assert m.tokenize(t) == tok.encode(t).ids, (path, t)

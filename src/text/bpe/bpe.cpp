@@ -102,6 +102,9 @@ void pre_tokenize(const bpe::PreTokenizeStep& step, std::string_view p, bool at_
     case Kind::Split:
       bpe::split_pieces(p, step.rule, out);
       return;
+    case Kind::Digits:
+      bpe::split_digits(p, step.individual_digits, out);
+      return;
     case Kind::ByteLevel:
       if (step.add_prefix_space && (p.empty() || p[0] != ' ')) {
         std::string& spaced = owned.emplace_back(1, ' ');

@@ -7,7 +7,8 @@
 // tokenizer as:
 //   tokenizer.ggml.model        "gpt2"
 //   tokenizer.ggml.pre          the pre-tokenizer's name: "gpt-2" (GPT-2's
-//                               split), "llama-bpe" (Llama 3's split),
+//                               split), "smollm" (a digit a piece, then
+//                               GPT-2's split), "llama-bpe" (Llama 3's split),
 //                               "qwen2" (Qwen2's: its NFC normalizer is
 //                               not kept, as llama.cpp applies none)
 //   tokenizer.ggml.tokens       every token, by id
@@ -51,11 +52,14 @@ json pre_tokenizer(const GgufFile& f, bool& ignore_merges) {
   const std::string key = "tokenizer.ggml.pre";
   if (!f.find(key))
     throw Error("'" + f.name() + "': metadata \"" + key + "\" is missing: qkv needs the name of the pre-tokenizer "
-                "(gpt-2, llama-bpe, qwen2)");
+                "(gpt-2, llama-bpe, qwen2, smollm)");
   const std::string pre = f.get_string(key);
   ignore_merges = false;
-  if (pre == "gpt-2")
-    return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const json gpt2 = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  if (pre == "gpt-2") return gpt2;
+  if (pre == "smollm")  // llama.cpp: \p{N} alone, then GPT-2's split
+    return {{"type", "Sequence"},
+            {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, gpt2})}};
   const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
   if (llama3 || pre == "qwen2") {
     ignore_merges = llama3;
@@ -69,7 +73,7 @@ json pre_tokenizer(const GgufFile& f, bool& ignore_merges) {
     return {{"type", "Sequence"}, {"pretokenizers", json::array({split, byte_level})}};
   }
   throw Error("'" + f.name() + "': metadata \"" + key + "\": \"" + pre +
-              "\" is not supported (gpt-2, llama-bpe, qwen2)");
+              "\" is not supported (gpt-2, llama-bpe, qwen2, smollm)");
 }
 
 // Token id `key` of the metadata, or -1 when absent; an id outside the

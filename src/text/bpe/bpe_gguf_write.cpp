@@ -18,11 +18,12 @@ namespace {
 constexpr int64_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
 
 [[noreturn]] void cannot(const std::string& what) {
-  throw Error("tokenizer: " + what + ", which a GGUF file cannot hold (it holds byte-level BPE with GPT-2's, "
+  throw Error("tokenizer: " + what + ", which a GGUF file cannot hold (it holds byte-level BPE with GPT-2's, SmolLM's, "
               "Llama 3's or Qwen2's split, no normalizer, at most bos in front and eos at the end)");
 }
 
-// The name llama.cpp gives the pre-tokenizer: GPT-2's ByteLevel split, or
+// The name llama.cpp gives the pre-tokenizer: GPT-2's ByteLevel split (after
+// a piece a digit, SmolLM's), or
 // Llama 3's Split then ByteLevel without its own split (whose BPE takes a
 // word in the vocabulary whole: ignore_merges).
 std::string pre_name(const BpeTokenizer::Impl& t) {
@@ -33,11 +34,14 @@ std::string pre_name(const BpeTokenizer::Impl& t) {
            (!regex || s.rule == bpe::SplitRule::Gpt2);
   };
   if (p.size() == 1 && plain_byte_level(p[0], true) && !t.model.ignore_merges) return "gpt-2";
+  if (p.size() == 2 && p[0].kind == Kind::Digits && p[0].individual_digits && plain_byte_level(p[1], true) &&
+      !t.model.ignore_merges)
+    return "smollm";
   const bool split = p.size() == 2 && p[0].kind == Kind::Split && plain_byte_level(p[1], false);
   if (split && p[0].rule == bpe::SplitRule::Llama3 && t.model.ignore_merges) return "llama-bpe";
   if (split && p[0].rule == bpe::SplitRule::Qwen2 && !t.model.ignore_merges) return "qwen2";
-  cannot("its pre-tokenizer is neither GPT-2's ByteLevel, Llama 3's Split + ByteLevel (with ignore_merges) nor "
-         "Qwen2's Split + ByteLevel");
+  cannot("its pre-tokenizer is neither GPT-2's ByteLevel, SmolLM's Digits + ByteLevel, Llama 3's Split + ByteLevel "
+         "(with ignore_merges) nor Qwen2's Split + ByteLevel");
 }
 
 }  // namespace

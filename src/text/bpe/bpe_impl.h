@@ -53,7 +53,7 @@ std::string normalize(const std::vector<NormalizeStep>& steps, std::string text)
 // space in front of each piece, optionally GPT-2's split); or Metaspace
 // (spaces become `replacement`, one put in front, pieces split before each).
 struct PreTokenizeStep {
-  enum class Kind { Split, ByteLevel, Metaspace } kind = Kind::Split;
+  enum class Kind { Split, ByteLevel, Metaspace, Digits } kind = Kind::Split;
   SplitRule rule = SplitRule::Gpt2;  // Split's pattern, or ByteLevel's when use_regex
   bool use_regex = true;             // ByteLevel
   bool add_prefix_space = false;     // ByteLevel
@@ -62,6 +62,7 @@ struct PreTokenizeStep {
   // text's first only (not of one after an added token), or never.
   enum class Prepend { Always, First, Never } prepend = Prepend::Always;
   bool split = true;                 // Metaspace: a piece starts at each `replacement`
+  bool individual_digits = false;    // Digits: a piece a digit, not a run of them
 };
 
 // A decoder step.

@@ -125,6 +125,9 @@ void read_pre_tokenizer(const Reader& r, const json& p, std::vector<PreTokenizeS
       if (!prefix.is_boolean()) r.fail(path + ".add_prefix_space", "expected true or false");
       s.add_prefix_space = prefix.get<bool>();
       s.use_regex = r.flag(*step, path, "use_regex", true);
+    } else if (type == "Digits") {
+      s.kind = Kind::Digits;
+      s.individual_digits = r.flag(*step, path, "individual_digits", false);
     } else if (type == "Split") {
       s.kind = Kind::Split;
       const json& pattern = r.get(*step, path, "pattern");

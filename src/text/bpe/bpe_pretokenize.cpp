@@ -156,4 +156,17 @@ void split_pieces(std::string_view text, SplitRule rule, std::vector<std::string
   }
 }
 
+
+void split_digits(std::string_view text, bool individual, std::vector<std::string_view>& out) {
+  const Chars t(text);
+  for (size_t i = 0; i < t.n;) {
+    const bool digit = t.is(i, Cls::Number);
+    size_t j = i + 1;  // a digit alone, or the run of digits or of other characters
+    if (!(digit && individual))
+      while (j < t.n && t.is(j, Cls::Number) == digit) ++j;
+    out.push_back(text.substr(t.off[i], t.off[j] - t.off[i]));
+    i = j;
+  }
+}
+
 }  // namespace qkv::bpe

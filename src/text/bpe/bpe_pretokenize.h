@@ -1,6 +1,7 @@
 // The split rules of GPT-2's, Llama 3's and Qwen2's pre-tokenizers: the regular
-// expressions their tokenizer.json files name, implemented by hand over
-// Unicode categories (utf8proc), so no regex engine is needed.
+// expressions their tokenizer.json files name, and the Digits pre-tokenizer
+// (SmolLM's), implemented by hand over Unicode categories (utf8proc), so no
+// regex engine is needed.
 #pragma once
 
 #include <string_view>
@@ -27,5 +28,10 @@ std::string_view split_pattern(SplitRule rule);
 // (first alternative that matches, greedy repeats). The rules leave no
 // character unmatched, so the pieces, joined, are `text`.
 void split_pieces(std::string_view text, SplitRule rule, std::vector<std::string_view>& out);
+
+// Appends the pieces tokenizers' Digits pre-tokenizer makes of `text`
+// (valid UTF-8): each \p{N} character a piece (`individual`), or each run
+// of them, and each run of other characters between them.
+void split_digits(std::string_view text, bool individual, std::vector<std::string_view>& out);
 
 }  // namespace qkv::bpe
