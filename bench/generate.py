@@ -226,6 +226,7 @@ def write_big_folder(cfg, dtype, path, shard_bytes=4 << 30):
     with torch.device("meta"):
         shapes = {k: (v.shape, v.dtype) for k, v in transformers.LlamaForCausalLM(cfg).state_dict().items()}
     cfg.dtype = dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    cfg.architectures = ["LlamaForCausalLM"]  # as the model's save_pretrained writes it (the converter reads it)
     cfg.save_pretrained(path)
     index, shard, size, files = {}, {}, 0, []
     def flush():

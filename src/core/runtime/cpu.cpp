@@ -30,6 +30,14 @@ bool cpuid_avx512_bf16() {
   return (a >> 5) & 1u;
 }
 
+// F16C (vcvtph2ps): CPUID leaf 1, ECX bit 29; clang's __builtin_cpu_supports
+// does not know it by name. It uses the ymm state avx2's test checks.
+bool cpuid_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  return (c >> 29) & 1u;
+}
+
 // AMX-BF16 tiles: CPUID leaf 7 subleaf 0, EDX bit 22 (AMX-BF16) and bit 24
 // (AMX-TILE); the OS must enable the tile state in XCR0 (bit 17 TILECFG,
 // bit 18 TILEDATA), and Linux (5.16+) hands the 8 KiB of tile data to a
@@ -61,7 +69,7 @@ bool cpu_can_run(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
     case Isa::avx2:  // every AVX2 CPU has F16C too; the quantized dots read their f16 scales with it
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
