@@ -27,9 +27,13 @@ void* alloc_zeroed(size_t bytes) {
 #ifdef __linux__
   if (bytes >= kMapAtLeast) {
     // Mapped with one huge page to spare, trimmed to a 2 MiB boundary, so
-    // that transparent huge pages can back all of it.
+    // that transparent huge pages can back all of it. No swap is reserved
+    // for it (MAP_NORESERVE): a quantized or mapped model writes only its
+    // norms and biases here, and an 8B model's 32 GB of float32 room must
+    // not be refused up front on a machine of 24 GB for pages it never
+    // touches.
     const size_t len = mapped_bytes(bytes), span = len + kHugePage;
-    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
