@@ -122,8 +122,11 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
     int64_t end;  // one past its last output
   };
   const linalg::DotKernels& kernels = linalg::dot_kernels();
-  std::vector<Run> runs;
-  runs.reserve(w.size());
+  // The calling thread's, reused (a decode step makes dozens of calls);
+  // the threads below read it through this reference.
+  thread_local std::vector<Run> runs_of_caller;
+  std::vector<Run>& runs = runs_of_caller;
+  runs.clear();
   for (int64_t end = 0; const Weight& r : w) {
     end += r.rows;
     runs.push_back({static_cast<const uint8_t*>(r.data), r.row_bytes(), r.type, form_of(r.type), dot_of(kernels, r.type), end});

@@ -89,18 +89,20 @@ void runs_rows(const std::vector<Weight>& runs, int64_t r0, int64_t n, float* ou
   }
 }
 
-// rows x cols weights, row o given by row(o, float* out), quantized to
-// `type` at dst, rows split between the threads.
-template <class Row>
-void quantize_rows(WeightType type, int64_t rows, int64_t cols, uint8_t* dst, Row row) {
+// The parameter at `offset` (rows x cols) quantized to `type` at dst: each
+// thread widens chunks of its rows (GptLoader::rows_at) and quantizes them.
+void quantize_param(const GPT& m, int64_t offset, int64_t rows, int64_t cols, WeightType type, uint8_t* dst) {
+  constexpr int64_t kChunk = 64;  // rows widened at a time: the part lookup once for them
   const uint64_t row_bytes = weight_bytes(type, cols);
 #pragma omp parallel
   {
-    std::vector<float> x(static_cast<size_t>(cols));
+    std::vector<float> x(static_cast<size_t>(kChunk * cols));
 #pragma omp for schedule(static)
-    for (int64_t o = 0; o < rows; ++o) {
-      row(o, x.data());
-      quantize_row(type, x.data(), dst + static_cast<uint64_t>(o) * row_bytes, cols);
+    for (int64_t o0 = 0; o0 < rows; o0 += kChunk) {
+      const int64_t k = std::min(kChunk, rows - o0);
+      GptLoader::rows_at(m, offset, cols, o0, k, x.data());
+      for (int64_t o = 0; o < k; ++o)
+        quantize_row(type, x.data() + o * cols, dst + static_cast<uint64_t>(o0 + o) * row_bytes, cols);
     }
   }
 }
@@ -156,10 +158,10 @@ void GptLoader::quantize_matrices(GPT& m, WeightType type) {
   for (size_t i = 0; i < parts.size(); ++i) {
     const MatrixPart& p = parts[i];
     if (c.tied_head && p.offset == W.wte) continue;  // the table's, below
-    quantize_rows(type, p.rows, p.cols, owned.data() + at[i], [&](int64_t o, float* x) { rows_at(m, p.offset, p.cols, o, 1, x); });
+    quantize_param(m, p.offset, p.rows, p.cols, type, owned.data() + at[i]);
   }
   const int64_t C = c.embd;
-  quantize_rows(type, c.vocab, C, owned.data() + wte_at, [&](int64_t o, float* x) { rows_at(m, W.wte, C, o, 1, x); });
+  quantize_param(m, W.wte, c.vocab, C, type, owned.data() + wte_at);
   std::map<int64_t, std::vector<Weight>> runs;
   const Weight wte{type, c.vocab, C, owned.data() + wte_at};
   for (size_t i = 0; i < parts.size(); ++i) {
