@@ -111,7 +111,8 @@ runpy.run_path(convert, run_name="__main__")
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(SHAPES), help="comma-separated, from " + ", ".join(SHAPES))
-    p.add_argument("--dtypes", default="float32,bf16", help="comma-separated, from float32, bf16")
+    p.add_argument("--dtypes", default="float32,bf16",
+                   help="comma-separated, from float32, bf16, " + ", ".join(QUANTIZED) + " (the quantized ones need llama.cpp)")
     p.add_argument("--text", type=Path, default=ROOT.parent / "shared" / "data" / "tinyshakespeare.txt",
                    help="UTF-8 text for the tokenizers and the prompt (default ../shared/data/tinyshakespeare.txt)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="tokens of the prompt")

@@ -75,22 +75,29 @@ struct DotQ8_0 {
 };
 
 // Q4_0 · Q8_0: 16 bytes of nibbles, the low ones weights 0-15, the high
-// ones 16-31, each less 8; N rows against one x.
+// ones 16-31, each less 8; N rows against one x. The nibbles (0..15) go
+// into vpmaddubsw unsigned as they are, and the 8 comes off after: lane by
+// lane Σ (q - 8) x = Σ q x - 8 Σ x, the same int32 lanes as a signed
+// product's, with 8 Σ x worked out once per block for all N rows.
 struct DotQ4_0 {
   template <int N>
   static void run(const uint8_t* w, uint64_t stride, const uint8_t* x, int64_t K, float* out) {
-    const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+    const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i eights = _mm256_set1_epi8(8), nibble_shift = _mm256_setr_epi64x(0, 0, 4, 4);
     __m256 acc[N];
     for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < K / 32; ++i, w += 18, x += 34) {
       const __m256i xq = load32(x + 2);
+      const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, xq), ones);
       const float dx = scale_at(x);
       for (int r = 0; r < N; ++r) {
         const uint8_t* a = w + r * stride;
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2));
-        const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+        // The 16 bytes in both lanes; the high lane shifted to its high nibbles.
+        const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2)));
+        const __m256i q = _mm256_and_si256(_mm256_srlv_epi64(raw, nibble_shift), low4);
+        const __m256i qx = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones);
         const __m256 d = _mm256_set1_ps(scale_at(a) * dx);
-        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(_mm256_sub_epi8(q, eight), xq)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(qx, x8)), acc[r]);
       }
     }
     for (int r = 0; r < N; ++r) out[r] = hsum(acc[r]);
