@@ -9,7 +9,10 @@ each converted by llama.cpp's convert_hf_to_gguf.py to an F32 GGUF file.
 For each folder and mix: `qkv quantize` against `llama-quantize` on the
 converter's file, tensor by tensor (type and bytes); `qkv tokenize` against
 `llama-tokenize` on the converter's file; and qkv's logits on that file
-against transformers' on the folder. Nothing is timed.
+against transformers' on the folder. Then a Llama folder with a
+SentencePiece tokenizer.json (as transformers converts Llama 2's): the
+file `qkv quantize` writes of it tokenized by `llama-tokenize` as the
+folder's tokenizer does. Nothing is timed.
 
     python3 bench/arch_check.py --llama-convert .../convert_hf_to_gguf.py \\
         --llama-quantize .../llama-quantize --llama-tokenize .../llama-tokenize
@@ -68,6 +71,38 @@ def folders(tmp):
     return cases
 
 
+def sentencepiece_check(a, tmp):
+    """llama-tokenize's ids on qkv's GGUF file of a SentencePiece folder
+    against the folder's tokenizer (the tokenizers library), its spaces made
+    "▁" by the normalizer (as Llama 2's and TinyLlama's tokenizer.json) or by
+    a Metaspace pre-tokenizer (newer conversions, which put no "▁" in front
+    of a text that starts with a space, where SentencePiece and GGUF's
+    add_space_prefix always do: there SentencePiece's ids are expected)."""
+    from gguf_files import SpmVocab, hf_folder, llama_model
+    text = (ROOT.parent / "shared" / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")[:200_000]
+    vocab = SpmVocab(text, size=1000)
+    ok = True
+    for metaspace in (False, True):
+        tok = vocab.hf_tokenizer(metaspace=metaspace)
+        folder = hf_folder(llama_model(vocab), tok, tmp / f"spm{int(metaspace)}")
+        (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+        ours = tmp / f"spm{int(metaspace)}.q8_0.qkv.gguf"
+        run([a.qkv, "quantize", "--model", folder, "--type", "q8_0", "-o", ours, "--quiet"])
+        same = 0
+        for t in TEXTS:
+            want = vocab.encode(t) if metaspace and t.startswith(" ") else tok.encode(t).ids
+            theirs = json.loads(run([a.llama_tokenize, "-m", ours, "-p", t, "--ids", "--log-disable"]).strip()
+                                .splitlines()[-1])
+            same += theirs == want
+            if theirs != want:
+                print(f"  sentencepiece: {t!r}: llama.cpp {theirs}, expected {want}")
+        form = "a Metaspace pre-tokenizer" if metaspace else "the normalizer"
+        print(f"sentencepiece ({form}): llama-tokenize on qkv's file gives the folder's ids on {same} of "
+              f"{len(TEXTS)} texts")
+        ok = ok and same == len(TEXTS)
+    return ok
+
+
 def run(args, **kw):
     r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
     if r.returncode != 0:
@@ -124,6 +159,7 @@ def main():
             ok = ok and diff < 1e-4
             print(f"{name}: llama-tokenize's ids on {same} of {len(TEXTS)} texts; logits of the converter's F32 "
                   f"file against transformers over {len(ids)} tokens: max |diff| {diff:.2e}")
+        ok = sentencepiece_check(a, tmp) and ok
     print("| model | mix | tensors | same type | same bytes |")
     print("|---|---|---:|---:|---:|")
     for row in rows:

@@ -74,9 +74,12 @@ class QKV_API BpeTokenizer {
   static BpeTokenizer from_gguf(const GgufFile& file);
   /// The tokenizer.ggml.* metadata of this tokenizer, padded with unused
   /// tokens ("[PAD<id>]") to `vocab` ids, what from_gguf reads back as the
-  /// same tokenizer: a byte-level BPE with GPT-2's or Llama 3's split, no
-  /// normalizer, and a post-processor that adds at most bos in front and eos
-  /// at the end. Any other is a qkv::Error naming what GGUF cannot say.
+  /// same tokenizer: a byte-level BPE with GPT-2's, SmolLM's, Llama 3's or
+  /// Qwen2's split and no normalizer (GGUF's "gpt2" model), or a
+  /// SentencePiece BPE with byte fallback as transformers converts Llama 2's,
+  /// TinyLlama's or Mistral's (GGUF's "llama": a score for each piece instead
+  /// of merges); a post-processor that adds at most bos in front and eos at
+  /// the end. Any other is a qkv::Error naming what GGUF cannot say.
   std::vector<std::pair<std::string, GgufValue>> gguf_metadata(int64_t vocab) const;
 
   /// The ids of UTF-8 text: added tokens first, then each stretch between

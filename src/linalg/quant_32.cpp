@@ -21,6 +21,18 @@ int clamp_to(float v, int lo, int hi) {
   return std::isnan(v) ? 0 : static_cast<int>(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi)));
 }
 
+// The block's weight of largest magnitude, with its sign (the first, on a
+// tie): Q4_0's and Q5_0's scale maps it to the lowest level, as ggml's.
+float largest_magnitude(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j)
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max;
+}
+
 }  // namespace
 
 // Q8_0, 34 bytes, 8.5 bits per weight:
@@ -74,13 +86,7 @@ void dequantize_q4_0(const void* blocks, float* out, int64_t n) {
 void quantize_q4_0(const float* x, void* blocks, int64_t n) {
   auto* b = static_cast<uint8_t*>(blocks);
   for (int64_t i = 0; i < n / 32; ++i, b += 18, x += 32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    const float d = max / -8;
+    const float d = largest_magnitude(x) / -8;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16(b, half_from_float(d));
     auto q = [&](int j) { return clamp_to(std::trunc(x[j] * id + 8.5f), 0, 15); };
@@ -129,13 +135,7 @@ void dequantize_q5_0(const void* blocks, float* out, int64_t n) {
 void quantize_q5_0(const float* x, void* blocks, int64_t n) {
   auto* b = static_cast<uint8_t*>(blocks);
   for (int64_t i = 0; i < n / 32; ++i, b += 22, x += 32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    const float d = max / -16;
+    const float d = largest_magnitude(x) / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16(b, half_from_float(d));
     int q[32];

@@ -111,6 +111,31 @@ class SpmVocab:
             out += [ids[p]] if p in ids else [ids[f"<0x{b:02X}>"] for b in p.encode()]
         return out
 
+    def hf_tokenizer(self, metaspace=False, byte_fallback=True):
+        """The tokenizer.json transformers makes of such a vocabulary (as of
+        Llama 2's or TinyLlama's tokenizer.model): BPE whose merges are every
+        split of each piece into two pieces, by the piece's score; spaces as
+        "▁" by the normalizer or (newer conversions) a Metaspace
+        pre-tokenizer that does not split; <s> in front."""
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+        ids = {p: i for i, p in enumerate(self.tokens)}
+        merges = []
+        for i in sorted(range(len(self.tokens)), key=lambda i: -self.scores[i]):
+            p = self.tokens[i]
+            merges += sorted(((p[:k], p[k:]) for k in range(1, len(p)) if p[:k] in ids and p[k:] in ids),
+                             key=lambda lr: (ids[lr[0]], ids[lr[1]]))
+        t = Tokenizer(models.BPE(vocab=ids, merges=merges, unk_token="<unk>", byte_fallback=byte_fallback,
+                                 fuse_unk=True))
+        if metaspace:
+            t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        else:
+            t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        t.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)])
+        t.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+        t.add_special_tokens(["<unk>", "<s>", "</s>"])
+        return t
+
 
 def permute(w, n_head):
     """LlamaModel.permute of convert_hf_to_gguf.py: each head's rows from

@@ -10,8 +10,8 @@ import pytest
 import qkv
 
 from gpt2_folders import EOT, qwen2_tokenizer, run_qkv
-from gguf_files import gpt2_gguf, gpt2_model, hf_folder, llama3_rope_factors, llama3_tokenizer, llama_gguf, llama_model
-from test_gguf_models import ACTIVATION_TOLERANCE, PROMPTS
+from gguf_files import SpmVocab, gpt2_gguf, gpt2_model, hf_folder, llama3_rope_factors, llama3_tokenizer, llama_gguf, llama_model
+from test_gguf_models import ACTIVATION_TOLERANCE, PROMPTS, SHAKESPEARE, SPM_TEXTS
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -280,3 +280,51 @@ def test_models_gguf_cannot_describe_are_refused(gpt2_tok, tmp_path):
     assert r.returncode == 0, r.stderr
     r = run_qkv("quantize", "--model", chars, "--type", "q8_0", "-o", tmp_path / "m.gguf")
     assert r.returncode == 1 and "character-level" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("metaspace", [False, True])
+def test_a_sentencepiece_folder_gets_gguf_llama_tokenizer(metaspace, tmp_path):
+    # A Llama 2 / TinyLlama / Mistral folder: its tokenizer.json (SentencePiece
+    # BPE as transformers converts it) becomes GGUF's "llama" model, a score
+    # for each piece, which llama.cpp's algorithm (SpmVocab.encode) and qkv
+    # tokenize as the folder's tokenizer does.
+    text = open(SHAKESPEARE, encoding="utf-8").read()[:200_000] if SHAKESPEARE.exists() else " ".join(PROMPTS) * 50
+    vocab = SpmVocab(text)
+    tok = vocab.hf_tokenizer(metaspace=metaspace)
+    texts = SPM_TEXTS + PROMPTS
+    # The folder's ids, as SentencePiece's: but a Metaspace pre-tokenizer puts
+    # no "▁" in front of a text that starts with a space, where SentencePiece
+    # (and so GGUF's add_space_prefix, as llama.cpp's converter writes it too)
+    # always does.
+    want = {t: vocab.encode(t) if metaspace and t.startswith(" ") else tok.encode(t).ids for t in texts}
+    assert all(want[t] == vocab.encode(t) for t in texts)
+    folder = hf_folder(llama_model(vocab), tok, tmp_path / "folder")
+    (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    out = tmp_path / "m.gguf"
+    quantize_cli(folder, out, "q8_0")
+    fields = gguf.GGUFReader(out).fields
+    assert fields["tokenizer.ggml.model"].contents() == "llama"
+    assert fields["tokenizer.ggml.tokens"].contents() == vocab.tokens
+    assert fields["tokenizer.ggml.token_type"].contents() == vocab.types
+    assert fields["tokenizer.ggml.add_space_prefix"].contents() is True
+    assert fields["tokenizer.ggml.bos_token_id"].contents() == 1
+    assert "tokenizer.ggml.merges" not in fields
+    # llama.cpp's algorithm on the file's pieces and scores gives the folder's ids
+    written = SpmVocab.__new__(SpmVocab)
+    written.tokens, written.scores = vocab.tokens, fields["tokenizer.ggml.scores"].contents()
+    m = qkv.Model.load(out)
+    for t in texts:
+        assert written.encode(t) == want[t], t
+        assert m.tokenize(t) == want[t], t
+        assert m.decode(want[t][1:]) == t, t
+
+
+def test_a_sentencepiece_folder_without_byte_fallback_is_refused(tmp_path):
+    # llama.cpp's SentencePiece falls back to byte pieces; a tokenizer that
+    # gives <unk> instead would tokenize differently there.
+    vocab = SpmVocab(" ".join(PROMPTS) * 50)
+    folder = hf_folder(llama_model(vocab), vocab.hf_tokenizer(byte_fallback=False), tmp_path / "folder")
+    (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    r = run_qkv("quantize", "--model", folder, "--type", "q8_0", "-o", tmp_path / "m.gguf")
+    assert r.returncode == 1 and "SentencePiece BPE with byte fallback" in r.stderr, r.stderr
+    assert not (tmp_path / "m.gguf").exists()
