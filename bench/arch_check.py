@@ -84,8 +84,7 @@ def sentencepiece_check(a, tmp):
     ok = True
     for metaspace in (False, True):
         tok = vocab.hf_tokenizer(metaspace=metaspace)
-        folder = hf_folder(llama_model(vocab), tok, tmp / f"spm{int(metaspace)}")
-        (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+        folder = hf_folder(llama_model(vocab), tok, tmp / f"spm{int(metaspace)}", bos="<s>", eos="</s>")
         ours = tmp / f"spm{int(metaspace)}.q8_0.qkv.gguf"
         run([a.qkv, "quantize", "--model", folder, "--type", "q8_0", "-o", ours, "--quiet"])
         same = 0

@@ -317,14 +317,15 @@ def gpt2_model(tok, seed=0):
 
 
 
-def hf_folder(model, tok, path, dtype="float32"):
-    """`model` saved as a Hugging Face folder (its weights in `dtype`) with `tok`."""
+def hf_folder(model, tok, path, dtype="float32", bos=EOT, eos=EOT):
+    """`model` saved as a Hugging Face folder (its weights in `dtype`) with
+    `tok`, whose special tokens tokenizer_config.json names `bos` and `eos`."""
     import safetensors.torch as st
     model.save_pretrained(path, safe_serialization=True)
     tensors = {k: v.to(getattr(torch, dtype)) for k, v in st.load_file(path / "model.safetensors").items()}
     st.save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": EOT, "eos_token": EOT}))
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": bos, "eos_token": eos}))
     return path
 
 

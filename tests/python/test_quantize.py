@@ -298,8 +298,7 @@ def test_a_sentencepiece_folder_gets_gguf_llama_tokenizer(metaspace, tmp_path):
     # always does.
     want = {t: vocab.encode(t) if metaspace and t.startswith(" ") else tok.encode(t).ids for t in texts}
     assert all(want[t] == vocab.encode(t) for t in texts)
-    folder = hf_folder(llama_model(vocab), tok, tmp_path / "folder")
-    (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    folder = hf_folder(llama_model(vocab), tok, tmp_path / "folder", bos="<s>", eos="</s>")
     out = tmp_path / "m.gguf"
     quantize_cli(folder, out, "q8_0")
     fields = gguf.GGUFReader(out).fields
@@ -323,8 +322,8 @@ def test_a_sentencepiece_folder_without_byte_fallback_is_refused(tmp_path):
     # llama.cpp's SentencePiece falls back to byte pieces; a tokenizer that
     # gives <unk> instead would tokenize differently there.
     vocab = SpmVocab(" ".join(PROMPTS) * 50)
-    folder = hf_folder(llama_model(vocab), vocab.hf_tokenizer(byte_fallback=False), tmp_path / "folder")
-    (folder / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    folder = hf_folder(llama_model(vocab), vocab.hf_tokenizer(byte_fallback=False), tmp_path / "folder",
+                       bos="<s>", eos="</s>")
     r = run_qkv("quantize", "--model", folder, "--type", "q8_0", "-o", tmp_path / "m.gguf")
     assert r.returncode == 1 and "SentencePiece BPE with byte fallback" in r.stderr, r.stderr
     assert not (tmp_path / "m.gguf").exists()

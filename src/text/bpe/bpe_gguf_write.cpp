@@ -80,21 +80,18 @@ std::vector<std::string> ranked_merges(const BpeTokenizer::Impl& t) {
   return merges;
 }
 
-// A SentencePiece score for each piece: SentencePiece merges the adjacent
-// pair whose union scores highest, BPE the pair of lowest rank, so a piece
-// scores minus the rank of the first merge that makes it (less one: 0 is
-// left to the pieces nothing makes, the special, unknown and byte pieces,
-// as SentencePiece scores them). A normal piece that no merge makes, a
-// single character, scores below every merge: SentencePiece never makes a
-// character from two, and nothing else is such a piece in a vocabulary
-// that BPE or SentencePiece trained.
-std::vector<double> spm_scores(const BpeTokenizer::Impl& t, int64_t vocab) {
+// A SentencePiece score for each piece of the types written: SentencePiece
+// merges the adjacent pair whose union scores highest, BPE the pair of
+// lowest rank, so a piece scores minus the rank of the first merge that
+// makes it (less one: 0 is left to the pieces that are not NORMAL, the
+// special, unknown, byte and unused ones, as SentencePiece scores them). A
+// NORMAL piece that no merge makes, a single character, scores below every
+// merge: SentencePiece never makes a character from two, and nothing else
+// is such a piece in a vocabulary that BPE or SentencePiece trained.
+std::vector<double> spm_scores(const BpeTokenizer::Impl& t, const std::vector<int64_t>& types) {
   const auto last = -1.0 - static_cast<double>(t.model.merges.size());
-  std::vector<double> scores(static_cast<size_t>(vocab), 0.0);
-  for (size_t id = 0; id < t.tokens.size(); ++id)
-    if (t.assigned[id] && !t.special[id] && static_cast<int32_t>(id) != t.model.unk && bpe::fallback_byte(t.tokens[id]) < 0)
-      scores[id] = last;
-  for (const bpe::AddedToken& a : t.added) scores[static_cast<size_t>(a.id)] = 0.0;
+  std::vector<double> scores(types.size());
+  for (size_t id = 0; id < types.size(); ++id) scores[id] = types[id] == kNormal ? last : 0.0;
   for (const auto& [pair, rank_id] : t.model.merges) {
     const auto [rank, id] = rank_id;
     scores[static_cast<size_t>(id)] = std::max(scores[static_cast<size_t>(id)], -1.0 - rank);
@@ -136,7 +133,7 @@ std::vector<std::pair<std::string, GgufValue>> BpeTokenizer::gguf_metadata(int64
   out.emplace_back("tokenizer.ggml.model", GgufValue::string(spm ? "llama" : "gpt2"));
   if (!spm) out.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre));
   out.emplace_back("tokenizer.ggml.tokens", GgufValue::strings(std::move(tokens)));
-  if (spm) out.emplace_back("tokenizer.ggml.scores", GgufValue::f32s(spm_scores(t, vocab)));
+  if (spm) out.emplace_back("tokenizer.ggml.scores", GgufValue::f32s(spm_scores(t, types)));
   out.emplace_back("tokenizer.ggml.token_type", GgufValue::i32s(std::move(types)));
   if (spm) {
     out.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(space_prefix));
