@@ -202,6 +202,25 @@ TEST_P(WeightMatmul, SameBitsForAnyThreadCount) {
   omp_set_num_threads(before);
 }
 
+// The first row of x reads the weight rows one a call, the later rows four
+// a call: row i's outputs are the bits it gets alone, whatever its place.
+TEST_P(WeightMatmul, EachRowOfXGetsTheBitsItGetsAlone) {
+  std::mt19937 gen(17);
+  const int64_t K = 512, N = 131, M = 9;
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+    const Weight w{t, N, K, bytes.data()};
+    const std::vector<float> x = random_x(M, K, gen);
+    std::vector<float> all(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+    qkv::weight_matmul(all.data(), x.data(), M, K, {&w, 1}, nullptr);
+    for (int64_t i = 0; i < M; ++i) {
+      qkv::weight_matmul(alone.data(), x.data() + i * K, 1, K, {&w, 1}, nullptr);
+      ASSERT_EQ(0, std::memcmp(alone.data(), all.data() + i * N, alone.size() * sizeof(float)))
+          << qkv::weight_type_info(t).name << ", row " << i << " of x";
+    }
+  }
+}
+
 // q, k and v of a Q4_K_M file are three tensors, of two types: one matrix.
 TEST_P(WeightMatmul, RunsOfMixedTypesAreOneMatrix) {
   std::mt19937 gen(14);

@@ -37,9 +37,9 @@ void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K);
 // activation format at x (Q8_0 blocks, or BlockQ8K): out[r]. Where x has
 // many rows, each weight row is read from cache once per row of x: taking
 // several weight rows a call shares x's loads and its scale between them,
-// and their sums run in independent chains. A decode step's one row of x
-// reads each weight row from memory once, one row a call (weight_matmul.cpp
-// says why). Each row's sum is the same whatever n.
+// and their sums run in independent chains. The first row of x reads each
+// weight row from memory, one row a call (weight_matmul.cpp says why).
+// Each row's sum is the same whatever n.
 constexpr int kDotRows = 4;
 using DotFn = void (*)(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K, float* out);
 

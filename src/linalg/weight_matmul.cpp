@@ -132,17 +132,6 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
     runs.push_back({static_cast<const uint8_t*>(r.data), r.row_bytes(), r.type, form_of(r.type), dot_of(kernels, r.type), end});
   }
   constexpr int64_t kTile = linalg::kDotRows;  // weight rows a thread takes at a time
-  // Up to this many rows of x (a decode step's one), the dots read the
-  // tile's rows one after another: the thread's rows are then one stream
-  // of lines, which the hardware prefetcher follows well. Reading four
-  // rows together (sharing x's loads, four chains) makes four short
-  // streams it follows poorly: 1.17-1.21x slower decode of TinyLlama's
-  // Q8_0 and Q4_0 files, even with the next tile prefetched by hand (AMD
-  // EPYC Zen 3). With more rows of x the tile, read once, stays in cache
-  // for all of them, and the dots' own speed counts.
-  constexpr int64_t kStreamRowsMax = 8;
-  const int rows_a_dot = M <= kStreamRowsMax ? 1 : static_cast<int>(kTile);
-
 #pragma omp parallel if (!omp_in_parallel())
   {
 #pragma omp for schedule(static)
@@ -172,8 +161,17 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
           case XForm::q8_0:
           case XForm::q8_k: {
             const void* xi = run.form == XForm::q8_0 ? static_cast<const void*>(xq8_0 + i * q8_0_row) : xq8_k + i * q8_k_row;
+            // x's first row reads the tile from memory one row after another:
+            // the thread's rows are then one stream of lines, which the
+            // hardware prefetcher follows well (with the dots' prefetch
+            // ahead). Reading four rows together makes four short streams it
+            // follows poorly: 1.17-1.21x slower decode of TinyLlama's Q8_0
+            // and Q4_0 files, even with the next tile prefetched by hand (AMD
+            // EPYC Zen 3). The later rows of x find the tile in cache, where
+            // four rows a call share x's loads and run four chains.
+            const int64_t rows_a_dot = i == 0 ? 1 : kTile;
             for (int64_t u = 0; u < n; u += rows_a_dot)
-              run.dot(rows + u * run.stride, run.stride, static_cast<int>(std::min<int64_t>(rows_a_dot, n - u)), xi, K, o + u);
+              run.dot(rows + u * run.stride, run.stride, static_cast<int>(std::min(rows_a_dot, n - u)), xi, K, o + u);
             break;
           }
           case XForm::f32:

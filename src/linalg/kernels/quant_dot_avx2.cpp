@@ -5,7 +5,7 @@
 // int16 (never saturating: at most 2 · 128 · 127), vpmaddwd adds those
 // pairs to int32 (times a sub-block's scale, for the K-quants). A block's
 // eight int32 lanes then scale by its float scale into eight float32
-// accumulators, summed across at the end: another order than the scalar
+// accumulators (four for Q4_K's and Q5_K's mins), summed across at the end: another order than the scalar
 // path's, within the same bound (qkv/weight.h).
 #include <immintrin.h>
 
@@ -50,11 +50,12 @@ float scale_at(const uint8_t* p) {
 // further on (the rows are contiguous: past a row's end, the next row's);
 // 1536 was the best of 512 to 4096, decoding TinyLlama's Q8_0, Q4_0 and
 // Q4_K_M files 1.10-1.20x faster (AMD EPYC Zen 3, 2 threads). A prefetch
-// never faults, past the end of the weights included.
+// never faults, past the end of the weights included (its address is
+// made as an integer, not as a pointer past them).
 constexpr int kAhead = 1536;
 template <int kBytes>
 void prefetch_ahead(const uint8_t* block) {
-  for (int b = 0; b < kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(block + kAhead + b), _MM_HINT_T0);
+  for (int b = 0; b < kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(block) + kAhead + b), _MM_HINT_T0);
 }
 
 // A DotFn of a kernel that takes N = 1..4 rows as a template argument.
@@ -76,7 +77,7 @@ struct DotQ8_0 {
     __m256 acc[N];
     for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < K / 32; ++i, w += 34, x += 34) {
-      if constexpr (N == 1) prefetch_ahead<34>(w);  // rows together only where x has many rows, in cache
+      if constexpr (N == 1) prefetch_ahead<34>(w);  // one row a call: the one streaming from memory
       const __m256i xq = load32(x + 2);
       const float dx = scale_at(x);
       for (int r = 0; r < N; ++r) {
@@ -102,7 +103,7 @@ struct DotQ4_0 {
     __m256 acc[N];
     for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < K / 32; ++i, w += 18, x += 34) {
-      if constexpr (N == 1) prefetch_ahead<18>(w);  // rows together only where x has many rows, in cache
+      if constexpr (N == 1) prefetch_ahead<18>(w);  // one row a call: the one streaming from memory
       const __m256i xq = load32(x + 2);
       const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, xq), ones);
       const float dx = scale_at(x);
@@ -193,7 +194,7 @@ __m256i pick16(int lo, int hi) {
 // Q4_K and Q5_K · Q8_K: chunk c of 32 bytes holds sub-block 2c in its low
 // nibbles and 2c + 1 in its high ones; sc scales each sub-block's sum in
 // vpmaddwd. The mins' part, Σ_j m_j (bsums[2j] + bsums[2j + 1]), is four
-// int32 lanes, scaled by dmin into accumulators of their own.
+// int32 lanes, scaled by dmin into four accumulators of their own.
 template <bool kFifthBit>
 float dot_q45_k(const void* w, const void* x, int64_t K) {
   constexpr int kBytes = kFifthBit ? 176 : 144, kQs = kFifthBit ? 48 : 16;
