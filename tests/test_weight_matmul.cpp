@@ -16,6 +16,7 @@
 
 #include "isa_fixture.h"
 #include "linalg/half.h"
+#include "linalg/quant_dot.h"
 #include "qkv/error.h"
 #include "qkv/weight.h"
 
@@ -134,12 +135,14 @@ std::vector<float> random_x(int64_t M, int64_t K, std::mt19937& gen) {
 class WeightMatmul : public qkv::test::OnIsa {};
 
 // Every type, every shape class: 1 row (a decoded token), few, many; a
-// K of one block, of several; N not a multiple of the threads' tiles.
+// K of one block, of several, of an odd number (the kernels that take two
+// blocks a step end on one); N not a multiple of the threads' tiles.
 TEST_P(WeightMatmul, WithinTheBoundOfTheDequantizedProduct) {
   std::mt19937 gen(11);
   for (WeightType t : kTypes)
-    for (int64_t K : {256, 512, 1024})
+    for (int64_t K : {32, 96, 256, 512, 800, 1024})
       for (int64_t M : {1, 3, 19}) {
+        if (K % qkv::weight_type_info(t).block) continue;
         const int64_t N = 37;
         const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
         const Weight w{t, N, K, bytes.data()};
@@ -280,6 +283,20 @@ TEST_P(WeightMatmul, DequantizedRowsAreTheReferenceBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, WeightMatmul, ::testing::ValuesIn(qkv::all_isas()), qkv::test::isa_test_name);
+
+// The tests above run each path's kernels: from avx512 up on a CPU with
+// AVX512-VNNI those are its own (skipped by name on a CPU without it),
+// below avx512 AVX2's, so that each set is checked where the CPU has it.
+TEST(WeightMatmulKernels, Avx512VnniFromTheAvx512PathUp) {
+  if (!qkv::cpu_has(qkv::CpuFeature::avx512_vnni)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+  const qkv::Isa before = qkv::active_isa();
+  for (qkv::Isa isa : qkv::available_isas()) {
+    qkv::set_isa(isa);
+    EXPECT_STREQ(qkv::linalg::dot_kernels_name(), isa >= qkv::Isa::avx512 ? "avx512vnni" : isa == qkv::Isa::avx2 ? "avx2" : "scalar")
+        << qkv::isa_name(isa);
+  }
+  qkv::set_isa(before);
+}
 
 TEST(WeightMatmulChecks, RefusesSizesItCannotRun) {
   std::vector<uint8_t> bytes(qkv::weight_bytes(WeightType::q4_k, 2 * 256));

@@ -44,6 +44,20 @@ QKV_API Isa active_isa();
 /// Forces a path; throws qkv::Error if the CPU cannot run it.
 QKV_API void set_isa(Isa isa);
 
+/// Instruction-set extensions that kernels take beside a path, where the
+/// active path has the registers they need: the ISA is a set of features,
+/// not only the ladder above (a CPU may have AVX512-VNNI without
+/// AVX512-BF16, as Ice Lake and Cascade Lake do).
+///   avx512_vnni: vpdpbusd and vpdpwssd, the quantized weights' integer dot
+///                products (qkv/weight.h) from the avx512 path up.
+enum class CpuFeature { avx512_vnni };
+
+/// "avx512_vnni".
+QKV_API const char* feature_name(CpuFeature f);
+/// True if this CPU (and OS) has `f`: the feature's CPUID bit, with the
+/// register state of the path it runs on.
+QKV_API bool cpu_has(CpuFeature f);
+
 /// Threads used when an option asks for 0 ("all"): the number of cores
 /// OpenMP sees (OMP_NUM_THREADS is honoured), or a ThreadScope's count.
 QKV_API int default_threads();

@@ -23,8 +23,9 @@
 ///
 /// Threads: the caller's OpenMP threads share the N outputs of each row in
 /// fixed ranges, each output one thread's whole sum: the same bits for any
-/// thread count and any M. The path (scalar, or AVX2 on every CPU from avx2
-/// up) is active_isa()'s (qkv/runtime.h); the paths sum in different orders.
+/// thread count and any M. The path is active_isa()'s (qkv/runtime.h):
+/// scalar, AVX2 from avx2 up, AVX512-VNNI from avx512 up where the CPU has
+/// it (cpu_has(CpuFeature::avx512_vnni)); the paths sum in different orders.
 #pragma once
 
 #include <cstdint>

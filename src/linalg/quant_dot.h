@@ -62,8 +62,13 @@ struct DotKernels {
 };
 extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64
 extern const DotKernels dot_avx2;    // kernels/quant_dot_avx2.cpp: AVX2 and FMA
+// kernels/quant_dot_avx512vnni.cpp: AVX-512 with VNNI; a null entry is AVX2's.
+extern const DotKernels dot_avx512vnni;
 
-// The dots of active_isa()'s path: AVX2's from avx2 up.
+// The dots of active_isa()'s path: AVX512-VNNI's (with AVX2's where it has
+// none) from avx512 up on a CPU with AVX512-VNNI, else AVX2's from avx2 up.
 const DotKernels& dot_kernels();
+// Its name: "avx512vnni", "avx2" or "scalar".
+const char* dot_kernels_name();
 
 }  // namespace qkv::linalg

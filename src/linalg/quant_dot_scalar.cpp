@@ -169,6 +169,33 @@ const DotKernels dot_scalar = {each_row<dot_q8_0>,
                                nullptr,
                                nullptr};
 
-const DotKernels& dot_kernels() { return active_isa() == Isa::scalar ? dot_scalar : dot_avx2; }
+namespace {
+
+// `fast`, its null entries taken from `base`.
+DotKernels over(const DotKernels& fast, const DotKernels& base) {
+  DotKernels k = fast;
+  for (DotFn DotKernels::*f : {&DotKernels::q8_0, &DotKernels::q4_0, &DotKernels::q5_0, &DotKernels::q5_1,
+                               &DotKernels::q4_k, &DotKernels::q5_k, &DotKernels::q6_k})
+    if (!(k.*f)) k.*f = base.*f;
+  for (DequantFn DotKernels::*f : {&DotKernels::dequantize_q8_0, &DotKernels::dequantize_q4_0, &DotKernels::dequantize_q4_k,
+                                   &DotKernels::dequantize_q5_k, &DotKernels::dequantize_q6_k})
+    if (!(k.*f)) k.*f = base.*f;
+  return k;
+}
+
+bool vnni_active() { return active_isa() >= Isa::avx512 && cpu_has(CpuFeature::avx512_vnni); }
+
+}  // namespace
+
+const DotKernels& dot_kernels() {
+  static const DotKernels vnni = over(dot_avx512vnni, dot_avx2);
+  if (vnni_active()) return vnni;
+  return active_isa() == Isa::scalar ? dot_scalar : dot_avx2;
+}
+
+const char* dot_kernels_name() {
+  if (vnni_active()) return "avx512vnni";
+  return active_isa() == Isa::scalar ? "scalar" : "avx2";
+}
 
 }  // namespace qkv::linalg

@@ -63,6 +63,15 @@ bool amx_usable() {
   return usable;
 }
 
+// AVX512-VNNI: CPUID leaf 7 subleaf 0, ECX bit 11 (libgcc 12 knows it as
+// "avx512vnni"; read here beside the other CPUID bits).
+bool cpuid_avx512_vnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  return (c >> 11) & 1u;
+}
+
 bool cpu_can_run(Isa isa) {
   // libgcc's __builtin_cpu_supports also checks (via XGETBV) that the OS
   // saves the wide registers, so "avx512f" here means usable, not just present.
@@ -116,6 +125,25 @@ const char* isa_name(Isa isa) {
     case Isa::amx: return "amx";
   }
   return "?";
+}
+
+const char* feature_name(CpuFeature f) {
+  switch (f) {
+    case CpuFeature::avx512_vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+bool cpu_has(CpuFeature f) {
+  switch (f) {
+    case CpuFeature::avx512_vnni: {
+      // Read once: CPUID traps to the hypervisor in a VM, and the quantized
+      // products ask on every call.
+      static const bool has = cpu_can_run(Isa::avx512) && cpuid_avx512_vnni();
+      return has;
+    }
+  }
+  return false;
 }
 
 std::optional<Isa> parse_isa(const std::string& s) {

@@ -13,61 +13,16 @@
 #include <cstring>
 
 #include "linalg/half.h"
-#include "linalg/k_scales.h"
+#include "linalg/kernels/quant_dot_x86.h"
 #include "linalg/quant_dot.h"
 
 namespace qkv::linalg {
 namespace {
 
-float hsum(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-float hsum(__m256 v) { return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); }
-
-__m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-__m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
 // Σ w x of 32 signed bytes each, as eight int32 lanes (w > -128 or x > -128).
 __m256i dot_i8(__m256i w, __m256i x) {
   const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
   return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-// The f16 scale at p as float32: F16C's conversion, exact, as the
-// reference's half_to_float (the avx2 path requires F16C).
-float scale_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return _cvtsh_ss(h);
-}
-
-// A decode step's dots read one weight row after another, the thread's
-// rows one stream of lines (linalg/weight_matmul.cpp). The hardware
-// prefetcher follows it, but too close: the loads of every block still
-// waited on memory. Each block therefore asks for the lines kAhead bytes
-// further on (the rows are contiguous: past a row's end, the next row's);
-// 1536 was the best of 512 to 4096, decoding TinyLlama's Q8_0, Q4_0 and
-// Q4_K_M files 1.10-1.20x faster (AMD EPYC Zen 3, 2 threads). A prefetch
-// never faults, past the end of the weights included (its address is
-// made as an integer, not as a pointer past them).
-constexpr int kAhead = 1536;
-template <int kBytes>
-void prefetch_ahead(const uint8_t* block) {
-  for (int b = 0; b < kBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(block) + kAhead + b), _MM_HINT_T0);
-}
-
-// A DotFn of a kernel that takes N = 1..4 rows as a template argument.
-template <class Kernel>
-void dot_rows(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K, float* out) {
-  const auto* b = static_cast<const uint8_t*>(x);
-  switch (n) {
-    case 4: Kernel::template run<4>(w, stride, b, K, out); return;
-    case 3: Kernel::template run<3>(w, stride, b, K, out); return;
-    case 2: Kernel::template run<2>(w, stride, b, K, out); return;
-    default: Kernel::template run<1>(w, stride, b, K, out); return;
-  }
 }
 
 // Q8_0 · Q8_0 (block: f16 d, then 32 int8), N rows against one x, a chain each.
@@ -169,19 +124,6 @@ __m256i fifth_bit(__m256i qh, int j) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
 }
 
-// Q4_K's and Q5_K's 12 bytes of scales (linalg/k_scales.h) as two words
-// of four bytes each for the scales, and two for the mins: byte j of
-// sc[j / 4] is sub-block j's sc, byte j of m[j / 4] its m.
-struct Scales8 {
-  uint32_t sc[2], m[2];
-};
-Scales8 unpack_scales(const uint8_t* s) {
-  uint32_t u[3];
-  std::memcpy(u, s, sizeof u);
-  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  return {{u[0] & k6, (u[2] & k4) | ((u[0] >> 6) & k2) << 4}, {u[1] & k6, ((u[2] >> 4) & k4) | ((u[1] >> 6) & k2) << 4}};
-}
-
 // vpshufb's mask that copies int16 element lo of the low 128-bit lane to
 // all of that lane, and element hi of the high lane to all of that one: a
 // sub-block's scale beside its 16 or 32 products, in one instruction
@@ -205,13 +147,7 @@ float dot_q45_k(const void* w, const void* x, int64_t K) {
   __m128 macc = _mm_setzero_ps();
   for (int64_t i = 0; i < K / 256; ++i, a += kBytes, ++y) {
     prefetch_ahead<kBytes>(a);
-    const Scales8 s = unpack_scales(a + 4);
-    // int16 lanes: the eight scales, then the eight mins.
-    const __m256i sc_m = _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(s.m[1]), static_cast<int>(s.m[0]),
-                                                            static_cast<int>(s.sc[1]), static_cast<int>(s.sc[0])));
-    const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums)),
-                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums + 8)));
-    const __m128i msum = _mm_madd_epi16(_mm256_extracti128_si256(sc_m, 1), pairs);
+    const auto [sc_m, msum] = scales_and_mins(a, y);
     const __m256i scales = _mm256_permute2x128_si256(sc_m, sc_m, 0x00);  // in both lanes
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kFifthBit) qh = load32(a + 16);
