@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""One qkv binary's SIMD paths on quantized GGUF files, alternated round by round.
+"""One qkv binary's kernels on quantized GGUF files, alternated round by round.
 
-For the quantized products' kernels (AVX2's against AVX512-VNNI's, picked by
-QKV_ISA): each round runs, per file and per path, a greedy `qkv sample` of
---tokens tokens after a short prompt (decode), then a one-token sample after
-the first --prompt-chars characters of --text (prefill). Prints each path's
-median seconds per command and the ratio to the first path, from the one run.
+For the quantized products' kernels: each contender is a setting of the
+environment (QKV_ISA picks a path, QKV_DISABLE=avx512_vnni turns the VNNI
+kernels off on it). Each round runs, per file and per contender, a greedy
+`qkv sample` of --tokens tokens after a short prompt (decode), then a
+one-token sample after the first --prompt-chars characters of --text
+(prefill). Prints each contender's median seconds per command and the first
+one's over it, from the one run.
 
-    python3 bench/quant_paths.py build/release/qkv MODEL.q8_0.gguf MODEL.q4_k_m.gguf \\
-        --isas avx2,avx512bf16
+    python3 bench/quant_paths.py build/release/qkv MODEL.q8_0.gguf MODEL.q4_k_m.gguf
 """
 import argparse
 import os
@@ -20,11 +21,14 @@ import time
 from binding import bind_threads, run_on_all_cpus
 
 
-def seconds(binary, isa, args):
-    """Wall seconds of one `qkv sample` on the path `isa`."""
+def seconds(binary, setting, args):
+    """Wall seconds of one `qkv sample` with the environment `setting`."""
+    env = dict(os.environ)
+    for pair in setting.split():
+        name, _, value = pair.partition("=")
+        env[name] = value
     start = time.perf_counter()
-    run_on_all_cpus([binary, "sample", *args, "--temperature", "0"], check=True, capture_output=True,
-                    env=dict(os.environ, QKV_ISA=isa))
+    run_on_all_cpus([binary, "sample", *args, "--temperature", "0"], check=True, capture_output=True, env=env)
     return time.perf_counter() - start
 
 
@@ -32,7 +36,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="the qkv binary")
     ap.add_argument("files", nargs="+", help="GGUF files")
-    ap.add_argument("--isas", default="avx2,avx512bf16", help="comma-separated QKV_ISA paths, the baseline first")
+    ap.add_argument("--contenders", default="QKV_ISA=avx512 QKV_DISABLE=avx512_vnni;QKV_ISA=avx512",
+                    help="';'-separated settings of the environment, the baseline first")
     ap.add_argument("--tokens", type=int, default=128, help="tokens decoded after a short prompt")
     ap.add_argument("--text", default=str(pathlib.Path(__file__).resolve().parents[2] / "shared/data/tinyshakespeare.txt"),
                     help="text whose start is the prefill's prompt")
@@ -42,7 +47,7 @@ def main():
     a = ap.parse_args()
     if a.rounds < 5:
         sys.exit("quant_paths.py: --rounds: expected at least 5")
-    isas = a.isas.split(",")
+    contenders = a.contenders.split(";")
     prompt = pathlib.Path(a.text).read_text(encoding="utf-8")[: a.prompt_chars]
     bind_threads()
     work = {"decode": ["--prompt", "ROMEO:", "--tokens", str(a.tokens)], "prefill": ["--prompt", prompt, "--tokens", "1"]}
@@ -50,15 +55,17 @@ def main():
     for rnd in range(a.rounds):
         for f in a.files:
             for what, args in work.items():
-                for isa in isas:
-                    t = seconds(a.binary, isa, ["--model", f, "--threads", str(a.threads), *args])
-                    times.setdefault((f, what, isa), []).append(t)
+                for c in contenders:
+                    t = seconds(a.binary, c, ["--model", f, "--threads", str(a.threads), *args])
+                    times.setdefault((f, what, c), []).append(t)
         print(f"round {rnd + 1}/{a.rounds} done", file=sys.stderr)
-    print(f"{'file':<40} {'work':<8} " + " ".join(f"{i + ' s':>14}" for i in isas) + "  ratios to " + isas[0])
+    for n, c in enumerate(contenders):
+        print(f"contender {n}: {c}")
+    print(f"{'file':<36} {'work':<8} " + " ".join(f"{'s, ' + str(n):>8}" for n in range(len(contenders))) + "  0's s over each")
     for f in a.files:
         for what in work:
-            med = [statistics.median(times[(f, what, isa)]) for isa in isas]
-            print(f"{pathlib.Path(f).name:<40} {what:<8} " + " ".join(f"{m:>14.3f}" for m in med) + "  " +
+            med = [statistics.median(times[(f, what, c)]) for c in contenders]
+            print(f"{pathlib.Path(f).name:<36} {what:<8} " + " ".join(f"{m:>8.3f}" for m in med) + "  " +
                   " ".join(f"{med[0] / m:.3f}x" for m in med[1:]))
 
 

@@ -162,24 +162,33 @@ TEST_P(WeightMatmul, WithinTheBoundOfTheDequantizedProduct) {
 
 // Activations that quantize exactly (integers up to 127 with 127 in every
 // block: the scale is 1) leave only the float32 sums: any misplaced weight,
-// scale or min would show far beyond 2^-16.
+// scale or min would show far beyond 2^-16. One row of x (a decode step)
+// and five (a prompt's, which tiles of rows take where the path has them),
+// an even and an odd number of blocks of 32.
 TEST_P(WeightMatmul, ExactActivationsLeaveOnlyFloatRounding) {
   std::mt19937 gen(12);
   std::uniform_int_distribution<int> q(-127, 127);
-  const int64_t K = 512, N = 9;
-  std::vector<float> x(K);
-  for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(k)] = k % 32 == 5 ? 127.0f : static_cast<float>(q(gen));
-  for (WeightType t : kTypes) {
-    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
-    const Weight w{t, N, K, bytes.data()};
-    std::vector<float> out(N);
-    qkv::weight_matmul(out.data(), x.data(), 1, K, {&w, 1}, nullptr);
-    for (int64_t j = 0; j < N; ++j) {
-      double sm = 0;
-      const std::vector<double> mag = magnitudes(w, j);
-      for (int64_t k = 0; k < K; ++k) sm += std::fabs(x[static_cast<size_t>(k)]) * mag[static_cast<size_t>(k)];
-      ASSERT_NEAR(out[static_cast<size_t>(j)], product(w, j, x.data()), sm * std::ldexp(1.0, -16))
-          << qkv::weight_type_info(t).name << " row " << j;
+  const int64_t N = 9;
+  for (int64_t K : {512, 544}) {
+    for (int64_t M : {1, 5}) {
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (size_t k = 0; k < x.size(); ++k) x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(q(gen));
+      for (WeightType t : kTypes) {
+        if (K % qkv::weight_type_info(t).block) continue;
+        const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+        const Weight w{t, N, K, bytes.data()};
+        std::vector<float> out(static_cast<size_t>(M * N));
+        qkv::weight_matmul(out.data(), x.data(), M, K, {&w, 1}, nullptr);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const float* xi = x.data() + i * K;
+            double sm = 0;
+            const std::vector<double> mag = magnitudes(w, j);
+            for (int64_t k = 0; k < K; ++k) sm += std::fabs(xi[k]) * mag[static_cast<size_t>(k)];
+            ASSERT_NEAR(out[static_cast<size_t>(i * N + j)], product(w, j, xi), sm * std::ldexp(1.0, -16))
+                << qkv::weight_type_info(t).name << " K " << K << " M " << M << " (" << i << ", " << j << ")";
+          }
+      }
     }
   }
 }
@@ -206,22 +215,25 @@ TEST_P(WeightMatmul, SameBitsForAnyThreadCount) {
 }
 
 // The first row of x reads the weight rows one a call, the later rows four
-// a call: row i's outputs are the bits it gets alone, whatever its place.
+// a call, or four rows of x at a time where the path has tiles: row i's
+// outputs are the bits it gets alone, whatever its place.
 TEST_P(WeightMatmul, EachRowOfXGetsTheBitsItGetsAlone) {
   std::mt19937 gen(17);
-  const int64_t K = 512, N = 131, M = 9;
-  for (WeightType t : kTypes) {
-    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
-    const Weight w{t, N, K, bytes.data()};
-    const std::vector<float> x = random_x(M, K, gen);
-    std::vector<float> all(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-    qkv::weight_matmul(all.data(), x.data(), M, K, {&w, 1}, nullptr);
-    for (int64_t i = 0; i < M; ++i) {
-      qkv::weight_matmul(alone.data(), x.data() + i * K, 1, K, {&w, 1}, nullptr);
-      ASSERT_EQ(0, std::memcmp(alone.data(), all.data() + i * N, alone.size() * sizeof(float)))
-          << qkv::weight_type_info(t).name << ", row " << i << " of x";
+  const int64_t N = 131, M = 9;
+  for (int64_t K : {512, 544})  // 544: an odd number of blocks of 32
+    for (WeightType t : kTypes) {
+      if (K % qkv::weight_type_info(t).block) continue;
+      const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+      const Weight w{t, N, K, bytes.data()};
+      const std::vector<float> x = random_x(M, K, gen);
+      std::vector<float> all(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+      qkv::weight_matmul(all.data(), x.data(), M, K, {&w, 1}, nullptr);
+      for (int64_t i = 0; i < M; ++i) {
+        qkv::weight_matmul(alone.data(), x.data() + i * K, 1, K, {&w, 1}, nullptr);
+        ASSERT_EQ(0, std::memcmp(alone.data(), all.data() + i * N, alone.size() * sizeof(float)))
+            << qkv::weight_type_info(t).name << ", row " << i << " of x";
+      }
     }
-  }
 }
 
 // q, k and v of a Q4_K_M file are three tensors, of two types: one matrix.
@@ -284,17 +296,32 @@ TEST_P(WeightMatmul, DequantizedRowsAreTheReferenceBits) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, WeightMatmul, ::testing::ValuesIn(qkv::all_isas()), qkv::test::isa_test_name);
 
-// The tests above run each path's kernels: from avx512 up on a CPU with
-// AVX512-VNNI those are its own (skipped by name on a CPU without it),
-// below avx512 AVX2's, so that each set is checked where the CPU has it.
-TEST(WeightMatmulKernels, Avx512VnniFromTheAvx512PathUp) {
-  if (!qkv::cpu_has(qkv::CpuFeature::avx512_vnni)) GTEST_SKIP() << "this CPU has no avx512_vnni";
+// The tests above run each path's kernels: from avx512 up, AVX512-VNNI's
+// on a CPU with it and AVX2's on one without; below avx512, AVX2's.
+TEST(WeightMatmulKernels, EachPathTakesTheKernelsOfItsFeatures) {
   const qkv::Isa before = qkv::active_isa();
   for (qkv::Isa isa : qkv::available_isas()) {
     qkv::set_isa(isa);
-    EXPECT_STREQ(qkv::linalg::dot_kernels_name(), isa >= qkv::Isa::avx512 ? "avx512vnni" : isa == qkv::Isa::avx2 ? "avx2" : "scalar")
+    const bool vnni = isa >= qkv::Isa::avx512 && qkv::cpu_has(qkv::CpuFeature::avx512_vnni);
+    EXPECT_STREQ(qkv::linalg::dot_kernels_name(), vnni ? "avx512vnni" : isa == qkv::Isa::avx2 ? "avx2" : "scalar")
         << qkv::isa_name(isa);
+    // Its tiles of rows of x, which the tests above reach from M = 4 up.
+    for (WeightType t : kTypes)
+      EXPECT_EQ(qkv::weight_matmul_tiles(t), vnni && (t == WeightType::q8_0 || t == WeightType::q4_0 || t == WeightType::q4_k ||
+                                                     t == WeightType::q5_k || t == WeightType::q6_k))
+          << qkv::isa_name(isa) << " " << qkv::weight_type_info(t).name;
   }
+  qkv::set_isa(before);
+}
+
+// The AVX512-VNNI kernels exist on CPUs that have it; elsewhere the tests
+// above cannot reach them, and this says so by name.
+TEST(WeightMatmulKernels, Avx512VnniRunsHere) {
+  if (!qkv::cpu_has(qkv::CpuFeature::avx512_vnni))
+    GTEST_SKIP() << "this CPU cannot run the " << qkv::feature_name(qkv::CpuFeature::avx512_vnni) << " kernels";
+  const qkv::Isa before = qkv::active_isa();
+  qkv::set_isa(qkv::Isa::avx512);
+  EXPECT_STREQ(qkv::linalg::dot_kernels_name(), "avx512vnni");
   qkv::set_isa(before);
 }
 

@@ -54,8 +54,9 @@ enum class CpuFeature { avx512_vnni };
 
 /// "avx512_vnni".
 QKV_API const char* feature_name(CpuFeature f);
-/// True if this CPU (and OS) has `f`: the feature's CPUID bit, with the
-/// register state of the path it runs on.
+/// True if this CPU (and OS) has `f` (the feature's CPUID bit, with the
+/// register state of the path it runs on) and QKV_DISABLE, a comma-separated
+/// list of feature names in the environment, read once, does not name it.
 QKV_API bool cpu_has(CpuFeature f);
 
 /// Threads used when an option asks for 0 ("all"): the number of cores

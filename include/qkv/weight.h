@@ -25,7 +25,8 @@
 /// fixed ranges, each output one thread's whole sum: the same bits for any
 /// thread count and any M. The path is active_isa()'s (qkv/runtime.h):
 /// scalar, AVX2 from avx2 up, AVX512-VNNI from avx512 up where the CPU has
-/// it (cpu_has(CpuFeature::avx512_vnni)); the paths sum in different orders.
+/// it (cpu_has(CpuFeature::avx512_vnni); Q5_0 and Q5_1 stay AVX2's there);
+/// the paths sum in different orders.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,14 @@ struct Weight {
 /// K, K is not a multiple of a run's block, or a size is negative.
 QKV_API void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
                            const float* bias);
+
+/// True where weight_matmul, on the active path, takes many rows of x at
+/// once against `type` (tiles of 4 rows of x by 4 weight rows, each weight
+/// unpacked once for the four: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K on
+/// AVX512-VNNI), so that a
+/// long prompt runs faster there than as the float32 GEMM of the weights
+/// dequantized. The bits are those of the rows one at a time either way.
+QKV_API bool weight_matmul_tiles(WeightType type);
 
 /// Rows [r0, r0 + n) of w as float32 at out [n, cols]: the bits of
 /// dequantize_row (the reference), on the active path's vector code where it

@@ -17,6 +17,7 @@
 #include "core/ops/attention_operands.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
+#include "qkv/weight.h"
 
 namespace nb = nanobind;
 
@@ -82,6 +83,14 @@ void bind_testing(nb::module_& m) {
   t.def(
       "packed_weight_bytes", [](qkv::Model& model) { return model.gpt().packed_weight_bytes(); },
       nb::arg("model"), "Bytes of float32 matrices packed at load for their products.");
+  t.def(
+      "weight_matmul_tiles",
+      [](const std::string& name) {
+        for (const qkv::WeightTypeInfo& info : qkv::weight_types())
+          if (name == info.name) return qkv::weight_matmul_tiles(info.type);
+        throw nb::value_error(("unknown weight type '" + name + "'").c_str());
+      },
+      nb::arg("name"), "Whether a long prompt's products with weights of type `name` (\"Q8_0\") run weight_matmul's tiles.");
 }
 
 }  // namespace qkvpy

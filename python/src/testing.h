@@ -14,7 +14,8 @@ namespace qkvpy {
 void record_inputs(const qkv::TensorView& q, const qkv::TensorView& k, const qkv::TensorView& v);
 
 // _qkv._testing: input_copies(), last_pointers(), hidden_states_f64(),
-// matrices_dtype() and mapped_weight_bytes().
+// matrices_dtype(), mapped_weight_bytes(), packed_weight_bytes() and
+// weight_matmul_tiles().
 void bind_testing(nanobind::module_& m);
 
 }  // namespace qkvpy

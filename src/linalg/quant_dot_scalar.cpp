@@ -167,6 +167,11 @@ const DotKernels dot_scalar = {each_row<dot_q8_0>,
                                nullptr,
                                nullptr,
                                nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
                                nullptr};
 
 namespace {

@@ -35,6 +35,18 @@ XForm form_of(WeightType t) {
   }
 }
 
+// The tile of a type's dots, or null where the path has none.
+linalg::TileFn tile_of(const linalg::DotKernels& k, WeightType t) {
+  switch (t) {
+    case WeightType::q8_0: return k.tile_q8_0;
+    case WeightType::q4_0: return k.tile_q4_0;
+    case WeightType::q4_k: return k.tile_q4_k;
+    case WeightType::q5_k: return k.tile_q5_k;
+    case WeightType::q6_k: return k.tile_q6_k;
+    default: return nullptr;
+  }
+}
+
 linalg::DotFn dot_of(const linalg::DotKernels& k, WeightType t) {
   switch (t) {
     case WeightType::q8_0: return k.q8_0;
@@ -90,6 +102,8 @@ void dequantize_rows(const Weight& w, int64_t r0, int64_t n, float* out) {
   for (int64_t r = 0; r < n; ++r) fast(w.row(r0 + r), out + r * K, K);
 }
 
+bool weight_matmul_tiles(WeightType type) { return tile_of(linalg::dot_kernels(), type) != nullptr; }
+
 void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
                    const float* bias) {
   if (M < 0 || K < 0) throw Error("weight_matmul: negative size M = " + std::to_string(M) + ", K = " + std::to_string(K));
@@ -119,7 +133,8 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
     WeightType type;
     XForm form;
     linalg::DotFn dot;
-    int64_t end;  // one past its last output
+    linalg::TileFn tile;  // null: the dots a row of x at a time
+    int64_t end;          // one past its last output
   };
   const linalg::DotKernels& kernels = linalg::dot_kernels();
   // The calling thread's, reused (a decode step makes dozens of calls);
@@ -129,7 +144,8 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
   runs.clear();
   for (int64_t end = 0; const Weight& r : w) {
     end += r.rows;
-    runs.push_back({static_cast<const uint8_t*>(r.data), r.row_bytes(), r.type, form_of(r.type), dot_of(kernels, r.type), end});
+    runs.push_back({static_cast<const uint8_t*>(r.data), r.row_bytes(), r.type, form_of(r.type), dot_of(kernels, r.type),
+                    tile_of(kernels, r.type), end});
   }
   constexpr int64_t kTile = linalg::kDotRows;  // weight rows a thread takes at a time
 #pragma omp parallel if (!omp_in_parallel())
@@ -155,7 +171,14 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
         if (wrow.size() < kTile * uK) wrow.resize(kTile * uK);
         for (int64_t u = 0; u < n; ++u) dequantize_row(run.type, rows + u * run.stride, wrow.data() + u * K, K);
       }
-      for (int64_t i = 0; i < M; ++i) {
+      int64_t i = 0;
+      // A prompt's rows of x, kTileRowsX at a time, against a whole tile.
+      if (run.tile && n == kTile)
+        for (; i + linalg::kTileRowsX <= M; i += linalg::kTileRowsX)
+          run.tile(rows, run.stride,
+                   run.form == XForm::q8_0 ? xq8_0 + i * q8_0_row : reinterpret_cast<const uint8_t*>(xq8_k + i * q8_k_row),
+                   run.form == XForm::q8_0 ? q8_0_row : q8_k_row * sizeof(BlockQ8K), K, out + i * N + jt, N);
+      for (; i < M; ++i) {
         float* o = out + i * N + jt;
         switch (run.form) {
           case XForm::q8_0:
@@ -182,9 +205,10 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
             }
             break;
         }
-        if (bias)
-          for (int64_t u = 0; u < n; ++u) o[u] += bias[jt + u];
       }
+      if (bias)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t u = 0; u < n; ++u) out[m * N + jt + u] += bias[jt + u];
       jt += n;
     }
   }

@@ -100,7 +100,8 @@ void linear_runs(float* out, const float* inp, const std::vector<Weight>& w, con
   int64_t rows = 0;
   for (const Weight& run : w) rows += run.rows;
   if (rows != OC) throw Error("linear: the quantized runs make " + std::to_string(rows) + " rows, not " + std::to_string(OC));
-  if (BT < kQuantGemmRows) return weight_matmul(out, inp, BT, C, w, b);
+  if (BT < kQuantGemmRows || std::all_of(w.begin(), w.end(), [](const Weight& r) { return weight_matmul_tiles(r.type); }))
+    return weight_matmul(out, inp, BT, C, w, b);
   thread_local std::vector<float> chunk;  // the caller's: allocated once, reused by every call
   if (chunk.size() < static_cast<size_t>(kQuantChunkRows * C)) chunk.resize(static_cast<size_t>(kQuantChunkRows * C));
   int64_t j0 = 0;

@@ -1,4 +1,5 @@
 // cpu.cpp: run-time choice of the SIMD path (see qkv/runtime.h).
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -127,6 +128,34 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+namespace {
+
+constexpr CpuFeature kAllFeatures[] = {CpuFeature::avx512_vnni};
+
+// QKV_DISABLE=avx512_vnni (a comma-separated list) turns features off, so
+// that a benchmark compares the same path with and without them; a name
+// it does not know is an error, as QKV_ISA's is.
+bool disabled(CpuFeature f) {
+  const char* env = std::getenv("QKV_DISABLE");
+  if (!env || !*env) return false;
+  bool off = false;
+  const std::string list = env;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    bool known = false;
+    for (CpuFeature g : kAllFeatures) {
+      known = known || name == feature_name(g);
+      off = off || (name == feature_name(g) && g == f);
+    }
+    if (!known) throw Error("QKV_DISABLE: expected a comma-separated list of avx512_vnni, found '" + list + "'");
+    at = end + 1;
+  }
+  return off;
+}
+
+}  // namespace
+
 const char* feature_name(CpuFeature f) {
   switch (f) {
     case CpuFeature::avx512_vnni: return "avx512_vnni";
@@ -139,7 +168,7 @@ bool cpu_has(CpuFeature f) {
     case CpuFeature::avx512_vnni: {
       // Read once: CPUID traps to the hypervisor in a VM, and the quantized
       // products ask on every call.
-      static const bool has = cpu_can_run(Isa::avx512) && cpuid_avx512_vnni();
+      static const bool has = cpu_can_run(Isa::avx512) && cpuid_avx512_vnni() && !disabled(f);
       return has;
     }
   }

@@ -307,6 +307,11 @@ const DotKernels dot_avx2 = {dot_rows<DotQ8_0>,
                              dequantize_q4_0,
                              dequantize_q45_k<false>,
                              dequantize_q45_k<true>,
-                             dequantize_q6_k};
+                             dequantize_q6_k,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr};
 
 }  // namespace qkv::linalg

@@ -85,13 +85,19 @@ struct ScalesAndMins {
   __m256i sc_m;
   __m128i msum;
 };
-inline ScalesAndMins scales_and_mins(const uint8_t* a, const BlockQ8K* y) {
+inline __m256i scales_mins16(const uint8_t* a) {
   const Scales8 s = unpack_scales(a + 4);
-  const __m256i sc_m = _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(s.m[1]), static_cast<int>(s.m[0]),
-                                                          static_cast<int>(s.sc[1]), static_cast<int>(s.sc[0])));
-  const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums)),
-                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums + 8)));
-  return {sc_m, _mm_madd_epi16(_mm256_extracti128_si256(sc_m, 1), pairs)};
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(s.m[1]), static_cast<int>(s.m[0]),
+                                            static_cast<int>(s.sc[1]), static_cast<int>(s.sc[0])));
+}
+// y's sums of each 32 (a sub-block's), eight int16 lanes.
+inline __m128i sums32(const BlockQ8K* y) {
+  return _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums)),
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(y->bsums + 8)));
+}
+inline ScalesAndMins scales_and_mins(const uint8_t* a, const BlockQ8K* y) {
+  const __m256i sc_m = scales_mins16(a);
+  return {sc_m, _mm_madd_epi16(_mm256_extracti128_si256(sc_m, 1), sums32(y))};
 }
 
 }  // namespace
