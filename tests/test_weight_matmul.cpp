@@ -239,7 +239,7 @@ TEST_P(WeightMatmul, EachRowOfXGetsTheBitsItGetsAlone) {
 // q, k and v of a Q4_K_M file are three tensors, of two types: one matrix.
 TEST_P(WeightMatmul, RunsOfMixedTypesAreOneMatrix) {
   std::mt19937 gen(14);
-  const int64_t K = 256, M = 2;
+  const int64_t K = 256, M = 6;  // M = 6: tiles of 4 rows of x where the path has them, then 2
   const std::vector<uint8_t> a = random_weights(WeightType::q4_k, 10, K, gen),
                              b = random_weights(WeightType::q6_k, 3, K, gen),
                              c = random_weights(WeightType::f16, 6, K, gen);

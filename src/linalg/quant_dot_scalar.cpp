@@ -188,7 +188,8 @@ DotKernels over(const DotKernels& fast, const DotKernels& base) {
   return k;
 }
 
-bool vnni_active() { return active_isa() >= Isa::avx512 && cpu_has(CpuFeature::avx512_vnni); }
+// cpu_has first: it reads QKV_DISABLE, whose bad names are errors whatever the path.
+bool vnni_active() { return cpu_has(CpuFeature::avx512_vnni) && active_isa() >= Isa::avx512; }
 
 }  // namespace
 

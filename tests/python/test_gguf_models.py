@@ -158,7 +158,8 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
     # A prompt of 32 tokens and more runs the float32 GEMM on the weights
     # dequantized exactly, a chunk of rows at a time: the float32 model's
     # logits but for the order of its sums; or, where the path has tiles of
-    # rows for the type (Q8_0 and Q4_0 on AVX512-VNNI), the int8 products.
+    # rows for the type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K on AVX512-VNNI), the
+    # int8 products.
     long_ids = mf.tokenize(PROMPTS[1] + " " + PROMPTS[1])
     assert 32 <= len(long_ids) <= 64
     want = mf.logits(long_ids)
@@ -380,4 +381,4 @@ def test_disabled_features_are_named(small_llama, tmp_path):
     r = subprocess.run([str(QKV_BIN), "logits", "--model", str(path), "--prompt", "ROMEO:", "--out", str(tmp_path / "x.npy")],
                        capture_output=True, text=True, timeout=60, env=dict(os.environ, QKV_DISABLE="vnni"))
     assert r.returncode == 1, r.stderr
-    assert "QKV_DISABLE: expected a comma-separated list of avx512_vnni, found 'vnni'" in r.stderr
+    assert "QKV_DISABLE: expected a comma-separated list of avx512_vnni, found 'vnni' in 'vnni'" in r.stderr

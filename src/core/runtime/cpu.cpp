@@ -148,7 +148,8 @@ bool disabled(CpuFeature f) {
       known = known || name == feature_name(g);
       off = off || (name == feature_name(g) && g == f);
     }
-    if (!known) throw Error("QKV_DISABLE: expected a comma-separated list of avx512_vnni, found '" + list + "'");
+    if (!known)
+      throw Error("QKV_DISABLE: expected a comma-separated list of avx512_vnni, found '" + name + "' in '" + list + "'");
     at = end + 1;
   }
   return off;
@@ -168,7 +169,8 @@ bool cpu_has(CpuFeature f) {
     case CpuFeature::avx512_vnni: {
       // Read once: CPUID traps to the hypervisor in a VM, and the quantized
       // products ask on every call.
-      static const bool has = cpu_can_run(Isa::avx512) && cpuid_avx512_vnni() && !disabled(f);
+      // QKV_DISABLE first: a bad name is an error on every CPU.
+      static const bool has = !disabled(f) && cpu_can_run(Isa::avx512) && cpuid_avx512_vnni();
       return has;
     }
   }
