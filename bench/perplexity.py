@@ -90,7 +90,7 @@ def gguf_files(a, folder):
     f32 = folder.with_name(folder.name + ".F32.gguf")
     if not f32.is_file():
         env = dict(os.environ, PYTHONPATH=str(a.llama_convert.parent / "gguf-py"))
-        subprocess.run([sys.executable, "-c", generate.CONVERT_GPT2, str(a.llama_convert), str(folder),
+        subprocess.run([sys.executable, "-c", generate.CONVERT, generate.CONVERT_PRE["gpt2"], str(a.llama_convert), str(folder),
                         "--outtype", "f32", "--outfile", str(f32)], env=env, check=True, capture_output=True)
     files = {"F32": f32}
     for t in TYPES:

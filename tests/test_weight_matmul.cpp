@@ -162,15 +162,16 @@ TEST_P(WeightMatmul, WithinTheBoundOfTheDequantizedProduct) {
 
 // Activations that quantize exactly (integers up to 127 with 127 in every
 // block: the scale is 1) leave only the float32 sums: any misplaced weight,
-// scale or min would show far beyond 2^-16. One row of x (a decode step)
-// and five (a prompt's, which tiles of rows take where the path has them),
+// scale or min would show far beyond 2^-16. One row of x (a decode step),
+// five (a short prompt's, which tiles of rows take where the path has
+// them) and 17 (a long one's, which panels take where the path has them),
 // an even and an odd number of blocks of 32.
 TEST_P(WeightMatmul, ExactActivationsLeaveOnlyFloatRounding) {
   std::mt19937 gen(12);
   std::uniform_int_distribution<int> q(-127, 127);
   const int64_t N = 9;
   for (int64_t K : {512, 544}) {
-    for (int64_t M : {1, 5}) {
+    for (int64_t M : {1, 5, 17}) {
       std::vector<float> x(static_cast<size_t>(M * K));
       for (size_t k = 0; k < x.size(); ++k) x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(q(gen));
       for (WeightType t : kTypes) {
@@ -195,20 +196,22 @@ TEST_P(WeightMatmul, ExactActivationsLeaveOnlyFloatRounding) {
 
 TEST_P(WeightMatmul, SameBitsForAnyThreadCount) {
   std::mt19937 gen(13);
-  const int64_t K = 512, N = 131, M = 5;
+  const int64_t K = 512, N = 131;
   const int before = omp_get_max_threads();
-  for (WeightType t : kTypes) {
-    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
-    const Weight w{t, N, K, bytes.data()};
-    const std::vector<float> x = random_x(M, K, gen);
-    std::vector<float> one(static_cast<size_t>(M * N)), many(one.size());
-    omp_set_num_threads(1);
-    qkv::weight_matmul(one.data(), x.data(), M, K, {&w, 1}, nullptr);
-    for (int threads : {2, 3, 4}) {
-      omp_set_num_threads(threads);
-      qkv::weight_matmul(many.data(), x.data(), M, K, {&w, 1}, nullptr);
-      ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
-          << qkv::weight_type_info(t).name << " on " << threads << " threads";
+  for (int64_t M : {5, 20}) {  // 20: panels, where the path has them
+    for (WeightType t : kTypes) {
+      const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+      const Weight w{t, N, K, bytes.data()};
+      const std::vector<float> x = random_x(M, K, gen);
+      std::vector<float> one(static_cast<size_t>(M * N)), many(one.size());
+      omp_set_num_threads(1);
+      qkv::weight_matmul(one.data(), x.data(), M, K, {&w, 1}, nullptr);
+      for (int threads : {2, 3, 4}) {
+        omp_set_num_threads(threads);
+        qkv::weight_matmul(many.data(), x.data(), M, K, {&w, 1}, nullptr);
+        ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+            << qkv::weight_type_info(t).name << " M " << M << " on " << threads << " threads";
+      }
     }
   }
   omp_set_num_threads(before);
@@ -236,26 +239,59 @@ TEST_P(WeightMatmul, EachRowOfXGetsTheBitsItGetsAlone) {
     }
 }
 
+// From 16 rows of x the weights go by panels where the path has them, four
+// rows of x a call and a remainder: row i's outputs are the same bits
+// wherever it stands among the others.
+TEST_P(WeightMatmul, EachRowOfAPromptGetsTheSameBitsAnywhere) {
+  std::mt19937 gen(18);
+  const int64_t N = 131, M = 19, K = 512;
+  for (WeightType t : kTypes) {
+    const std::vector<uint8_t> bytes = random_weights(t, N, K, gen);
+    const Weight w{t, N, K, bytes.data()};
+    const std::vector<float> x = random_x(M, K, gen);
+    std::vector<float> all(static_cast<size_t>(M * N)), moved(all.size()), x_moved(x.size());
+    qkv::weight_matmul(all.data(), x.data(), M, K, {&w, 1}, nullptr);
+    for (int64_t shift : {1, 2, 3, 5}) {  // row i of x at (i + shift) % M
+      for (int64_t i = 0; i < M; ++i)
+        std::copy_n(x.data() + i * K, K, x_moved.data() + (i + shift) % M * K);
+      qkv::weight_matmul(moved.data(), x_moved.data(), M, K, {&w, 1}, nullptr);
+      for (int64_t i = 0; i < M; ++i)
+        ASSERT_EQ(0, std::memcmp(all.data() + i * N, moved.data() + (i + shift) % M * N, sizeof(float) * N))
+            << qkv::weight_type_info(t).name << ", row " << i << " of x moved by " << shift;
+    }
+  }
+}
+
 // q, k and v of a Q4_K_M file are three tensors, of two types: one matrix.
+// Here four runs: panels of two sizes (Q8_0's blocks of 32, the K-quants'
+// of 256) beside an F16 run, which has none.
 TEST_P(WeightMatmul, RunsOfMixedTypesAreOneMatrix) {
   std::mt19937 gen(14);
-  const int64_t K = 256, M = 6;  // M = 6: tiles of 4 rows of x where the path has them, then 2
+  const int64_t K = 256, N = 24;
   const std::vector<uint8_t> a = random_weights(WeightType::q4_k, 10, K, gen),
                              b = random_weights(WeightType::q6_k, 3, K, gen),
-                             c = random_weights(WeightType::f16, 6, K, gen);
-  const Weight runs[] = {{WeightType::q4_k, 10, K, a.data()}, {WeightType::q6_k, 3, K, b.data()},
-                         {WeightType::f16, 6, K, c.data()}};
-  const std::vector<float> x = random_x(M, K, gen);
-  std::vector<float> bias(19, 0.5f), whole(M * 19);
-  qkv::weight_matmul(whole.data(), x.data(), M, K, runs, bias.data());
-  int64_t j0 = 0;
-  for (const Weight& run : runs) {
-    std::vector<float> part(static_cast<size_t>(M * run.rows));
-    qkv::weight_matmul(part.data(), x.data(), M, K, {&run, 1}, bias.data());
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < run.rows; ++j)
-        ASSERT_EQ(whole[static_cast<size_t>(i * 19 + j0 + j)], part[static_cast<size_t>(i * run.rows + j)]);
-    j0 += run.rows;
+                             c = random_weights(WeightType::f16, 6, K, gen),
+                             d = random_weights(WeightType::q8_0, 5, K, gen);
+  const Weight runs[] = {{WeightType::q4_k, 10, K, a.data()},
+                         {WeightType::q6_k, 3, K, b.data()},
+                         {WeightType::f16, 6, K, c.data()},
+                         {WeightType::q8_0, 5, K, d.data()}};
+  // M = 6: tiles of 4 rows of x where the path has them, then 2; M = 18:
+  // panels of the quantized runs, tiles of the f16 one.
+  for (int64_t M : {6, 18}) {
+    const std::vector<float> x = random_x(M, K, gen);
+    std::vector<float> bias(N, 0.5f), whole(static_cast<size_t>(M * N));
+    qkv::weight_matmul(whole.data(), x.data(), M, K, runs, bias.data());
+    int64_t j0 = 0;
+    for (const Weight& run : runs) {
+      std::vector<float> part(static_cast<size_t>(M * run.rows));
+      qkv::weight_matmul(part.data(), x.data(), M, K, {&run, 1}, bias.data());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < run.rows; ++j)
+          ASSERT_EQ(whole[static_cast<size_t>(i * N + j0 + j)], part[static_cast<size_t>(i * run.rows + j)])
+              << qkv::weight_type_info(run.type).name << " M " << M;
+      j0 += run.rows;
+    }
   }
 }
 
@@ -265,12 +301,18 @@ TEST_P(WeightMatmul, NonFiniteActivationsGiveNaN) {
   for (WeightType t : kTypes) {
     const std::vector<uint8_t> bytes = random_weights(t, 4, K, gen);
     const Weight w{t, 4, K, bytes.data()};
-    for (float bad : {NAN, INFINITY}) {
-      std::vector<float> x = random_x(1, K, gen), out(4);
-      x[100] = bad;
-      qkv::weight_matmul(out.data(), x.data(), 1, K, {&w, 1}, nullptr);
-      for (float v : out) EXPECT_TRUE(std::isnan(v) || (std::isinf(v) && std::isinf(bad))) << qkv::weight_type_info(t).name << " " << v;
-    }
+    for (int64_t M : {1, 16})  // a decode step's row; a prompt's, by panels where the path has them
+      for (float bad : {NAN, INFINITY}) {
+        std::vector<float> x = random_x(M, K, gen), out(static_cast<size_t>(4 * M));
+        x[static_cast<size_t>((M - 1) * K + 100)] = bad;
+        qkv::weight_matmul(out.data(), x.data(), M, K, {&w, 1}, nullptr);
+        for (int64_t i = 0; i < M; ++i)  // the bad row's outputs NaN, the others' numbers
+          for (int c = 0; c < 4; ++c) {
+            const float v = out[static_cast<size_t>(i * 4 + c)];
+            if (i < M - 1) EXPECT_TRUE(std::isfinite(v)) << qkv::weight_type_info(t).name << " M " << M << " row " << i;
+            else EXPECT_TRUE(std::isnan(v) || (std::isinf(v) && std::isinf(bad))) << qkv::weight_type_info(t).name << " M " << M << " " << v;
+          }
+      }
   }
 }
 
@@ -305,7 +347,8 @@ TEST(WeightMatmulKernels, EachPathTakesTheKernelsOfItsFeatures) {
     const bool vnni = isa >= qkv::Isa::avx512 && qkv::cpu_has(qkv::CpuFeature::avx512_vnni);
     EXPECT_STREQ(qkv::linalg::dot_kernels_name(), vnni ? "avx512vnni" : isa == qkv::Isa::avx2 ? "avx2" : "scalar")
         << qkv::isa_name(isa);
-    // Its tiles of rows of x, which the tests above reach from M = 4 up.
+    // Its tiles and panels of rows of x, which the tests above reach from
+    // M = 4 and M = 16 up.
     for (WeightType t : kTypes)
       EXPECT_EQ(qkv::weight_matmul_tiles(t), vnni && (t == WeightType::q8_0 || t == WeightType::q4_0 || t == WeightType::q4_k ||
                                                      t == WeightType::q5_k || t == WeightType::q6_k))

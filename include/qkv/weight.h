@@ -23,7 +23,8 @@
 ///
 /// Threads: the caller's OpenMP threads share the N outputs of each row in
 /// fixed ranges, each output one thread's whole sum: the same bits for any
-/// thread count and any M. The path is active_isa()'s (qkv/runtime.h):
+/// thread count, and for any M below 16 (from 16 rows the types of
+/// weight_matmul_tiles sum in another order, within the bound). The path is active_isa()'s (qkv/runtime.h):
 /// scalar, AVX2 from avx2 up, AVX512-VNNI from avx512 up where the CPU has
 /// it (cpu_has(CpuFeature::avx512_vnni); Q5_0 and Q5_1 stay AVX2's there);
 /// the paths sum in different orders.
@@ -60,12 +61,15 @@ struct Weight {
 QKV_API void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<const Weight> w,
                            const float* bias);
 
-/// True where weight_matmul, on the active path, takes many rows of x at
-/// once against `type` (tiles of 4 rows of x by 4 weight rows, each weight
-/// unpacked once for the four: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K on
-/// AVX512-VNNI), so that a
-/// long prompt runs faster there than as the float32 GEMM of the weights
-/// dequantized. The bits are those of the rows one at a time either way.
+/// True where weight_matmul, on the active path, runs many rows of x
+/// against `type` with each weight unpacked once for all of them (Q8_0,
+/// Q4_0, Q4_K, Q5_K and Q6_K on AVX512-VNNI: from 16 rows of x, panels of
+/// 16 weight rows, each repacked once and shared by every row of x; from 4,
+/// tiles of 4 rows of x by 4 weight rows), so that a long prompt runs
+/// faster there than as the float32 GEMM of the weights dequantized (the
+/// name is the tiles', which came first). The same bits for any thread
+/// count and for a row wherever it stands among the others; a call of 16
+/// rows or more sums in another order than one of fewer, within the bound.
 QKV_API bool weight_matmul_tiles(WeightType type);
 
 /// Rows [r0, r0 + n) of w as float32 at out [n, cols]: the bits of

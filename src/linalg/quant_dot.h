@@ -52,9 +52,10 @@ void each_row(const uint8_t* w, uint64_t stride, int n, const void* x, int64_t K
 
 // The dots of kDotRows weight rows (as DotFn's) with kTileRowsX rows of
 // activations (row m's at x + m * x_stride bytes, Q8_0 blocks or
-// BlockQ8K): out[m * ldo + r]. A prompt's
-// rows share each weight row's unpacking and each x row's scales; every
-// output is summed by the DotFn's operations, with the same bits.
+// BlockQ8K): out[m * ldo + r]. A short prompt's rows (longer ones go by
+// the panels of linalg/quant_panel.h) share each weight row's unpacking
+// and each x row's scales; every output is summed by the DotFn's
+// operations, with the same bits.
 constexpr int kTileRowsX = 4;
 using TileFn = void (*)(const uint8_t* w, uint64_t stride, const uint8_t* x, uint64_t x_stride, int64_t K, float* out,
                         int64_t ldo);
@@ -63,12 +64,15 @@ using TileFn = void (*)(const uint8_t* w, uint64_t stride, const uint8_t* x, uin
 // dequantizer's bits (linalg/rows.h).
 using DequantFn = void (*)(const void* blocks, float* out, int64_t n);
 
+struct PanelKernels;  // linalg/quant_panel.h
+
 // One path's dots and dequantizers, by weight type; a null dequantizer is
 // the reference's.
 struct DotKernels {
   DotFn q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k;
   DequantFn dequantize_q8_0, dequantize_q4_0, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k;
   TileFn tile_q8_0, tile_q4_0, tile_q4_k, tile_q5_k, tile_q6_k;  // null: the DotFn a row of x at a time
+  const PanelKernels *panel_q8_0, *panel_q4_0, *panel_q4_k, *panel_q5_k, *panel_q6_k;  // null: none
 };
 extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64
 extern const DotKernels dot_avx2;    // kernels/quant_dot_avx2.cpp: AVX2 and FMA

@@ -9,6 +9,7 @@
 #include "linalg/half.h"
 #include "linalg/k_scales.h"
 #include "linalg/quant_dot.h"
+#include "linalg/quant_panel.h"
 #include "linalg/rows.h"
 #include "qkv/runtime.h"
 
@@ -50,6 +51,20 @@ void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K) {
       y->bsums[s] = static_cast<int16_t>(sum);
     }
   }
+}
+
+void panel_sums_q8_0(const uint8_t* blocks, int64_t K, float* scale, int32_t* sums) {
+  for (int64_t b = 0; b < K / 32; ++b, blocks += 34) {
+    scale[b] = f16_at(blocks);
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += static_cast<int8_t>(blocks[2 + j]);
+    sums[b] = s;
+  }
+}
+
+void panel_sums_q8_k(const BlockQ8K* blocks, int64_t K, int32_t* sums, float* sums32) {
+  for (int64_t i = 0; i < K / 16; ++i) sums[i] = blocks[i / 16].bsums[i % 16];
+  for (int64_t j = 0; j < K / 32; ++j) sums32[j] = static_cast<float>(sums[2 * j] + sums[2 * j + 1]);
 }
 
 namespace {
@@ -163,6 +178,11 @@ const DotKernels dot_scalar = {each_row<dot_q8_0>,
                                each_row<dot_q45_k<false>>,
                                each_row<dot_q45_k<true>>,
                                each_row<dot_q6_k>,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
                                nullptr,
                                nullptr,
                                nullptr,

@@ -27,8 +27,9 @@ void linear_runs(float* out, const float* inp, const RowRuns<float>& w, const fl
 // The same over quantized runs (a GGUF model's, qkv/weight.h). Few rows (a
 // decoded token, a short text: BT < kQuantGemmRows) run weight_matmul's
 // integer dot products, which read each weight once as stored. Many rows
-// (a prompt's prefill) are compute-bound: where weight_matmul has tiles
-// for every run's type (weight_matmul_tiles) they run there too, faster
+// (a prompt's prefill) are compute-bound: where weight_matmul shares each
+// weight's unpacking between rows of x for every run's type
+// (weight_matmul_tiles) they run there too, faster
 // than the float32 GEMM (Q8_0, Q4_0 and the K-quants on AVX512-VNNI;
 // docs/benchmarks.md); elsewhere the weights are dequantized exactly, kQuantChunkRows
 // rows at a time, into a float32 scratch that the float32 GEMM (sgemm)

@@ -157,9 +157,9 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
         near_dequantized(mq.logits(ids), want)
     # A prompt of 32 tokens and more runs the float32 GEMM on the weights
     # dequantized exactly, a chunk of rows at a time: the float32 model's
-    # logits but for the order of its sums; or, where the path has tiles of
-    # rows for the type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K on AVX512-VNNI), the
-    # int8 products.
+    # logits but for the order of its sums; or, where the path keeps the
+    # type int8 for many rows (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K on AVX512-VNNI:
+    # its panels), the int8 products.
     long_ids = mf.tokenize(PROMPTS[1] + " " + PROMPTS[1])
     assert 32 <= len(long_ids) <= 64
     want = mf.logits(long_ids)

@@ -312,6 +312,11 @@ const DotKernels dot_avx2 = {dot_rows<DotQ8_0>,
                              nullptr,
                              nullptr,
                              nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
                              nullptr};
 
 }  // namespace qkv::linalg

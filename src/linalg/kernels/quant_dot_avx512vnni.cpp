@@ -26,6 +26,7 @@
 
 #include "linalg/kernels/quant_dot_x86.h"
 #include "linalg/quant_dot.h"
+#include "linalg/quant_panel.h"
 
 namespace qkv::linalg {
 namespace {
@@ -352,6 +353,11 @@ const DotKernels dot_avx512vnni = {dot_rows<DotQ8_0>,
                                    q4_0_tile<kDotRows, kTileRowsX>,
                                    q45_k_tile<false, kDotRows, kTileRowsX>,
                                    q45_k_tile<true, kDotRows, kTileRowsX>,
-                                   q6_k_tile<kDotRows, kTileRowsX>};
+                                   q6_k_tile<kDotRows, kTileRowsX>,
+                                   &panel_q8_0_avx512vnni,
+                                   &panel_q4_0_avx512vnni,
+                                   &panel_q4_k_avx512vnni,
+                                   &panel_q5_k_avx512vnni,
+                                   &panel_q6_k_avx512vnni};
 
 }  // namespace qkv::linalg
