@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,44 @@ TEST(GgufWrite, MetadataAndTensorsReadBack) {
   dequantize_row(WeightType::f32, f.find_tensor("t.f32")->bytes.data(), f32.data(), 3);
   EXPECT_EQ(f32, (std::vector<float>{-3.0f, -2.5f, -2.0f}));
   fs::remove_all(path.parent_path());
+}
+
+// This process's resident memory, in bytes (/proc/self/statm).
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A tensor released after it was read leaves the process's resident memory
+// and reads back the same; a parse()d file's bytes are its own, and stay.
+TEST(GgufWrite, ReleasedTensorsLeaveResidentMemoryAndReadBackTheSame) {
+  const fs::path path = temp_dir() / "release.gguf";
+  constexpr int64_t n = int64_t{8} << 20;  // 8 MiB of F32 bytes
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.add_tensor("big", {n / 4}, 0, [](std::byte* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(i * 7 % 251);
+  });
+  w.write(path.string());
+  const std::string copy = read_file(path.string());
+  for (const GgufFile& f : {GgufFile::open(path.string()), GgufFile::parse(copy, "copy.gguf")}) {
+    SCOPED_TRACE(f.name());
+    const std::span<const std::byte> bytes = f.find_tensor("big")->bytes;
+    int64_t sum = 0;
+    for (size_t i = 0; i < bytes.size(); i += 64) sum += static_cast<int64_t>(bytes[i]);  // every page resident
+    const int64_t before = resident_bytes();
+    f.release(bytes);
+    const int64_t after = resident_bytes();
+    if (f.name() == "copy.gguf")
+      EXPECT_GT(after, before - (int64_t{1} << 20)) << "a parsed file's own bytes were dropped";
+    else
+      EXPECT_LT(after, before - (int64_t{7} << 20)) << "the released pages are still resident";
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bytes[static_cast<size_t>(i)], static_cast<std::byte>(i * 7 % 251)) << "byte " << i;
+    EXPECT_GT(sum, 0);
+  }
 }
 
 TEST(GgufWrite, AlignmentFromMetadata) {

@@ -77,9 +77,10 @@ struct Batch {
   std::vector<int32_t> tokens, targets;  // [B, T]
 };
 
-Batch random_batch(int64_t vocab, uint64_t seed) {
+Batch random_batch(int64_t vocab, uint64_t seed, int64_t T = 8) {
   NumpyGenerator rng(seed);
   Batch b;
+  b.T = T;
   for (int64_t i = 0; i < b.B * b.T; ++i) {
     b.tokens.push_back(static_cast<int32_t>(rng.next_uint64() % static_cast<uint64_t>(vocab)));
     b.targets.push_back(static_cast<int32_t>(rng.next_uint64() % static_cast<uint64_t>(vocab)));
@@ -457,7 +458,7 @@ void expect_decode_matches_forward(const GPTConfig& cfg, double tol,
   BasicGPT<T> m(cfg);
   randomize(m, 3);
   if (compute == DType::bf16) m.set_compute_dtype(DType::bf16);
-  const Batch b = random_batch(cfg.vocab, 4);
+  const Batch b = random_batch(cfg.vocab, 4, cfg.context);
   const int64_t V = cfg.vocab, Tn = cfg.context;
   m.forward(b.tokens.data(), nullptr, 1, Tn);
   const std::vector<T> want(m.logits(), m.logits() + Tn * V);
@@ -540,6 +541,31 @@ TEST(GptDecode, Bf16CacheMatchesTheBf16Forward) {
   }
 }
 
+// The cache's buffers grow with the sequence (256 positions, then doubling
+// up to the context), keeping what they hold: chunks that cross each
+// boundary, and steps right after one, still give forward's logits, in
+// float32 and in a bf16 cache.
+TEST(GptDecode, GrowingCacheMatchesForward) {
+  GPTConfig cfg = tiny(true, 2, false);
+  cfg.context = 600;
+  expect_decode_matches_forward<float>(cfg, 1e-5, {255, 1, 1, 300, 1, 41, 1});
+  expect_decode_matches_forward<double>(cfg, 1e-12, {200, 357, 43});
+  expect_decode_matches_forward<float>(cfg, 4e-3, {256, 1, 342, 1}, DType::bf16);
+  GPT m(cfg);
+  KVCache cache = m.new_cache();
+  EXPECT_EQ(cache.keys(0).dim(2), 256);
+  const int64_t per_position = 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() * 4;
+  EXPECT_EQ(cache.nbytes(), 256 * per_position);
+  const std::vector<int32_t> tokens(300, 1);
+  m.decode(tokens.data(), 257, cache);
+  EXPECT_EQ(cache.values(1).dim(2), 512);  // doubled
+  m.decode(tokens.data(), 256, cache);
+  EXPECT_EQ(cache.keys(1).dim(2), 600);  // up to the context
+  EXPECT_EQ(cache.nbytes(), 600 * per_position);
+  cache.reset();  // the buffers are kept
+  EXPECT_EQ(cache.keys(0).dim(2), 600);
+}
+
 template <class F>
 void expect_error(F&& f, const std::string& needle) {
   try {
@@ -557,7 +583,7 @@ TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
   KVCache cache = m.new_cache();
   EXPECT_EQ(cache.capacity(), cfg.context);
   EXPECT_EQ(cache.len(), 0);
-  EXPECT_EQ(cache.keys(1).shape(), (Shape{1, cfg.kv_heads, cfg.context, cfg.head_dim()}));
+  EXPECT_EQ(cache.keys(1).shape(), (Shape{1, cfg.kv_heads, cfg.context, cfg.head_dim()}));  // 8 < 256
   expect_error([&] { cache.values(2); }, "kv cache: layer 2 outside 0 .. 1");
   const std::span<const float> step0 = m.decode_step(3, cache);
   const std::vector<float> first(step0.begin(), step0.end());  // a copy: the span is scratch

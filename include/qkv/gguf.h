@@ -148,6 +148,12 @@ class QKV_API GgufFile {
   /// Tensor `name`, or null when the file has none.
   const GgufTensor* find_tensor(const std::string& name) const;
 
+  /// Says these bytes of the file (a tensor's, say, copied elsewhere) will
+  /// not be read again: the pages wholly inside them leave the process's
+  /// resident memory. They stay in the system's page cache, and a later
+  /// read finds them there, the same bytes. Nothing for a parse()d file.
+  void release(std::span<const std::byte> bytes) const;
+
  private:
   GgufFile() = default;
   static GgufFile from(std::shared_ptr<const void> keep, const std::byte* data, uint64_t size,
@@ -156,6 +162,7 @@ class QKV_API GgufFile {
   [[noreturn]] void wrong_type(const std::string& key, const char* expected, const GgufValue& v) const;
 
   std::shared_ptr<const void> keep_;  // the mapping or the owned bytes the spans point into
+  bool mapped_ = false;               // keep_ is a read-only mapping of the file
   std::string name_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 0, data_offset_ = 0;

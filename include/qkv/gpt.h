@@ -116,14 +116,6 @@ struct QKV_API GPTConfig {
   void validate() const;
 };
 
-/// `bytes` of zeroed memory: a large block is fresh pages, which cost
-/// nothing until written, in 2 MiB pages where the system has them (a
-/// weight file's worth of 4 KiB page faults costs seconds); throws
-/// std::bad_alloc.
-QKV_API void* alloc_zeroed(size_t bytes);
-/// Frees what alloc_zeroed(bytes) gave.
-QKV_API void free_zeroed(void* p, size_t bytes) noexcept;
-
 /// The allocator of a model's weights: its memory starts zeroed
 /// (alloc_zeroed) and default construction writes nothing, so the float32
 /// copy of matrices a model holds in bf16 is never touched. Only for a
@@ -180,12 +172,14 @@ class QKV_API KVCache {
   int64_t len() const { return len_; }            ///< positions filled: 0 .. capacity()
   int64_t capacity() const { return cfg_.context; }  ///< positions it can hold: the context
   DType dtype() const { return dtype_; }             ///< float32, bf16 or float64
-  /// Bytes of keys and values it holds for the whole context.
+  /// Bytes of its buffers now: they grow with the sequence (doubling, from
+  /// 256 positions) up to the whole context's.
   int64_t nbytes() const;
   /// Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
   /// Layer l's keys (RoPE already applied when the model uses it) and values,
-  /// [1, Hkv, capacity, D]; positions >= len() hold stale values. Throws
+  /// [1, Hkv, n, D] for the n >= len() positions held so far (up to
+  /// capacity()); positions >= len() hold stale values. Throws
   /// qkv::Error for a layer outside 0 .. layers - 1.
   const Tensor& keys(int64_t layer) const;
   const Tensor& values(int64_t layer) const;  ///< see keys()
@@ -198,11 +192,13 @@ class QKV_API KVCache {
   /// of model_dtype takes (its own; bf16 too for float32), and has n free
   /// positions.
   void check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) const;
+  /// Grows the buffers to hold n positions (at most the context).
+  void reserve(int64_t n);
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;
   int64_t len_ = 0;
-  std::vector<Tensor> k_, v_;  ///< per layer [1, Hkv, context, D]
+  std::vector<Tensor> k_, v_;  ///< per layer [1, Hkv, positions held, D]
 };
 
 /// The model, over its element type T:

@@ -17,7 +17,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/error.h"
@@ -75,13 +77,23 @@ QKV_API int64_t shape_numel(const Shape& shape);
 /// error messages that point at one element).
 QKV_API std::string index_str(const Shape& shape, int64_t i);
 
+/// `bytes` of zeroed memory: a large block is fresh pages, which cost
+/// nothing until written, in 2 MiB pages where the system has them (a
+/// weight file's worth of 4 KiB page faults costs seconds); throws
+/// std::bad_alloc.
+QKV_API void* alloc_zeroed(size_t bytes);
+/// Frees what alloc_zeroed(bytes) gave.
+QKV_API void free_zeroed(void* p, size_t bytes) noexcept;
+
 namespace detail {
 /// Tensor storage: 64-byte aligned (whole cache lines, aligned SIMD loads),
 /// and buffers of 2 MiB or more are 2 MiB aligned and offered to the kernel
-/// as transparent huge pages. Attention streams K and V once per call; with
-/// 4 KiB pages the page walks, not DRAM, limited decode's bandwidth.
+/// as transparent huge pages (src/core/zeroed_memory.cpp says why). It
+/// comes zeroed, large buffers as fresh pages nothing has touched yet, and
+/// constructing an element without a value writes nothing: a Tensor of
+/// zeros costs memory only where it is written.
 void* storage_alloc(size_t bytes);
-void storage_free(void* p) noexcept;
+void storage_free(void* p, size_t bytes) noexcept;
 
 template <class T>
 struct StorageAllocator {
@@ -90,7 +102,14 @@ struct StorageAllocator {
   template <class U>
   StorageAllocator(const StorageAllocator<U>&) {}
   T* allocate(size_t n) { return static_cast<T*>(storage_alloc(n * sizeof(T))); }
-  void deallocate(T* p, size_t) noexcept { storage_free(p); }
+  void deallocate(T* p, size_t n) noexcept { storage_free(p, n * sizeof(T)); }
+  /// Value-initialisation (vector::resize) leaves storage_alloc's zeros.
+  template <class U>
+  void construct(U*) noexcept {}
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
   template <class U>
   bool operator==(const StorageAllocator<U>&) const { return true; }
 };

@@ -1,6 +1,5 @@
 #include "qkv/tensor.h"
 
-#include "core/runtime/interrupt.h"
 #include "core/values.h"
 
 #include <omp.h>
@@ -11,26 +10,9 @@
 #include <cstring>
 #include <new>
 
-#include <sys/mman.h>
 #include <limits>
 
 namespace qkv {
-
-namespace detail {
-
-void* storage_alloc(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t align = bytes >= kHuge ? kHuge : 64;
-  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (!p) throw std::bad_alloc();
-  // Only a hint: without THP support (or with it off) this fails harmlessly.
-  if (align == kHuge) madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
-  return p;
-}
-
-void storage_free(void* p) noexcept { std::free(p); }
-
-}  // namespace detail
 
 const char* dtype_name(DType dt) {
   switch (dt) {
@@ -76,22 +58,8 @@ Tensor::Tensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)) {
   if (static_cast<uint64_t>(numel_) > std::numeric_limits<size_t>::max() / 8)
     throw Error("shape " + shape_str(shape_) + " is too large to allocate");
-  const size_t bytes = static_cast<size_t>(numel_) * dtype_size(dtype_);
-  // Zeroing faults every page in: an 8 GiB result takes some 25 s. A large
-  // tensor is zeroed in slices, between which the calling thread's
-  // InterruptScope may stop it (only outside a parallel region, where
-  // nothing may throw).
-  constexpr size_t kSlice = size_t{256} << 20;
-  if (bytes <= kSlice || omp_in_parallel()) {
-    storage_.assign(bytes, std::byte{0});
-    return;
-  }
-  storage_.reserve(bytes);
-  Interrupt interrupt;
-  while (storage_.size() < bytes) {
-    interrupt.check();
-    storage_.resize(std::min(bytes, storage_.size() + kSlice));
-  }
+  // Zeros from storage_alloc: resize writes nothing (StorageAllocator).
+  storage_.resize(static_cast<size_t>(numel_) * dtype_size(dtype_));
 }
 
 Tensor::Tensor(const Tensor&) = default;

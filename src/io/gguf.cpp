@@ -6,6 +6,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <span>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "io/gguf_kinds.h"
 #include "io/mapped_file.h"
@@ -349,7 +353,20 @@ GgufFile GgufFile::open(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
   const std::byte* data = file->data();
   const uint64_t size = file->size();
-  return from(std::move(file), data, size, path);
+  GgufFile f = from(std::move(file), data, size, path);
+  f.mapped_ = true;
+  return f;
+}
+
+void GgufFile::release(std::span<const std::byte> bytes) const {
+  if (!mapped_ || bytes.empty()) return;
+  // Dropping pages of a read-only file mapping loses nothing: a later read
+  // maps them again from the page cache (or the file). Never done to the
+  // owned bytes of parse(), which it would zero.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: nothing to report
 }
 
 GgufFile GgufFile::parse(std::string bytes, const std::string& name_for_errors) {

@@ -5,6 +5,7 @@
 // cached for the earlier positions. tests/test_gpt_grad.cpp checks that its
 // logits equal forward()'s at every position.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "model/gpt_work.h"
@@ -13,14 +14,43 @@
 
 namespace qkv {
 
+namespace {
+// The positions a new cache holds before it first grows.
+constexpr int64_t kFirstPositions = 256;
+}  // namespace
+
 KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
   cfg_.validate();
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f64)
     throw Error(std::string("kv cache: expected float32, bf16 or float64, found ") + dtype_name(dtype));
+  k_.resize(static_cast<size_t>(cfg_.layers));
+  v_.resize(static_cast<size_t>(cfg_.layers));
+  reserve(std::min(cfg_.context, kFirstPositions));
+}
+
+// Buffers for n positions, the len_ held copied over. They grow by doubling,
+// so that a sequence of the whole context copies each position about once,
+// while a short one holds only what it uses: an 8B model's full context
+// would be 1 GB of bf16, a thousand times what a short chat needs.
+void KVCache::reserve(int64_t n) {
+  const int64_t held = k_.front().empty() ? 0 : k_.front().dim(2);
+  if (n <= held) return;
+  const int64_t grown = std::min(cfg_.context, std::max(n, 2 * held)), Hkv = cfg_.kv_heads, D = cfg_.head_dim();
+  const size_t esize = dtype_size(dtype_);
+  std::vector<Tensor> k, v;  // all made before any is swapped in: bad_alloc leaves the cache as it was
   for (int64_t l = 0; l < cfg_.layers; ++l) {
-    k_.emplace_back(dtype, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
-    v_.emplace_back(dtype, Shape{1, cfg_.kv_heads, cfg_.context, cfg_.head_dim()});
+    k.emplace_back(dtype_, Shape{1, Hkv, grown, D});
+    v.emplace_back(dtype_, Shape{1, Hkv, grown, D});
   }
+  const size_t run = static_cast<size_t>(len_ * D) * esize;
+  for (size_t l = 0; l < k.size(); ++l)
+    for (int64_t g = 0; g < Hkv; ++g) {
+      const size_t from = static_cast<size_t>(g * held * D) * esize, to = static_cast<size_t>(g * grown * D) * esize;
+      std::memcpy(k[l].raw() + to, k_[l].raw() + from, run);
+      std::memcpy(v[l].raw() + to, v_[l].raw() + from, run);
+    }
+  k_.swap(k);
+  v_.swap(v);
 }
 
 int64_t KVCache::nbytes() const {
@@ -83,6 +113,7 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
   if (!cfg_.lm_head || !cfg_.causal)
     throw Error("model: decoding needs a causal model with a language-model head (this is an encoder)");
   cache.check_append(cfg_, dtype_of<T>(), n);
+  cache.reserve(cache.len_ + n);
   // run() writes the new keys and values at positions len .. len + n - 1
   // before any of them can count: a token it refuses leaves the cache as it was.
   run(tokens, 1, n, cache.len_, &cache);

@@ -272,6 +272,7 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
           unpermute(bytes, owned.data() + owned_at, s.rows, s.unpermute_heads, run.row_bytes());
           run.data = owned.data() + owned_at;
           owned_at += t->bytes.size();
+          f.release(t->bytes);  // read from the copy from now on: not resident twice
         }
         if (p.name == "transformer.wte.weight") wte = run;
         if (matrices.count(p.offset)) runs[p.offset].push_back(run);  // a tied head: wte's too

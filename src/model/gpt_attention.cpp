@@ -98,10 +98,10 @@ void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
       // q, k and v rounded as the bf16 forward rounds them; k and v kept so.
       round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
       append_to_cache(kc.data<bfloat16>(), vc.data<bfloat16>(), a.k16.template data<bfloat16>(),
-                      a.v16.template data<bfloat16>(), Hkv, Tn, hs, cfg_.context, pos0);
+                      a.v16.template data<bfloat16>(), Hkv, Tn, hs, kc.dim(2), pos0);
       o.out_dtype = DType::f32;
     } else {
-      append_to_cache(kc.data<T>(), vc.data<T>(), k, v, Hkv, Tn, hs, cfg_.context, pos0);
+      append_to_cache(kc.data<T>(), vc.data<T>(), k, v, Hkv, Tn, hs, kc.dim(2), pos0);
     }
     attention_into(a.att, bf16 ? a.q16 : a.q, TensorView(kc).slice(2, 0, S), TensorView(vc).slice(2, 0, S),
                    o);

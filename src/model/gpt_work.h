@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/gemm_dot_kernels.h"
+#include "core/zeroed_memory.h"
 #include "model/layers/nn_common.h"
 #include "qkv/attention.h"
 #include "qkv/gpt.h"
@@ -70,11 +71,6 @@ void for_tiles(int64_t rows, int64_t cols, F f) {
     }
 }
 
-// Memory from alloc_zeroed(bytes) of which only scattered parts will be
-// written from here on (a model's float32 buffer whose matrices are held
-// elsewhere: its norms and biases lie between them): backed by 4 KiB pages,
-// so that each small write makes 4 KiB resident, not a 2 MiB page.
-void written_sparsely(void* p, size_t bytes) noexcept;
 using Bf16Run = RowRun<bfloat16>;
 using Bf16Matrix = RowRuns<bfloat16>;
 
