@@ -178,6 +178,35 @@ TEST(WeightTypes, BlocksAtAnyAddress) {
   }
 }
 
+// all_finite agrees with the dequantized row: for every type, one or two
+// bytes of the middle of three blocks' worth of values set to all ones
+// (an f16 or float exponent of all ones where they land on one, or a plain
+// 6-bit scale or quant where they do not) make it false exactly where a
+// dequantized weight is no longer finite.
+TEST(WeightTypes, AllFiniteAgreesWithTheDequantizedRow) {
+  std::mt19937 gen(5);
+  for (const qkv::WeightTypeInfo& t : qkv::weight_types()) {
+    const int64_t per = t.block == 1 ? 256 : t.block, n = 3 * per;
+    const size_t block_bytes = t.block_bytes * static_cast<size_t>(per / t.block);
+    std::vector<uint8_t> row(3 * block_bytes);
+    for (uint8_t& x : row) x = static_cast<uint8_t>(gen() & 0x3b);  // no exponent of all ones
+    ASSERT_TRUE(qkv::all_finite(t.type, row.data(), n)) << t.name;
+    std::vector<float> out(static_cast<size_t>(n));
+    int flagged = 0;
+    for (int width : {1, 2})
+      for (size_t j = 0; j + width <= block_bytes; ++j) {
+        std::vector<uint8_t> bad = row;
+        std::memset(bad.data() + block_bytes + j, 0xff, static_cast<size_t>(width));
+        qkv::dequantize_row(t.type, bad.data(), out.data(), n);
+        bool finite = true;
+        for (float v : out) finite = finite && std::isfinite(v);
+        EXPECT_EQ(qkv::all_finite(t.type, bad.data(), n), finite) << t.name << ", " << width << " bytes at " << j;
+        flagged += !finite;
+      }
+    EXPECT_GT(flagged, 0) << t.name;
+  }
+}
+
 TEST(WeightTypes, QuantizersKnownBlocks) {
   // d = 127 / 127 = 1: q is x rounded half away from zero.
   std::vector<float> x(32, 0.0f);

@@ -101,36 +101,44 @@ void dequantize_row(WeightType type, const void* blocks, float* out, int64_t n) 
   weight_type_info(type).dequantize(blocks, out, n);
 }
 
+namespace {
+// Whether the f16s at offsets At of each of `blocks` blocks (`bytes` apart)
+// are finite: their exponents not all ones. No early exit, so that the loop
+// is a plain stream over the blocks (a model's load scans every block).
+template <int... At>
+bool f16s_finite(const uint8_t* b, int64_t blocks, int64_t bytes) {
+  unsigned bad = 0;
+  for (int64_t i = 0; i < blocks; ++i, b += bytes) bad |= (((b[At + 1] & 0x7c) == 0x7c) | ...);
+  return !bad;
+}
+}  // namespace
+
 bool all_finite(WeightType type, const void* blocks, int64_t n) {
   const WeightTypeInfo& t = weight_type_info(type);
   weight_bytes(type, n);
   const auto* b = static_cast<const uint8_t*>(blocks);
-  auto f16_ok = [&](int64_t at) { return ((b[at + 1] >> 2) & 31) != 31; };  // exponent not all ones
-  const auto bb = static_cast<int64_t>(t.block_bytes);
-  for (int64_t i = 0; i < n / t.block; ++i, b += bb) {
-    switch (type) {
-      case WeightType::f32: {
-        float v;
-        std::memcpy(&v, b, sizeof v);
-        if (!std::isfinite(v)) return false;
-        break;
+  const int64_t count = n / t.block, bytes = static_cast<int64_t>(t.block_bytes);
+  switch (type) {
+    case WeightType::f32: {
+      unsigned bad = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        uint32_t v;
+        std::memcpy(&v, b + 4 * i, sizeof v);
+        bad |= (v & 0x7f800000u) == 0x7f800000u;  // exponent all ones
       }
-      case WeightType::bf16:
-        if ((b[1] & 0x7f) == 0x7f && (b[0] & 0x80)) return false;  // exponent all ones
-        break;
-      case WeightType::q6_k:
-        if (!f16_ok(208)) return false;
-        break;
-      case WeightType::q4_k:
-      case WeightType::q5_k:
-      case WeightType::q5_1:
-        if (!f16_ok(0) || !f16_ok(2)) return false;
-        break;
-      default:  // F16, Q8_0, Q4_0, Q5_0: an f16 first
-        if (!f16_ok(0)) return false;
+      return !bad;
     }
+    case WeightType::bf16: {
+      unsigned bad = 0;
+      for (int64_t i = 0; i < count; ++i) bad |= (b[2 * i + 1] & 0x7f) == 0x7f && (b[2 * i] & 0x80);
+      return !bad;
+    }
+    case WeightType::q6_k: return f16s_finite<208>(b, count, bytes);
+    case WeightType::q4_k:
+    case WeightType::q5_k:
+    case WeightType::q5_1: return f16s_finite<0, 2>(b, count, bytes);
+    default: return f16s_finite<0>(b, count, bytes);  // F16, Q8_0, Q4_0, Q5_0: an f16 first
   }
-  return true;
 }
 
 void quantize_row(WeightType type, const float* x, void* blocks, int64_t n) {

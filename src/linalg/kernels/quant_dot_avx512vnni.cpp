@@ -236,9 +236,13 @@ void q45_k_tile(const uint8_t* w, uint64_t stride, const uint8_t* x, uint64_t x_
     }
     const BlockQ8K* y[M];
     for (int i = 0; i < M; ++i) y[i] = reinterpret_cast<const BlockQ8K*>(x + i * x_stride) + b;
-    __m512i isum[M][N];
-    for (int i = 0; i < M; ++i)
-      for (int r = 0; r < N; ++r) isum[i][r] = _mm512_setzero_si512();
+    // Two chains of vpdpwssd, even chunks and odd, added at the end: one
+    // chain of four made each row's block wait on their latency (decode
+    // 1.2x slower, AMD EPYC Zen 4). The integer sums are the same.
+    __m512i isum[2][M][N];
+    for (auto& chain : isum)
+      for (auto& row : chain)
+        for (__m512i& v : row) v = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {
       __m512i q[N], scale[N];
       for (int r = 0; r < N; ++r) {
@@ -252,15 +256,21 @@ void q45_k_tile(const uint8_t* w, uint64_t stride, const uint8_t* x, uint64_t x_
       }
       for (int i = 0; i < M; ++i) {
         const __m512i xq = load64(y[i]->qs + 64 * c);
-        for (int r = 0; r < N; ++r) isum[i][r] = _mm512_dpwssd_epi32(isum[i][r], _mm512_maddubs_epi16(q[r], xq), scale[r]);
+        for (int r = 0; r < N; ++r)
+          isum[c & 1][i][r] = _mm512_dpwssd_epi32(isum[c & 1][i][r], _mm512_maddubs_epi16(q[r], xq), scale[r]);
       }
     }
     for (int i = 0; i < M; ++i) {
       const __m128i pairs = sums32(y[i]);
       for (int r = 0; r < N; ++r) {
         const __m128i msum = _mm_madd_epi16(_mm256_extracti128_si256(sc_m[r], 1), pairs);
-        acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(scale_at(a[r]) * y[i]->d), _mm512_cvtepi32_ps(isum[i][r]), acc[i][r]);
-        macc[i][r] = _mm_fmadd_ps(_mm_set1_ps(scale_at(a[r] + 2) * y[i]->d), _mm_cvtepi32_ps(msum), macc[i][r]);
+        // d · y's d and dmin · y's d, converted and multiplied together.
+        uint32_t d_dmin;
+        std::memcpy(&d_dmin, a[r], sizeof d_dmin);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin))), _mm_set1_ps(y[i]->d));
+        const __m512i sum = _mm512_add_epi32(isum[0][i][r], isum[1][i][r]);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sum), acc[i][r]);
+        macc[i][r] = _mm_fmadd_ps(_mm_permute_ps(dd, 0x55), _mm_cvtepi32_ps(msum), macc[i][r]);
       }
     }
   }

@@ -85,10 +85,24 @@ struct ScalesAndMins {
   __m256i sc_m;
   __m128i msum;
 };
+// Vector shuffles rather than unpack_scales' words: a decode step makes
+// this once per block of each row, and the words' twenty-odd scalar
+// operations, inserts and a spill to the stack were a third of the block's
+// work. Byte i of the 12 is s_i, at a + 4 + i:
+//   sc_j = s_j & 63, m_j = s_{j+4} & 63                            (j < 4)
+//   sc_j = (s_{j+4} & 15) | (s_{j-4} >> 6) << 4,
+//   m_j = (s_{j+4} >> 4) | (s_j >> 6) << 4                        (j >= 4)
 inline __m256i scales_mins16(const uint8_t* a) {
-  const Scales8 s = unpack_scales(a + 4);
-  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(s.m[1]), static_cast<int>(s.m[0]),
-                                            static_cast<int>(s.sc[1]), static_cast<int>(s.sc[0])));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));  // d, dmin, then the 12
+  // Lanes: sc_0-3's, sc_4-7's low bits, m_0-3's, m_4-7's low bits (in the high nibble).
+  const __m128i low = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  // Beside sc_4-7 and m_4-7: the bytes whose top two bits they take.
+  const __m128i high = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+  const __m128i nibbles = _mm_blend_epi32(low, _mm_srli_epi16(low, 4), 0x8);  // m_4-7's down
+  const __m128i bits = _mm_or_si128(
+      _mm_and_si128(nibbles, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15)),
+      _mm_and_si128(_mm_srli_epi16(high, 2), _mm_set1_epi8(0x30)));
+  return _mm256_cvtepu8_epi16(bits);
 }
 // y's sums of each 32 (a sub-block's), eight int16 lanes.
 inline __m128i sums32(const BlockQ8K* y) {
