@@ -43,7 +43,7 @@ void KVCache::reserve(int64_t n) {
     v.emplace_back(dtype_, Shape{1, Hkv, grown, D});
   }
   const size_t run = static_cast<size_t>(len_ * D) * esize;
-  for (size_t l = 0; l < k.size(); ++l)
+  for (size_t l = 0; l < k.size() && run > 0; ++l)  // nothing held: nothing to copy (nor buffers to copy from)
     for (int64_t g = 0; g < Hkv; ++g) {
       const size_t from = static_cast<size_t>(g * held * D) * esize, to = static_cast<size_t>(g * grown * D) * esize;
       std::memcpy(k[l].raw() + to, k_[l].raw() + from, run);
