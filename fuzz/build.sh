@@ -29,7 +29,7 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -ffunction-sections -fdata-sect
        -I"$root/include" -I"$root/src" -Wall -Wextra)
 
 # The library sources each target links (its own file comes first).
-io_core=(src/core/tensor.cpp src/core/runtime/interrupt.cpp src/core/view.cpp src/io/byte_source.cpp src/io/atomic_file.cpp src/io/npy_header.cpp)
+io_core=(src/core/tensor.cpp src/core/zeroed_memory.cpp src/core/runtime/interrupt.cpp src/core/view.cpp src/io/byte_source.cpp src/io/atomic_file.cpp src/io/npy_header.cpp)
 declare -A sources=(
   [npy]="fuzz/fuzz_npy.cpp ${io_core[*]} src/io/npy.cpp"
   [checkpoint]="fuzz/fuzz_checkpoint.cpp ${io_core[*]} src/io/json_strict.cpp src/io/safetensors.cpp src/model/checkpoint.cpp src/model/gpt.cpp"
