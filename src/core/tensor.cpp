@@ -2,15 +2,11 @@
 
 #include "core/values.h"
 
-#include <omp.h>
-
 #include <algorithm>
-
 #include <cstdlib>
 #include <cstring>
-#include <new>
-
 #include <limits>
+#include <new>
 
 namespace qkv {
 
