@@ -564,6 +564,13 @@ TEST(GptDecode, GrowingCacheMatchesForward) {
   EXPECT_EQ(cache.nbytes(), 600 * per_position);
   cache.reset();  // the buffers are kept
   EXPECT_EQ(cache.keys(0).dim(2), 600);
+  // A prompt longer than one pass's rows with a bad token near its end
+  // leaves the cache as it was, its first chunk run or not.
+  std::vector<int32_t> bad(400, 1);
+  bad[399] = static_cast<int32_t>(cfg.vocab);
+  m.decode(tokens.data(), 3, cache);
+  EXPECT_THROW(m.decode(bad.data(), 400, cache), Error);
+  EXPECT_EQ(cache.len(), 3);
 }
 
 template <class F>

@@ -336,6 +336,45 @@ TEST_P(WeightMatmul, DequantizedRowsAreTheReferenceBits) {
   EXPECT_THROW(qkv::dequantize_rows(Weight{WeightType::q8_0, N, K, nullptr}, 6, 2, out.data()), qkv::Error);
 }
 
+// The path's quantizers of activations give the reference's bits: random
+// rows at scales from subnormal to past f16's range, blocks of zeros, a
+// non-finite value, and exact ties of x / d (a block whose largest
+// magnitude is 127 has d = 1), which Q8_0 rounds away from zero and Q8_K
+// to even, with their neighbours a float away.
+TEST_P(WeightMatmul, ActivationQuantizersAreTheReferenceBits) {
+  std::mt19937 gen(17);
+  const int64_t K = 1024;
+  std::vector<std::vector<float>> rows;
+  for (float scale : {1e-30f, 1e-6f, 1.0f, 3e3f, 1e7f}) {
+    std::vector<float> x = random_x(1, K, gen);
+    for (float& v : x) v *= scale;
+    rows.push_back(x);
+  }
+  std::vector<float> ties(K, 0.0f);  // blocks 0-3 (Q8_0) and block 0 (Q8_K) end on 127
+  for (int64_t k = 0; k < K; ++k) {
+    const float tie = static_cast<float>(k % 255 - 127) + 0.5f;
+    ties[static_cast<size_t>(k)] = k % 3 == 0 ? tie : k % 3 == 1 ? std::nextafter(tie, 0.0f) : std::nextafter(tie, 200.0f);
+    if (k % 32 == 31) ties[static_cast<size_t>(k)] = 127.0f;
+  }
+  rows.push_back(ties);
+  rows.push_back(std::vector<float>(K, 0.0f));
+  std::vector<float> bad = random_x(1, K, gen);
+  bad[40] = NAN;
+  bad[600] = -INFINITY;
+  rows.push_back(bad);
+  const qkv::linalg::DotKernels& k = qkv::linalg::dot_kernels();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<uint8_t> want(K / 32 * 34), got(want.size());
+    qkv::linalg::quantize_q8_0_x(rows[r].data(), want.data(), K);
+    k.quantize_x8_0(rows[r].data(), got.data(), K);
+    EXPECT_EQ(want, got) << "Q8_0, row " << r;
+    std::vector<qkv::linalg::BlockQ8K> want_k(K / 256), got_k(K / 256);
+    qkv::linalg::quantize_q8_k(rows[r].data(), want_k.data(), K);
+    k.quantize_x8_k(rows[r].data(), got_k.data(), K);
+    EXPECT_EQ(0, std::memcmp(want_k.data(), got_k.data(), want_k.size() * sizeof(qkv::linalg::BlockQ8K))) << "Q8_K, row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, WeightMatmul, ::testing::ValuesIn(qkv::all_isas()), qkv::test::isa_test_name);
 
 // The tests above run each path's kernels: from avx512 up, AVX512-VNNI's

@@ -289,7 +289,9 @@ class BasicGPT {
   /// products run in bf16; attention runs on the cache's dtype (a bf16
   /// cache: the bf16 kernel, as the bf16 forward). The last block runs its
   /// projection and MLP, and the head, on the last token's row alone: the
-  /// other rows' keys and values are all the cache keeps of them.
+  /// other rows' keys and values are all the cache keeps of them. A long
+  /// prompt runs in passes of at most 256 tokens, so that the activations
+  /// held stay those of 256 rows whatever its length.
   ///
   /// The span views this model's scratch: valid until the next call on this
   /// model (or its destruction). A view, not a copy, because sampling calls

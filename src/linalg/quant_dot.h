@@ -66,6 +66,13 @@ using DequantFn = void (*)(const void* blocks, float* out, int64_t n);
 
 struct PanelKernels;  // linalg/quant_panel.h
 
+// Quantizers of activations, as quantize_q8_0_x's and quantize_q8_k's.
+using QuantizeX8_0Fn = void (*)(const float* x, void* blocks, int64_t K);
+using QuantizeX8_KFn = void (*)(const float* x, BlockQ8K* y, int64_t K);
+// The AVX2 path's (kernels/quant_x_avx2.cpp): the same bits.
+void quantize_q8_0_x_avx2(const float* x, void* blocks, int64_t K);
+void quantize_q8_k_avx2(const float* x, BlockQ8K* y, int64_t K);
+
 // One path's dots and dequantizers, by weight type; a null dequantizer is
 // the reference's.
 struct DotKernels {
@@ -73,6 +80,8 @@ struct DotKernels {
   DequantFn dequantize_q8_0, dequantize_q4_0, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k;
   TileFn tile_q8_0, tile_q4_0, tile_q4_k, tile_q5_k, tile_q6_k;  // null: the DotFn a row of x at a time
   const PanelKernels *panel_q8_0, *panel_q4_0, *panel_q4_k, *panel_q5_k, *panel_q6_k;  // null: none
+  QuantizeX8_0Fn quantize_x8_0;
+  QuantizeX8_KFn quantize_x8_k;
 };
 extern const DotKernels dot_scalar;  // quant_dot_scalar.cpp: any x86-64
 extern const DotKernels dot_avx2;    // kernels/quant_dot_avx2.cpp: AVX2 and FMA

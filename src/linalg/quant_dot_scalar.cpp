@@ -192,7 +192,9 @@ const DotKernels dot_scalar = {each_row<dot_q8_0>,
                                nullptr,
                                nullptr,
                                nullptr,
-                               nullptr};
+                               nullptr,
+                               quantize_q8_0_x,
+                               quantize_q8_k};
 
 namespace {
 
@@ -205,6 +207,8 @@ DotKernels over(const DotKernels& fast, const DotKernels& base) {
   for (DequantFn DotKernels::*f : {&DotKernels::dequantize_q8_0, &DotKernels::dequantize_q4_0, &DotKernels::dequantize_q4_k,
                                    &DotKernels::dequantize_q5_k, &DotKernels::dequantize_q6_k})
     if (!(k.*f)) k.*f = base.*f;
+  if (!k.quantize_x8_0) k.quantize_x8_0 = base.quantize_x8_0;
+  if (!k.quantize_x8_k) k.quantize_x8_k = base.quantize_x8_k;
   return k;
 }
 

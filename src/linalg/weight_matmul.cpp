@@ -330,11 +330,11 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i) {
       if (q8_0) {
-        linalg::quantize_q8_0_x(x + i * K, xq8_0 + i * q8_0_row, K);
+        kernels.quantize_x8_0(x + i * K, xq8_0 + i * q8_0_row, K);
         if (panels) linalg::panel_sums_q8_0(xq8_0 + i * q8_0_row, K, x_scale + i * (K / 32), x_sums8_0 + i * (K / 32));
       }
       if (q8_k) {
-        linalg::quantize_q8_k(x + i * K, xq8_k + i * q8_k_row, K);
+        kernels.quantize_x8_k(x + i * K, xq8_k + i * q8_k_row, K);
         if (panels) linalg::panel_sums_q8_k(xq8_k + i * q8_k_row, K, x_sums8_k + i * (K / 16), x_sums32 + i * (K / 32));
       }
     }

@@ -17,6 +17,13 @@ namespace qkv {
 namespace {
 // The positions a new cache holds before it first grows.
 constexpr int64_t kFirstPositions = 256;
+// The most rows one pass of decode() runs: a longer prompt goes in chunks.
+// A pass holds its rows' activations, about 350 KB a row for an 8B model
+// (6 GB for its 8192-token context in one pass); 256 rows decode a prompt
+// as fast as 512 did and held 150 MB less at an 8B Q4_K_M file's 609-token
+// prompt (5.34 GB against 5.49, file 4.92; AMD EPYC Zen 4). 128 rows
+// prefilled slower: the products' panels are packed once a pass.
+constexpr int64_t kPrefillRows = 256;
 }  // namespace
 
 KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
@@ -114,10 +121,21 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
     throw Error("model: decoding needs a causal model with a language-model head (this is an encoder)");
   cache.check_append(cfg_, dtype_of<T>(), n);
   cache.reserve(cache.len_ + n);
-  // run() writes the new keys and values at positions len .. len + n - 1
-  // before any of them can count: a token it refuses leaves the cache as it was.
-  run(tokens, 1, n, cache.len_, &cache);
-  cache.len_ += n;
+  // run() writes the new keys and values at positions len .. len + n - 1,
+  // which count once every chunk has run: a call that fails (a token
+  // outside the vocabulary in a later chunk, an interrupt) leaves the cache
+  // as it was.
+  const int64_t len0 = cache.len_;
+  try {
+    for (int64_t i = 0; i < n; i += kPrefillRows) {
+      const int64_t rows = std::min(kPrefillRows, n - i);
+      run(tokens + i, 1, rows, cache.len_, &cache);
+      cache.len_ += rows;
+    }
+  } catch (...) {
+    cache.len_ = len0;
+    throw;
+  }
   return {work_->logits.data(), work_->logits.size()};
 }
 

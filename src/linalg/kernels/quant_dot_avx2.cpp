@@ -317,6 +317,8 @@ const DotKernels dot_avx2 = {dot_rows<DotQ8_0>,
                              nullptr,
                              nullptr,
                              nullptr,
-                             nullptr};
+                             nullptr,
+                             quantize_q8_0_x_avx2,
+                             quantize_q8_k_avx2};
 
 }  // namespace qkv::linalg

@@ -335,13 +335,20 @@ void q6_k_tile(const uint8_t* w, uint64_t stride, const uint8_t* x, uint64_t x_s
     for (int r = 0; r < N; ++r) out[i * ldo + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-// A row's dot from a tile of one by one.
-template <void (*Tile)(const uint8_t*, uint64_t, const uint8_t*, uint64_t, int64_t, float*, int64_t)>
-float one_by_one(const void* w, const void* x, int64_t K) {
-  float out;
-  Tile(static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0, K, &out, 0);
-  return out;
-}
+// The K-quants' dot_rows kernels: tiles of M = 1.
+template <bool kFifthBit>
+struct DotQ45K {
+  template <int N>
+  static void run(const uint8_t* w, uint64_t stride, const uint8_t* x, int64_t K, float* out) {
+    q45_k_tile<kFifthBit, N, 1>(w, stride, x, 0, K, out, 0);
+  }
+};
+struct DotQ6K {
+  template <int N>
+  static void run(const uint8_t* w, uint64_t stride, const uint8_t* x, int64_t K, float* out) {
+    q6_k_tile<N, 1>(w, stride, x, 0, K, out, 0);
+  }
+};
 
 }  // namespace
 
@@ -351,9 +358,9 @@ const DotKernels dot_avx512vnni = {dot_rows<DotQ8_0>,
                                    dot_rows<DotQ4_0>,
                                    nullptr,
                                    nullptr,
-                                   each_row<one_by_one<q45_k_tile<false, 1, 1>>>,
-                                   each_row<one_by_one<q45_k_tile<true, 1, 1>>>,
-                                   each_row<one_by_one<q6_k_tile<1, 1>>>,
+                                   dot_rows<DotQ45K<false>>,
+                                   dot_rows<DotQ45K<true>>,
+                                   dot_rows<DotQ6K>,
                                    nullptr,
                                    nullptr,
                                    nullptr,
@@ -368,6 +375,8 @@ const DotKernels dot_avx512vnni = {dot_rows<DotQ8_0>,
                                    &panel_q4_0_avx512vnni,
                                    &panel_q4_k_avx512vnni,
                                    &panel_q5_k_avx512vnni,
-                                   &panel_q6_k_avx512vnni};
+                                   &panel_q6_k_avx512vnni,
+                                   nullptr,
+                                   nullptr};
 
 }  // namespace qkv::linalg
