@@ -7,6 +7,7 @@
 // gives them (transparent huge pages on madvise): attention streams K and
 // V once per call, and with 4 KiB pages the page walks, not DRAM, limited
 // decode's bandwidth.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,27 @@ void unmap(void* p, size_t bytes) noexcept {
   std::free(p);
 #endif
 }
+
+// `bytes` of zeros: fresh pages from kMapAtLeast (with mmap's `flags`),
+// else the heap's, 64-byte aligned (2 MiB from 2 MiB, to let huge pages
+// back it) and cleared.
+void* zeroed(size_t bytes, int flags) {
+  if (bytes >= kMapAtLeast) return map_zeroed(bytes, flags);
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  void* p = std::aligned_alloc(align, (std::max<size_t>(bytes, 1) + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+#ifdef __linux__
+  if (align == kHugePage) madvise(p, mapped_bytes(bytes), MADV_HUGEPAGE);  // advice, as above
+#endif
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+#ifdef __linux__
+constexpr int kNoReserve = MAP_NORESERVE;
+#else
+constexpr int kNoReserve = 0;
+#endif
 }  // namespace
 
 void* alloc_zeroed(size_t bytes) {
@@ -64,11 +86,7 @@ void* alloc_zeroed(size_t bytes) {
   // mapped model writes only its norms and biases here, and an 8B model's
   // 32 GB of float32 room must not be refused up front on a machine of
   // 24 GB for pages it never touches.
-#ifdef __linux__
-  if (bytes >= kMapAtLeast) return map_zeroed(bytes, MAP_NORESERVE);
-#endif
-  if (void* p = std::calloc(bytes ? bytes : 1, 1)) return p;
-  throw std::bad_alloc();
+  return zeroed(bytes, kNoReserve);
 }
 
 void free_zeroed(void* p, size_t bytes) noexcept {
@@ -91,19 +109,7 @@ namespace detail {
 
 // A tensor's memory is reserved as usual: a tensor larger than the machine
 // is refused at once rather than killed when written.
-void* storage_alloc(size_t bytes) {
-  if (bytes >= kMapAtLeast) return map_zeroed(bytes, 0);
-  const size_t align = bytes >= kHugePage ? kHugePage : 64;
-  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (!p) throw std::bad_alloc();
-#ifdef __linux__
-  if (align == kHugePage) madvise(p, mapped_bytes(bytes), MADV_HUGEPAGE);  // advice, as above
-#endif
-  std::memset(p, 0, bytes);
-  return p;
-}
-
-// The same two kinds of block as alloc_zeroed's.
+void* storage_alloc(size_t bytes) { return zeroed(bytes, 0); }
 void storage_free(void* p, size_t bytes) noexcept { free_zeroed(p, bytes); }
 
 }  // namespace detail

@@ -151,10 +151,8 @@ struct Call {
   int64_t M, K, N;
   const float* bias;
   const std::vector<Run>& runs;
-  const uint8_t* xq8_0;  // x's rows as Q8_0 blocks, q8_0_row bytes a row
-  const BlockQ8K* xq8_k;
-  size_t q8_0_row, q8_k_row;
-  linalg::PanelX px8_0, px8_k;  // the same, with the panels' sums
+  // x's rows as Q8_0 blocks and as BlockQ8K, with the panels' sums.
+  linalg::PanelX px8_0, px8_k;
   int64_t panel_count, panel_bytes;
 };
 
@@ -214,18 +212,16 @@ void tile_share(const Call& c, int t, int T) {
     }
     int64_t i = 0;
     // A prompt's rows of x, kTileRowsX at a time, against a whole tile.
+    const linalg::PanelX& xq = run.form == XForm::q8_0 ? c.px8_0 : c.px8_k;  // for the quantized forms
     if (run.tile && n == kTile)
       for (; i + linalg::kTileRowsX <= M; i += linalg::kTileRowsX)
-        run.tile(rows, run.stride,
-                 run.form == XForm::q8_0 ? c.xq8_0 + i * c.q8_0_row : reinterpret_cast<const uint8_t*>(c.xq8_k + i * c.q8_k_row),
-                 run.form == XForm::q8_0 ? c.q8_0_row : c.q8_k_row * sizeof(BlockQ8K), K, c.out + i * N + jt, N);
+        run.tile(rows, run.stride, xq.blocks + i * xq.stride, xq.stride, K, c.out + i * N + jt, N);
     for (; i < M; ++i) {
       float* o = c.out + i * N + jt;
       switch (run.form) {
         case XForm::q8_0:
         case XForm::q8_k: {
-          const void* xi =
-              run.form == XForm::q8_0 ? static_cast<const void*>(c.xq8_0 + i * c.q8_0_row) : c.xq8_k + i * c.q8_k_row;
+          const uint8_t* xi = xq.blocks + i * xq.stride;
           // x's first row reads the tile from memory one row after another:
           // the thread's rows are then one stream of lines, which the
           // hardware prefetcher follows well (with the dots' prefetch
@@ -317,10 +313,6 @@ void weight_matmul(float* out, const float* x, int64_t M, int64_t K, std::span<c
                N,
                bias,
                runs,
-               xq8_0,
-               xq8_k,
-               q8_0_row,
-               q8_k_row,
                {xq8_0, q8_0_row, x_scale, x_sums8_0, nullptr},
                {reinterpret_cast<const uint8_t*>(xq8_k), q8_k_row * sizeof(BlockQ8K), nullptr, x_sums8_k, x_sums32},
                panel_count,
