@@ -345,14 +345,17 @@ TEST_P(WeightMatmul, ActivationQuantizersAreTheReferenceBits) {
   std::mt19937 gen(17);
   const int64_t K = 1024;
   std::vector<std::vector<float>> rows;
-  for (float scale : {1e-30f, 1e-6f, 1.0f, 3e3f, 1e7f}) {
+  // 1e-38: blocks whose 1 / d is inf (a largest magnitude under 2^-121);
+  // 1e-30: Q8_0 scales under f16's smallest.
+  for (float scale : {1e-38f, 1e-30f, 1e-6f, 1.0f, 3e3f, 1e7f}) {
     std::vector<float> x = random_x(1, K, gen);
     for (float& v : x) v *= scale;
+    x[5] = 0.0f, x[300] = -0.0f;  // 0 * inf is NaN
     rows.push_back(x);
   }
-  std::vector<float> ties(K, 0.0f);  // blocks 0-3 (Q8_0) and block 0 (Q8_K) end on 127
+  std::vector<float> ties(K, 0.0f);  // every block's largest magnitude 127: d = 1 in both
   for (int64_t k = 0; k < K; ++k) {
-    const float tie = static_cast<float>(k % 255 - 127) + 0.5f;
+    const float tie = static_cast<float>(k % 254 - 127) + 0.5f;  // -126.5 .. 126.5
     ties[static_cast<size_t>(k)] = k % 3 == 0 ? tie : k % 3 == 1 ? std::nextafter(tie, 0.0f) : std::nextafter(tie, 200.0f);
     if (k % 32 == 31) ties[static_cast<size_t>(k)] = 127.0f;
   }

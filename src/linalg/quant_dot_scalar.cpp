@@ -43,8 +43,12 @@ void quantize_q8_k(const float* x, BlockQ8K* y, int64_t K) {
     }
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     y->d = amax / 127.0f;
-    for (int j = 0; j < 256; ++j)
-      y->qs[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * id)), -127, 127));
+    // Clamped as a float, NaN as 0: a block whose amax is under 2^-121 has
+    // an id of inf, and a cast of inf to int is undefined.
+    for (int j = 0; j < 256; ++j) {
+      const float q = std::nearbyint(x[j] * id);
+      y->qs[j] = static_cast<int8_t>(std::isnan(q) ? 0 : std::clamp(q, -127.0f, 127.0f));
+    }
     for (int s = 0; s < 16; ++s) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += y->qs[16 * s + j];

@@ -19,7 +19,7 @@ namespace {
 constexpr int64_t kFirstPositions = 256;
 // The most rows one pass of decode() runs: a longer prompt goes in chunks.
 // A pass holds its rows' activations, about 350 KB a row for an 8B model
-// (6 GB for its 8192-token context in one pass); 256 rows decode a prompt
+// (2.9 GB for its 8192-token context in one pass); 256 rows decode a prompt
 // as fast as 512 did and held 150 MB less at an 8B Q4_K_M file's 609-token
 // prompt (5.34 GB against 5.49, file 4.92; AMD EPYC Zen 4). 128 rows
 // prefilled slower: the products' panels are packed once a pass.

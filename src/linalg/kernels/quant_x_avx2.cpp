@@ -41,10 +41,18 @@ __m256 round_away(__m256 v) {
   return _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(v, sign8()), _mm256_set1_ps(1.0f))));
 }
 
-// Four vectors of eight rounded floats as 32 int8 in order, clamped to -127..127.
+// v within -127..127, NaN as 0: the scalar clamp_to. Only a block whose
+// largest magnitude is under 2^-121 gets a 1 / d of inf, and so values
+// outside the range; a plain conversion would make them INT_MIN.
+__m256 clamp127(__m256 v) {
+  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+  return _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
+}
+
+// Four vectors of eight integral floats in -127..127 as 32 int8 in order.
 __m256i pack32(const __m256 r[4]) {
   __m256i i[4];
-  for (int k = 0; k < 4; ++k) i[k] = _mm256_max_epi32(_mm256_cvtps_epi32(r[k]), _mm256_set1_epi32(-127));
+  for (int k = 0; k < 4; ++k) i[k] = _mm256_cvtps_epi32(r[k]);
   const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
   return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
@@ -80,7 +88,7 @@ void quantize_q8_0_x_avx2(const float* x, void* blocks, int64_t K) {
     const uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
     std::memcpy(b, &h, 2);
     __m256 r[4];
-    for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+    for (int k = 0; k < 4; ++k) r[k] = round_away(clamp127(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + 2), pack32(r));
   }
 }
@@ -104,8 +112,8 @@ void quantize_q8_k_avx2(const float* x, BlockQ8K* y, int64_t K) {
     for (int c = 0; c < 8; ++c) {  // 32 values: two sums of 16
       __m256 r[4];
       for (int k = 0; k < 4; ++k)
-        r[k] = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), id),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r[k] = clamp127(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), id),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       const __m256i q = pack32(r);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y->qs + 32 * c), q);
       const __m256i lo = _mm256_cvtepi8_epi32(_mm256_castsi256_si128(q)), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(_mm256_castsi256_si128(q), 8));
