@@ -188,9 +188,12 @@ QKV_API void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H,
 /// The GPT's fused c_attn row [q heads | k heads | v heads], src [B, T,
 /// (Hq + 2 Hkv) D] -> q [B, Hq, T, D], k and v [B, Hkv, T, D]: the three
 /// split_heads calls in one pass (one parallel region instead of three).
+/// With qk_paired, each q and k head of src holds its D features with RoPE's
+/// pairs adjacent, (x_0, x_{D/2}, x_1, x_{D/2+1}, ...), as the rows of a GGUF
+/// llama file's q and k weights give them: q and k get them back in halves.
 template <class T>
 QKV_API void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq,
-                       int64_t Hkv, int64_t D);
+                       int64_t Hkv, int64_t D, bool qk_paired = false);
 /// Its inverse (and backward): q, k, v -> dst [B, T, (Hq + 2 Hkv) D].
 template <class T>
 QKV_API void merge_qkv(T* dst, const T* q, const T* k, const T* v, int64_t B, int64_t Tn,

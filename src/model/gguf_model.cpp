@@ -242,11 +242,15 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
   if (quantized) written_sparsely(w, gpt.weights().size() * sizeof(float));
   const std::set<int64_t> matrices = GptLoader::bf16_matrix_offsets(gpt);
   auto held = [&](const ParamInfo& p) { return quantized && (matrices.count(p.offset) || p.name == "transformer.wte.weight"); };
-  // The bytes of the rearranged (q and k) tensors, held by the model: sized
-  // first, so that runs can point into it as it fills.
+  // A llama's q and k rows are held as the file orders them (the model puts
+  // its products' columns back: GptLoader::hold_matrices_quantized), not
+  // copied: unless q and k have biases, whose float rows would then need
+  // the file's order too. Those are rearranged into `owned`, sized first so
+  // that runs can point into it as it fills.
+  const bool qk_paired = arch == "llama" && !gpt.config().qkv_biased();
   uint64_t owned_bytes = 0;
   for (const ParamInfo& p : gpt.params())
-    if (held(p))
+    if (held(p) && !qk_paired)
       for (const Source& s : sources.at(p.name))
         if (const GgufTensor* t = f.find_tensor(s.name); t && s.unpermute_heads) owned_bytes += t->bytes.size();
   std::vector<uint8_t> owned(owned_bytes);
@@ -268,7 +272,7 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
       const auto* bytes = reinterpret_cast<const uint8_t*>(t->bytes.data());
       if (held(p)) {
         Weight run{type, s.rows, width, bytes};
-        if (s.unpermute_heads) {
+        if (s.unpermute_heads && !qk_paired) {
           unpermute(bytes, owned.data() + owned_at, s.rows, s.unpermute_heads, run.row_bytes());
           run.data = owned.data() + owned_at;
           owned_at += t->bytes.size();
@@ -298,7 +302,7 @@ void read_weights(const GgufFile& f, const std::string& arch, GPT& gpt, const So
   }
   if (quantized) {
     GptLoader::hold_matrices_quantized(gpt, std::move(runs), wte, std::move(owned),
-                                       {std::make_shared<const GgufFile>(f)});
+                                       {std::make_shared<const GgufFile>(f)}, qk_paired);
   }
 }
 

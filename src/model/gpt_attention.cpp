@@ -81,7 +81,7 @@ void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
   T* q = a.q.template data<T>();
   T* k = a.k.template data<T>();
   T* v = a.v.template data<T>();
-  nn::split_qkv(q, k, v, a.qkv.data(), B, Tn, H, Hkv, hs);
+  nn::split_qkv(q, k, v, a.qkv.data(), B, Tn, H, Hkv, hs, work_->qk_paired);
   if (cfg_.rope) {
     nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, pos0);
     nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, pos0);
@@ -150,14 +150,23 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
   T* k = la.k.template data<T>();
   T* v = la.v.template data<T>();
   const T* src = la.qkv.data();
+  // A q or k head, in halves (from RoPE's adjacent pairs: Work::qk_paired).
+  const bool paired = work_->qk_paired;
+  auto qk_head = [paired, hs](const T* from, T* to) {
+    if (!paired) return void(std::copy_n(from, hs, to));
+    for (int64_t i = 0; i < hs / 2; ++i) {
+      to[i] = from[2 * i];
+      to[hs / 2 + i] = from[2 * i + 1];
+    }
+  };
 #pragma omp parallel for schedule(static) collapse(2) if (a.rows * row >= nn::detail::kParallelMin)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tn; ++t) {
       if (t >= a.lengths[b]) continue;
       const T* r = src + (a.starts[b] + t) * row;
-      for (int64_t h = 0; h < H; ++h) std::copy_n(r + h * hs, hs, q + ((b * H + h) * Tn + t) * hs);
+      for (int64_t h = 0; h < H; ++h) qk_head(r + h * hs, q + ((b * H + h) * Tn + t) * hs);
       for (int64_t h = 0; h < Hkv; ++h) {
-        std::copy_n(r + (H + h) * hs, hs, k + ((b * Hkv + h) * Tn + t) * hs);
+        qk_head(r + (H + h) * hs, k + ((b * Hkv + h) * Tn + t) * hs);
         std::copy_n(r + (H + Hkv + h) * hs, hs, v + ((b * Hkv + h) * Tn + t) * hs);
       }
     }

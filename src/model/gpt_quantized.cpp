@@ -19,23 +19,57 @@
 namespace qkv {
 namespace {
 
-// dst [rows, cols] from the runs' rows, dequantized, rows split between
-// the threads.
-void dequantize_runs(const std::vector<Weight>& runs, float* dst) {
-  for (const Weight& run : runs) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < run.rows; ++r) dequantize_row(run.type, run.row(r), dst + r * run.cols, run.cols);
-    dst += run.rows * run.cols;
+// Whether matrix i (linear_matrices' order) is a c_attn whose q and k
+// runs hold their rows in a GGUF llama file's order (Work::qk_paired).
+template <class Work>
+bool paired_matrix(const Work& W, const GPTConfig& c, size_t i) {
+  return W.qk_paired && i % 4 == 0 && i < 4 * static_cast<size_t>(c.layers);
+}
+
+// Where row o of a q or k run, in transformers' order (head h's row
+// part * hs/2 + i), is held in the file's order: row 2i + part of head h.
+int64_t paired_row(int64_t o, int64_t hs) {
+  const int64_t j = o % hs, half = hs / 2;
+  return o - j + 2 * (j % half) + j / half;
+}
+
+// Rows [r0, r0 + n) of a matrix held as `runs`, dequantized at out; with
+// paired_hs (the head dim), its first two runs (q and k) read in the
+// file's order. Rows split between the threads.
+void runs_rows(const std::vector<Weight>& runs, int64_t r0, int64_t n, float* out, int64_t paired_hs = 0) {
+  for (size_t i = 0; i < runs.size() && n > 0; ++i) {
+    const Weight& run = runs[i];
+    if (r0 >= run.rows) {
+      r0 -= run.rows;
+      continue;
+    }
+    const int64_t k = std::min(n, run.rows - r0);
+    const bool paired = paired_hs > 0 && i < 2;
+#pragma omp parallel for schedule(static) if (k > 1)
+    for (int64_t r = r0; r < r0 + k; ++r)
+      dequantize_rows(run, paired ? paired_row(r, paired_hs) : r, 1, out + (r - r0) * run.cols);
+    out += k * run.cols;
+    n -= k;
+    r0 = 0;
   }
+}
+
+// Every row of a matrix held as `runs` at dst.
+void dequantize_runs(const std::vector<Weight>& runs, float* dst, int64_t paired_hs = 0) {
+  int64_t rows = 0;
+  for (const Weight& run : runs) rows += run.rows;
+  runs_rows(runs, 0, rows, dst, paired_hs);
 }
 
 }  // namespace
 
 void GptLoader::hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<Weight>> runs, const Weight& wte,
-                                        std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep) {
+                                        std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep,
+                                        bool qk_paired) {
   GPT::Work& W = *m.work_;
+  const GPTConfig& c = m.cfg_;
   std::vector<std::vector<Weight>> mats;
-  for (const MatrixPart& part : linear_matrices(W, m.cfg_)) {
+  for (const MatrixPart& part : linear_matrices(W, c)) {
     std::vector<Weight>& mat = runs.at(part.offset);
     int64_t rows = 0;
     for (const Weight& run : mat) {
@@ -43,6 +77,11 @@ void GptLoader::hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<We
       rows += run.rows;
     }
     if (rows != part.rows) throw Error("model: the runs of a quantized matrix do not make its rows");
+    const bool c_attn = mats.size() % 4 == 0 && mats.size() < 4 * static_cast<size_t>(c.layers);
+    if (qk_paired && c_attn &&
+        (!c.rope || c.head_dim() % 2 != 0 || mat.size() < 2 || mat[0].rows != c.heads * c.head_dim() ||
+         mat[1].rows != c.kv_heads * c.head_dim()))
+      throw Error("model: q and k rows in RoPE's pairs need RoPE, an even head dim and c_attn's q and k runs apart");
     mats.push_back(std::move(mat));
   }
   if (wte.rows != m.cfg_.vocab || wte.cols != m.cfg_.embd) throw Error("model: the quantized embedding table is misshapen");
@@ -50,6 +89,7 @@ void GptLoader::hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<We
   W.wteq = wte;
   W.quant_owned = std::move(owned);
   W.mapped = std::move(keep);
+  W.qk_paired = qk_paired;
   written_sparsely(m.w_.data(), m.w_.size() * sizeof(float));
   m.matrices_quantized_ = true;
   m.weights_written_ = false;
@@ -70,22 +110,6 @@ void row_of(const RowRuns<E>& runs, int64_t o, int64_t cols, float* out) {
       else out[i] = run(o, i, cols);
     }
     return;
-  }
-}
-
-// Rows [r0, r0 + n) of the quantized runs' matrix, dequantized at out.
-void runs_rows(const std::vector<Weight>& runs, int64_t r0, int64_t n, float* out) {
-  for (const Weight& run : runs) {
-    if (n == 0) return;
-    if (r0 >= run.rows) {
-      r0 -= run.rows;
-      continue;
-    }
-    const int64_t k = std::min(n, run.rows - r0);
-    dequantize_rows(run, r0, k, out);
-    out += k * run.cols;
-    n -= k;
-    r0 = 0;
   }
 }
 
@@ -123,7 +147,8 @@ void GptLoader::rows_at(const GPT& m, int64_t offset, int64_t cols, int64_t r0, 
     const std::vector<MatrixPart> parts = linear_matrices(W, m.cfg_);
     for (size_t i = 0; i < parts.size(); ++i) {
       if (parts[i].offset != offset) continue;
-      if (m.matrices_quantized_) return runs_rows(W.matsq[i], r0, n, out);
+      if (m.matrices_quantized_)
+        return runs_rows(W.matsq[i], r0, n, out, paired_matrix(W, m.cfg_, i) ? m.cfg_.head_dim() : 0);
       for (int64_t o = 0; o < n; ++o) {
         if (m.matrices_in_bf16_) row_of(W.mats16[i], r0 + o, cols, out + o * cols);
         else row_of(W.mats32[i], r0 + o, cols, out + o * cols);
@@ -184,11 +209,13 @@ void BasicGPT<T>::dequantize_matrices() {
   if constexpr (std::is_same_v<T, float>) {
     Work& W = *work_;
     const std::vector<MatrixPart> parts = linear_matrices(W, cfg_);
-    for (size_t i = 0; i < parts.size(); ++i) dequantize_runs(W.matsq[i], w_.data() + parts[i].offset);
+    for (size_t i = 0; i < parts.size(); ++i)
+      dequantize_runs(W.matsq[i], w_.data() + parts[i].offset, paired_matrix(W, cfg_, i) ? cfg_.head_dim() : 0);
     dequantize_runs({W.wteq}, w_.data() + W.wte);
     W.matsq.clear();
     W.wteq = {};
     W.quant_owned = {};
+    W.qk_paired = false;
     W.mapped.clear();
   }
   matrices_quantized_ = false;

@@ -159,11 +159,15 @@ struct BasicGPT<T>::Work {
   std::vector<float, ZeroedAllocator<float>> panels32;
   // The matrices of a quantized model (matrices_quantized_), in mats16's
   // order, each as runs of Weights (qkv/weight.h) of the file's types,
-  // read where the mapped file holds them or, rearranged at load (a
-  // Llama's q and k rows), in quant_owned; wteq the embedding table.
+  // read where the mapped file holds them or in quant_owned; wteq the
+  // embedding table. With qk_paired, the q and k runs of every c_attn hold
+  // each head's rows as a GGUF llama file does, RoPE's pairs adjacent
+  // (gguf_names.h): the products' q and k columns are put back in halves
+  // by split_qkv, and the rows in order wherever they are dequantized.
   std::vector<std::vector<Weight>> matsq;
   Weight wteq;
   std::vector<uint8_t> quant_owned;
+  bool qk_paired = false;
   std::vector<std::shared_ptr<const void>> mapped;  // kept alive with the model
   Acts acts;
   Vec logits;  // [BT, V] without a cache; [V] (the last position) with one; empty without lm_head
@@ -256,8 +260,11 @@ struct GptLoader {
   // ParamInfo offset for every matrix (a tied head: wte's offset), `wte`
   // the embedding table, `owned` the bytes some runs point into and `keep`
   // the mappings the others do; the flat buffer's copies stay unwritten.
+  // qk_paired: c_attn's q and k runs in a GGUF llama file's row order
+  // (Work::qk_paired).
   static void hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<Weight>> runs, const Weight& wte,
-                                      std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep);
+                                      std::vector<uint8_t> owned, std::vector<std::shared_ptr<const void>> keep,
+                                      bool qk_paired = false);
 };
 
 }  // namespace qkv

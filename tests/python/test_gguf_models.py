@@ -50,6 +50,8 @@ def hf_logits(ref, ids):
 # (attention.key_length), Qwen2's biases on q, k and v and its split.
 CASES = {"llama-gqa": {}, "llama-tied": dict(tie_word_embeddings=True), "llama-wide-heads": dict(head_dim=32),
          "qwen2": dict(arch="qwen2", head_dim=32, rope_theta=1000000.0), "gpt2": None,
+         # biases on q, k, v and o: a quantized file's q and k rows are then rearranged at load
+         "llama-biased": dict(attention_bias=True),
          # Llama 3.1's scaling: the file holds a factor per frequency (rope_freqs.weight)
          "llama3-rope-scaling": dict(rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                                        high_freq_factor=4.0, original_max_position_embeddings=16))}
@@ -105,6 +107,14 @@ def test_q8_0_logits_near_float32(case, tmp_path):
     diff = np.abs(m8d.logits(ids) - m32.logits(ids)).max()
     assert 0 < diff < Q8_TOLERANCE
     near_dequantized(m8.logits(ids), m8d.logits(ids))
+    # A llama file's q and k rows are held as the file orders them (RoPE's
+    # pairs adjacent); widened to float32 (hidden_states_f64 reads the float
+    # weights) they are transformers' order again, and the model runs as the
+    # one loaded dequantized, bit for bit.
+    want = _qkv._testing.hidden_states_f64(m8d._m, ids)
+    np.testing.assert_array_equal(_qkv._testing.hidden_states_f64(m8._m, ids), want)
+    np.testing.assert_array_equal(m8.logits(ids), m8d.logits(ids))
+    assert m8.generate(PROMPTS[1], tokens=8, temperature=0.0) == m8d.generate(PROMPTS[1], tokens=8, temperature=0.0)
 
 
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"])
@@ -155,6 +165,8 @@ def test_quantized_file_equals_the_float32_file_of_its_values(qtype, gpt2_tok, t
         np.testing.assert_array_equal(mq.logits(ids), want)
     else:
         near_dequantized(mq.logits(ids), want)
+        # hidden_states runs a batch's attention (packed sequences): q and k put back alike
+        near_dequantized(mq.hidden_states(ids), mf.hidden_states(ids))
     # A prompt of 32 tokens and more runs the float32 GEMM on the weights
     # dequantized exactly, a chunk of rows at a time: the float32 model's
     # logits but for the order of its sums; or, where the path keeps the

@@ -240,6 +240,20 @@ def test_a_gguf_file_quantized_again_keeps_its_metadata(llama_dir, tmp_path):
     assert got.returncode == 0 and got.stdout == want.stdout, got.stderr
 
 
+def test_a_q8_0_file_quantized_again_keeps_its_blocks(llama_dir, tmp_path):
+    # Q8_0 values quantized to Q8_0 are the same blocks: what qkv reads of a
+    # file (a llama's q and k rows held in the file's order, read back in
+    # transformers') is what it writes, in the converter's order again.
+    _, _, folder = llama_dir
+    first = quantize_cli(folder, tmp_path / "a.gguf", "q8_0") and tmp_path / "a.gguf"
+    qkv.quantize(first, tmp_path / "b.gguf", "q8_0")
+    a, b = ({t.name: t for t in gguf.GGUFReader(f).tensors} for f in (first, tmp_path / "b.gguf"))
+    assert a.keys() == b.keys() and "blk.0.attn_q.weight" in a
+    for name, t in a.items():
+        assert b[name].tensor_type == t.tensor_type, name
+        np.testing.assert_array_equal(b[name].data, t.data, err_msg=name)
+
+
 def test_refusals_name_the_problem(llama_dir, tmp_path):
     model, tok, folder = llama_dir
     r = run_qkv("quantize", "--model", folder, "--type", "q3_k", "-o", tmp_path / "m.gguf")

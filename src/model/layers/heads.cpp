@@ -19,6 +19,21 @@ void copy_rows(const T* from, int64_t from_ld, T* to, int64_t to_ld, int64_t Tn,
     std::copy(from + t * from_ld, from + t * from_ld + D, to + t * to_ld);
 }
 
+// The same, each row's D elements from RoPE's adjacent pairs (x_0, x_{D/2},
+// x_1, x_{D/2+1}, ...) to halves (x_0 .. x_{D/2-1}, x_{D/2} ..).
+template <class T>
+void copy_rows_unpaired(const T* from, int64_t from_ld, T* to, int64_t to_ld, int64_t Tn, int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t t = 0; t < Tn; ++t) {
+    const T* f = from + t * from_ld;
+    T* o = to + t * to_ld;
+    for (int64_t i = 0; i < half; ++i) {
+      o[i] = f[2 * i];
+      o[half + i] = f[2 * i + 1];
+    }
+  }
+}
+
 // The fused row's three parts: slice s of a batch element's Hq + 2 Hkv
 // heads is head h of part (q, k or v), whose heads start at column col0.
 struct QkvSlice {
@@ -53,7 +68,7 @@ void merge_heads(T* dst, const T* src, int64_t B, int64_t Tn, int64_t H, int64_t
 
 template <class T>
 void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq, int64_t Hkv,
-               int64_t D) {
+               int64_t D, bool qk_paired) {
   const int64_t S = Hq + 2 * Hkv;
   T* parts[3] = {q, k, v};
   const int64_t heads[3] = {Hq, Hkv, Hkv};
@@ -61,8 +76,9 @@ void split_qkv(T* q, T* k, T* v, const T* src, int64_t B, int64_t Tn, int64_t Hq
   for (int64_t bs = 0; bs < B * S; ++bs) {
     const int64_t b = bs / S;
     const QkvSlice sl = qkv_slice(bs % S, Hq, Hkv, D);
-    copy_rows(src + b * Tn * S * D + sl.col0 + sl.h * D, S * D,
-              parts[sl.part] + (b * heads[sl.part] + sl.h) * Tn * D, D, Tn, D);
+    (qk_paired && sl.part < 2 ? copy_rows_unpaired<T> : copy_rows<T>)(
+        src + b * Tn * S * D + sl.col0 + sl.h * D, S * D, parts[sl.part] + (b * heads[sl.part] + sl.h) * Tn * D, D, Tn,
+        D);
   }
 }
 
@@ -90,9 +106,9 @@ template void merge_heads(float*, const float*, int64_t, int64_t, int64_t, int64
 template void merge_heads(double*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t,
                           int64_t);
 template void split_qkv(float*, float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                        int64_t);
+                        int64_t, bool);
 template void split_qkv(double*, double*, double*, const double*, int64_t, int64_t, int64_t,
-                        int64_t, int64_t);
+                        int64_t, int64_t, bool);
 template void merge_qkv(float*, const float*, const float*, const float*, int64_t, int64_t,
                         int64_t, int64_t, int64_t);
 template void merge_qkv(double*, const double*, const double*, const double*, int64_t, int64_t,
