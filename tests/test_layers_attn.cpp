@@ -183,6 +183,36 @@ TEST(Heads, SplitQkvIsTheThreeSplitsInOnePass) {
   expect_qkv_like_three_calls<double>(3, 70, 6, 2, 16);
 }
 
+// With qk_paired each q and k head of the row holds its features as a GGUF
+// llama file's rows give them, (x_0, x_{D/2}, x_1, x_{D/2+1}, ...): split
+// back into halves, they are the heads of the row in transformers' order;
+// v's heads are copied as they are.
+template <class T>
+void expect_paired_split_like_halves(int64_t B, int64_t Tn, int64_t Hq, int64_t Hkv, int64_t D) {
+  const int64_t row = (Hq + 2 * Hkv) * D, half = D / 2;
+  std::vector<T> halves(B * Tn * row), paired(halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<T>(i) + T(0.25);
+  for (int64_t r = 0; r < B * Tn; ++r)
+    for (int64_t h = 0; h < Hq + 2 * Hkv; ++h)
+      for (int64_t j = 0; j < D; ++j) {
+        const int64_t at = r * row + h * D;
+        paired[at + (h < Hq + Hkv ? 2 * (j % half) + j / half : j)] = halves[at + j];
+      }
+  std::vector<T> q(B * Hq * Tn * D), k(B * Hkv * Tn * D), v(k.size());
+  std::vector<T> q2(q.size(), T(-1)), k2(k.size(), T(-1)), v2(v.size(), T(-1));
+  nn::split_qkv(q.data(), k.data(), v.data(), halves.data(), B, Tn, Hq, Hkv, D);
+  nn::split_qkv(q2.data(), k2.data(), v2.data(), paired.data(), B, Tn, Hq, Hkv, D, true);
+  EXPECT_EQ(q2, q);
+  EXPECT_EQ(k2, k);
+  EXPECT_EQ(v2, v);
+}
+
+TEST(Heads, SplitQkvPutsPairedHeadsBackInHalves) {
+  expect_paired_split_like_halves<float>(2, 3, 4, 2, 6);
+  expect_paired_split_like_halves<double>(1, 5, 2, 1, 2);
+  expect_paired_split_like_halves<float>(12, 64, 4, 4, 32);  // threaded
+}
+
 // ---- 3. Linear weight layouts -------------------------------------------------
 
 TEST(LinearLayout, InOutEqualsOutInTransposed) {

@@ -218,6 +218,10 @@ void BasicGPT<T>::init(uint64_t seed) {
   work_->wte32 = nullptr;
   work_->mats32.clear();
   work_->panels32 = {};
+  work_->matsq.clear();
+  work_->wteq = {};
+  work_->quant_owned = {};
+  work_->qk_paired = false;
   const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
   for (const ParamInfo& p : params_) {
     T* x = w_.data() + p.offset;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "model/gpt_work.h"
 #include "qkv/error.h"
 #include "qkv/gpt.h"
@@ -45,7 +47,7 @@ void runs_rows(const std::vector<Weight>& runs, int64_t r0, int64_t n, float* ou
     }
     const int64_t k = std::min(n, run.rows - r0);
     const bool paired = paired_hs > 0 && i < 2;
-#pragma omp parallel for schedule(static) if (k > 1)
+#pragma omp parallel for schedule(static) if (k > 1 && !omp_in_parallel())
     for (int64_t r = r0; r < r0 + k; ++r)
       dequantize_rows(run, paired ? paired_row(r, paired_hs) : r, 1, out + (r - r0) * run.cols);
     out += k * run.cols;
