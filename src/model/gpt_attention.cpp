@@ -153,11 +153,8 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
   // A q or k head, in halves (from RoPE's adjacent pairs: Work::qk_paired).
   const bool paired = work_->qk_paired;
   auto qk_head = [paired, hs](const T* from, T* to) {
-    if (!paired) return void(std::copy_n(from, hs, to));
-    for (int64_t i = 0; i < hs / 2; ++i) {
-      to[i] = from[2 * i];
-      to[hs / 2 + i] = from[2 * i + 1];
-    }
+    if (paired) nn::detail::unpair_head(from, to, hs);
+    else std::copy_n(from, hs, to);
   };
 #pragma omp parallel for schedule(static) collapse(2) if (a.rows * row >= nn::detail::kParallelMin)
   for (int64_t b = 0; b < B; ++b)

@@ -21,11 +21,15 @@
 namespace qkv {
 namespace {
 
-// Whether matrix i (linear_matrices' order) is a c_attn whose q and k
-// runs hold their rows in a GGUF llama file's order (Work::qk_paired).
+// Whether matrix i (linear_matrices' order: four a block, then the head)
+// is a block's c_attn.
+bool is_c_attn(const GPTConfig& c, size_t i) { return i % 4 == 0 && i < 4 * static_cast<size_t>(c.layers); }
+
+// Whether matrix i is a c_attn whose q and k runs hold their rows in a
+// GGUF llama file's order (Work::qk_paired).
 template <class Work>
 bool paired_matrix(const Work& W, const GPTConfig& c, size_t i) {
-  return W.qk_paired && i % 4 == 0 && i < 4 * static_cast<size_t>(c.layers);
+  return W.qk_paired && is_c_attn(c, i);
 }
 
 // Where row o of a q or k run, in transformers' order (head h's row
@@ -79,8 +83,7 @@ void GptLoader::hold_matrices_quantized(GPT& m, std::map<int64_t, std::vector<We
       rows += run.rows;
     }
     if (rows != part.rows) throw Error("model: the runs of a quantized matrix do not make its rows");
-    const bool c_attn = mats.size() % 4 == 0 && mats.size() < 4 * static_cast<size_t>(c.layers);
-    if (qk_paired && c_attn &&
+    if (qk_paired && is_c_attn(c, mats.size()) &&
         (!c.rope || c.head_dim() % 2 != 0 || mat.size() < 2 || mat[0].rows != c.heads * c.head_dim() ||
          mat[1].rows != c.kv_heads * c.head_dim()))
       throw Error("model: q and k rows in RoPE's pairs need RoPE, an even head dim and c_attn's q and k runs apart");

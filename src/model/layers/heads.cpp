@@ -19,19 +19,10 @@ void copy_rows(const T* from, int64_t from_ld, T* to, int64_t to_ld, int64_t Tn,
     std::copy(from + t * from_ld, from + t * from_ld + D, to + t * to_ld);
 }
 
-// The same, each row's D elements from RoPE's adjacent pairs (x_0, x_{D/2},
-// x_1, x_{D/2+1}, ...) to halves (x_0 .. x_{D/2-1}, x_{D/2} ..).
+// The same, each row's D elements from RoPE's adjacent pairs to halves.
 template <class T>
 void copy_rows_unpaired(const T* from, int64_t from_ld, T* to, int64_t to_ld, int64_t Tn, int64_t D) {
-  const int64_t half = D / 2;
-  for (int64_t t = 0; t < Tn; ++t) {
-    const T* f = from + t * from_ld;
-    T* o = to + t * to_ld;
-    for (int64_t i = 0; i < half; ++i) {
-      o[i] = f[2 * i];
-      o[half + i] = f[2 * i + 1];
-    }
-  }
+  for (int64_t t = 0; t < Tn; ++t) detail::unpair_head(from + t * from_ld, to + t * to_ld, D);
 }
 
 // The fused row's three parts: slice s of a batch element's Hq + 2 Hkv

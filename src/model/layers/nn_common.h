@@ -34,6 +34,18 @@ void for_chunks(int64_t n, F f) {
   for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
+// One head's D features from RoPE's adjacent pairs (x_0, x_{D/2}, x_1,
+// x_{D/2+1}, ...: a GGUF llama file's q and k rows) to halves (x_0 ..
+// x_{D/2-1}, x_{D/2} ..), the order the model computes in.
+template <class T>
+inline void unpair_head(const T* from, T* to, int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    to[i] = from[2 * i];
+    to[half + i] = from[2 * i + 1];
+  }
+}
+
 // dst [n] = the float32 values fill(buf, i0, m) writes into buf [m] for
 // elements i0 .. i0+m-1, rounded to bf16 (a bf16 Linear's input). In
 // blocks through a float32 buffer on the stack: GCC vectorises each loop on
