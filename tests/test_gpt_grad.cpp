@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpt_test_models.h"
 #include "qkv/gpt.h"
 #include "qkv/rng.h"
 #include "qkv/runtime.h"
@@ -39,38 +40,6 @@ namespace qkv {
 namespace {
 
 using GPT64 = BasicGPT<double>;
-
-// The tiny model of the issue: vocab 11, context 8, 2 layers, C = 16, 4 heads.
-GPTConfig tiny(bool rope, int64_t kv_heads, bool bias) {
-  GPTConfig c;
-  c.vocab = 11;
-  c.context = 8;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = kv_heads;
-  c.embd = 16;
-  c.rope = rope;
-  c.bias = bias;
-  return c;
-}
-
-// Weights with signal on every path: nanoGPT's N(0, 0.02) makes attention
-// almost uniform and the deep gradients tiny, which a check passes too
-// easily. Matrices and embeddings N(0, 0.3²), LayerNorm weights 1 + N(0, 0.1²),
-// biases N(0, 0.1²).
-template <class T>
-void randomize(BasicGPT<T>& m, uint64_t seed) {
-  NumpyGenerator rng(seed);
-  for (const ParamInfo& p : m.params()) {
-    const bool norm = p.name.find(".ln_") != std::string::npos;
-    const bool bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-    for (int64_t i = 0; i < p.size; ++i) {
-      const double x = bias ? rng.normal(0.0, 0.1) : norm ? 1.0 + rng.normal(0.0, 0.1)
-                                                          : rng.normal(0.0, 0.3);
-      m.weights()[p.offset + i] = static_cast<T>(x);
-    }
-  }
-}
 
 struct Batch {
   int64_t B = 2, T = 8;

@@ -97,6 +97,55 @@ TEST(ModelApi, AQuantizedModelCachesInBf16) {
   EXPECT_EQ(f.gpt().new_cache().dtype(), DType::f32);
 }
 
+// Sequences side by side on one Model, each with its own cache: a step of
+// three together gives each the logits it gets alone (the same bits for a
+// quantized model, within float32 rounding for float32 products), greedy
+// tokens the same; the caches grow independently.
+TEST(ModelApi, SequencesOfTheirOwnDecodeTogetherAsAlone) {
+  SavedModel s(true, 32);
+  LoadOptions o;
+  o.quantize = WeightType::q8_0;
+  for (const bool quantized : {true, false}) {
+    SCOPED_TRACE(quantized ? "q8_0" : "float32");
+    Model m = quantized ? Model::load(s.dir, o) : Model::load(s.dir);
+    const std::vector<std::string> prompts = {"he", "hold the", "world, "};
+    const int64_t V = s.cfg.vocab, steps = 4;
+    auto argmax = [&](const float* l) { return static_cast<int32_t>(std::max_element(l, l + V) - l); };
+    std::vector<std::vector<std::vector<float>>> alone(prompts.size());
+    std::vector<KVCache> caches;
+    std::vector<int32_t> next;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      KVCache c = m.new_cache();
+      EXPECT_EQ(c.dtype(), quantized ? DType::bf16 : DType::f32);
+      Tensor l = m.next_logits(m.tokenize(prompts[i]), c);
+      ASSERT_EQ(l.shape(), (Shape{V}));
+      for (int64_t t = 0; t < steps; ++t) {
+        l = m.next_logits({argmax(l.data<float>())}, c);
+        alone[i].emplace_back(l.data<float>(), l.data<float>() + V);
+      }
+      caches.push_back(m.new_cache());
+      next.push_back(argmax(m.next_logits(m.tokenize(prompts[i]), caches.back()).data<float>()));
+    }
+    const std::vector<KVCache*> ptrs = {&caches[0], &caches[1], &caches[2]};
+    for (int64_t t = 0; t < steps; ++t) {
+      const Tensor l = m.next_logits(next, ptrs);
+      ASSERT_EQ(l.shape(), (Shape{3, V}));
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const float* row = l.data<float>() + i * V;
+        for (int64_t v = 0; v < V; ++v) {
+          if (quantized) ASSERT_EQ(row[v], alone[i][t][v]) << "sequence " << i << ", step " << t;
+          else ASSERT_NEAR(row[v], alone[i][t][v], 1e-5) << "sequence " << i << ", step " << t;
+        }
+        next[i] = argmax(row);
+      }
+    }
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(caches[i].len(), static_cast<int64_t>(m.tokenize(prompts[i]).size()) + steps);
+    EXPECT_THROW(m.next_logits({1}, ptrs), Error);  // one token a sequence
+    EXPECT_THROW(m.next_logits({}, caches[0]), Error);
+  }
+}
+
 // A model's float32 room is reserved, not committed: an 8B quantized
 // model's 32 GB of it, never touched but for its norms, loads on a machine
 // with less memory than that (where the kernel overcommits as by default).

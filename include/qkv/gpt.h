@@ -300,6 +300,20 @@ class BasicGPT {
   std::span<const T> decode(const int32_t* tokens, int64_t n, KVCache& cache);
   /// decode() of one token.
   std::span<const T> decode_step(int32_t token, KVCache& cache) { return decode(&token, 1, cache); }
+  /// One decode step of B sequences together: tokens[b] goes at position
+  /// caches[b]->len() of sequence b, whose keys and values are caches[b]'s
+  /// (any lengths, each its own). The B rows go through every product
+  /// together, so the weights are read once for the batch (decode is bound
+  /// by reading them: B sequences cost little more than one), and each row
+  /// attends to its own cache. Returns the logits [B, V] (row b: sequence
+  /// b's next token), a view of this model's scratch as decode()'s.
+  /// Each row's logits are those decode_step(tokens[b], *caches[b]) gives,
+  /// within the rounding of the products at B rows rather than one (the
+  /// same bits for a quantized model's, whose dots do not depend on the
+  /// rows beside them). Throws qkv::Error, leaving every cache as it was,
+  /// when the sizes differ, B is 0, a cache appears twice, the caches hold
+  /// different dtypes, or any one would refuse decode_step.
+  std::span<const T> decode_batch(std::span<const int32_t> tokens, std::span<KVCache* const> caches);
 
   /// The last hidden states of a batch of sequences packed end to end: tokens
   /// [N = Σ n_i], lengths [B] = n_i, each 1 .. context. Each sequence sits at
@@ -347,21 +361,23 @@ class BasicGPT {
   struct Work;  ///< activations and scratch, reused across calls (src/model/gpt_work.h)
 
   void build_params();
-  /// The one forward of every path: tokens [B, T] at positions pos0 .. pos0 +
-  /// T - 1 through the embedding, every block and the final norm. Without a
-  /// cache (training, logits, attention maps) the blocks attend among the T
-  /// positions and every position's logits are computed; with one (B = 1,
-  /// generation) keys and values go to the cache and only the last
-  /// position's logits are.
-  /// With `lengths` (cache null, pos0 0), the B = lengths.size() sequences
+  /// The one forward of every path: tokens [B, T] through the embedding,
+  /// every block and the final norm. Without caches (training, logits,
+  /// attention maps) each sequence sits at positions 0 .. T - 1, the blocks
+  /// attend among the T positions and every position's logits are computed.
+  /// With caches (generation: B = 1, or T = 1 for a batch of sequences),
+  /// sequence b sits at positions caches[b]->len() on, its keys and values
+  /// go to caches[b] (len() is left to the caller) and only its last
+  /// position's logits are computed.
+  /// With `lengths` (no caches), the B = lengths.size() sequences
   /// are packed end to end in tokens, each at positions 0 .. n_i - 1: the
   /// layers run on the Σ n_i real rows and attention on them padded to the
   /// longest, with key lengths. Every block's activations are kept
   /// for_backward (and for attention maps); otherwise the blocks share one set.
-  void run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
+  void run(const int32_t* tokens, int64_t B, int64_t Tn, std::span<KVCache* const> caches,
            std::span<const int64_t> lengths = {}, bool for_backward = false);
   /// Block l's attention (q, k, v from its c_attn output) and its backward.
-  void attention_forward(int64_t l, int64_t pos0, KVCache* cache);
+  void attention_forward(int64_t l, std::span<KVCache* const> caches);
   void packed_attention_forward(int64_t l);
   void attention_backward(int64_t l);
   /// The Linear layers' GEMM for a compute dtype.

@@ -217,6 +217,23 @@ class QKV_API Model {
   /// the context is a qkv::Error unless opts.sliding_window (qkv/sampler.h).
   Generation generate(const SampleOptions& opts, const std::function<void(const std::string&)>& on_token = {});
 
+  /// Sequences of their own, side by side on one model (a decoder): each
+  /// has a KVCache, its keys and values, made here and owned by the
+  /// caller, while the model's weights are shared. The products compute in
+  /// `dtype` (unset: weights_dtype(), as generate()); a cache's kv_dtype
+  /// unset is what generate() would use there.
+  KVCache new_cache(std::optional<DType> kv_dtype = std::nullopt, std::optional<DType> dtype = std::nullopt) const;
+  /// Runs tokens (a prompt, or one step) of the sequence whose cache this
+  /// is, at positions cache.len() on: the logits [vocab] float32 of the
+  /// token after the last (GPT::decode).
+  Tensor next_logits(const std::vector<int32_t>& tokens, KVCache& cache, std::optional<DType> dtype = std::nullopt);
+  /// One step of B sequences at once: tokens[b] appended to sequence b
+  /// (caches[b], each its own length). The weights are read once for all
+  /// B rows, so a step of B sequences costs little more than one's:
+  /// logits [B, vocab] float32 (GPT::decode_batch).
+  Tensor next_logits(const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches,
+                     std::optional<DType> dtype = std::nullopt);
+
  private:
   Model(std::unique_ptr<GPT> gpt, std::optional<CharTokenizer> tok);
   /// load() of the weights as stored (a GGUF file's dequantized when asked).

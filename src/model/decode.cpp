@@ -126,16 +126,48 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
   // outside the vocabulary in a later chunk, an interrupt) leaves the cache
   // as it was.
   const int64_t len0 = cache.len_;
+  KVCache* const one[] = {&cache};
   try {
     for (int64_t i = 0; i < n; i += kPrefillRows) {
       const int64_t rows = std::min(kPrefillRows, n - i);
-      run(tokens + i, 1, rows, cache.len_, &cache);
+      run(tokens + i, 1, rows, one);
       cache.len_ += rows;
     }
   } catch (...) {
     cache.len_ = len0;
     throw;
   }
+  return {work_->logits.data(), work_->logits.size()};
+}
+
+template <class T>
+std::span<const T> BasicGPT<T>::decode_batch(std::span<const int32_t> tokens, std::span<KVCache* const> caches) {
+  const ThreadScope threads(attn_opts_.threads);
+  if (!cfg_.lm_head || !cfg_.causal)
+    throw Error("model: decoding needs a causal model with a language-model head (this is an encoder)");
+  if (tokens.size() != caches.size())
+    throw Error("model: decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
+                std::to_string(caches.size()) + " caches (one token a sequence)");
+  if (caches.empty()) throw Error("model: decode_batch: no sequences");
+  for (size_t b = 0; b < caches.size(); ++b) {
+    const std::string which = "model: decode_batch: sequence " + std::to_string(b) + ": ";
+    if (!caches[b]) throw Error(which + "no cache");
+    for (size_t e = 0; e < b; ++e)
+      if (caches[e] == caches[b]) throw Error(which + "its cache is also sequence " + std::to_string(e) + "'s");
+    if (caches[b]->dtype_ != caches.front()->dtype_)
+      throw Error(which + "a " + dtype_name(caches[b]->dtype_) + " cache beside sequence 0's " +
+                  dtype_name(caches.front()->dtype_) + " (one dtype a batch)");
+    try {
+      caches[b]->check_append(cfg_, dtype_of<T>(), 1);
+    } catch (const Error& e) {
+      throw Error(which + e.what());
+    }
+  }
+  for (KVCache* c : caches) c->reserve(c->len_ + 1);
+  // run() reads each cache's len() as its sequence's position and leaves it:
+  // a call that fails (a token outside the vocabulary) changes no length.
+  run(tokens.data(), static_cast<int64_t>(caches.size()), 1, caches);
+  for (KVCache* c : caches) ++c->len_;
   return {work_->logits.data(), work_->logits.size()};
 }
 
@@ -146,5 +178,7 @@ template KVCache BasicGPT<float>::new_cache(std::optional<DType>) const;
 template KVCache BasicGPT<double>::new_cache(std::optional<DType>) const;
 template std::span<const float> BasicGPT<float>::decode(const int32_t*, int64_t, KVCache&);
 template std::span<const double> BasicGPT<double>::decode(const int32_t*, int64_t, KVCache&);
+template std::span<const float> BasicGPT<float>::decode_batch(std::span<const int32_t>, std::span<KVCache* const>);
+template std::span<const double> BasicGPT<double>::decode_batch(std::span<const int32_t>, std::span<KVCache* const>);
 
 }  // namespace qkv

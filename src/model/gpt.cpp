@@ -405,7 +405,7 @@ void ensure_grads(W& w, const GPTConfig& cfg) {
 }  // namespace
 
 template <class T>
-void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0, KVCache* cache,
+void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, std::span<KVCache* const> caches,
                       std::span<const int64_t> lengths, bool for_backward) {
   Work& W = *work_;
   // Under bf16 compute the Linear products run in bf16 here too; with a
@@ -413,7 +413,7 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   // A quantized model's products are weight_matmul's, on float32 inputs.
   const DType compute = matrices_quantized_ ? DType::f32 : compute_;
   const nn::Matmul mm = matmul_for(compute);
-  const bool packed = !lengths.empty();
+  const bool packed = !lengths.empty(), cached = !caches.empty();
   int64_t rows = B * Tn;
   if (packed) rows = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
   ensure_acts(W, cfg_, B, Tn, rows, compute, for_backward || W.keep_all_layers);
@@ -453,21 +453,24 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   a.starts.assign(lengths.size(), 0);
   for (size_t i = 1; i < lengths.size(); ++i) a.starts[i] = a.starts[i - 1] + lengths[i - 1];
   W.has_targets = false;
-  // Learned positions pos0 .. pos0 + T - 1: wpe's rows from pos0 on; each
-  // packed sequence's from 0.
-  const T* wpe = W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr;
+  // Learned positions: wpe's rows from the sequence's first position on.
+  auto wpe = [&](int64_t pos0) { return W.wpe >= 0 ? w(W.wpe + pos0 * C) : nullptr; };
   // A table held only where a mapped file holds it (bf16 or float32) is read there.
-  auto embed = [&](T* out, const int32_t* ids, int64_t nb, int64_t nt) {
+  auto embed = [&](T* out, const int32_t* ids, int64_t nb, int64_t nt, const T* pos_rows) {
     if constexpr (std::is_same_v<T, float>) {
-      if (W.wte16) return nn::embedding_forward(out, ids, W.wte16, wpe, nb, nt, C);
-      if (matrices_quantized_) return embed_quantized(out, ids, W.wteq, wpe, nb, nt, C);
+      if (W.wte16) return nn::embedding_forward(out, ids, W.wte16, pos_rows, nb, nt, C);
+      if (matrices_quantized_) return embed_quantized(out, ids, W.wteq, pos_rows, nb, nt, C);
     }
-    nn::embedding_forward(out, ids, W.wte32 ? W.wte32 : w(W.wte), wpe, nb, nt, C);
+    nn::embedding_forward(out, ids, W.wte32 ? W.wte32 : w(W.wte), pos_rows, nb, nt, C);
   };
   if (packed) {
-    for (int64_t b = 0; b < B; ++b) embed(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b], 1, a.lengths[b]);
+    for (int64_t b = 0; b < B; ++b)
+      embed(a.encoded.data() + a.starts[b] * C, a.tokens.data() + a.starts[b], 1, a.lengths[b], wpe(0));
+  } else if (cached) {
+    for (int64_t b = 0; b < B; ++b)
+      embed(a.encoded.data() + b * Tn * C, a.tokens.data() + b * Tn, 1, Tn, wpe(caches[b]->len_));
   } else {
-    embed(a.encoded.data(), a.tokens.data(), B, Tn);
+    embed(a.encoded.data(), a.tokens.data(), B, Tn, wpe(0));
   }
   if (W.wtt >= 0) {
     // Every token is of type 0 (one segment): its row is added to each.
@@ -491,14 +494,16 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
       linear_from(la.qkv.data(), la.ln1, lw(l, 0, L.attn_w), w(L.attn_b), BT, C, qkv_out, mm);
     }
     if (packed) packed_attention_forward(l);
-    else attention_forward(l, pos0, cache);
-    // With a cache only the last position's next token is wanted: the last
-    // block's keys and values are needed at every position (they go into the
-    // cache), the rest of it only at the last. The stream's rows (atty, res2,
-    // res3) keep their places, the MLP's rows start at 0. A post-norm block
-    // writes its stream into ln1 and ln2, rows from 0: it runs every row.
-    const bool last_row_only = cache && l == cfg_.layers - 1 && !cfg_.post_norm;
-    const int64_t r0 = last_row_only ? BT - 1 : 0, n = BT - r0;
+    else attention_forward(l, caches);
+    // With caches only each sequence's last position's next token is
+    // wanted: the last block's keys and values are needed at every position
+    // (they go into the cache), the rest of it only at the last rows, the
+    // last B (B = 1, or T = 1 where every row is a last one). The stream's
+    // rows (atty, res2, res3) keep their places, the MLP's rows start at 0.
+    // A post-norm block writes its stream into ln1 and ln2, rows from 0: it
+    // runs every row.
+    const bool last_rows_only = cached && l == cfg_.layers - 1 && !cfg_.post_norm;
+    const int64_t r0 = last_rows_only ? BT - B : 0, n = BT - r0;
     T* res2 = la.res2.data() + r0 * C;
     // res2 = x + attn proj: project into res2, then add the stream.
     linear_to(res2, la.atty.data() + r0 * A, lw(l, 1, L.attn_proj_w), w(L.attn_proj_b), n, A, C, mm);
@@ -529,13 +534,13 @@ void BasicGPT<T>::run(const int32_t* tokens, int64_t B, int64_t Tn, int64_t pos0
   }
   W.hidden = x;
   if (!cfg_.final_norm && !cfg_.lm_head) return;
-  // With a cache only the last position's next token is wanted.
-  const int64_t rows_out = cache ? 1 : BT, first = BT - rows_out;
+  // With caches only each sequence's last position's next token is wanted.
+  const int64_t rows_out = cached ? B : BT, first = BT - rows_out;
   if (cfg_.final_norm) {
     norm_to(a.lnf, a.lnf_mean.data(), a.lnf_rstd.data(), x + first * C, w(W.lnf_w), w(W.lnf_b),
             rows_out, C, eps, cfg_.rms_norm);
     // ln_f's rows in float32 (a model without a head keeps them so), or none.
-    W.hidden = cache || a.lnf.x.empty() ? nullptr : a.lnf.x.data();
+    W.hidden = cached || a.lnf.x.empty() ? nullptr : a.lnf.x.data();
   }
   if (!cfg_.lm_head) return;
   W.logits.resize(static_cast<size_t>(rows_out * V));
@@ -557,7 +562,7 @@ std::span<const T> BasicGPT<T>::hidden_states(const int32_t* tokens,
     longest = std::max(longest, lengths[i]);
     rows += lengths[i];
   }
-  run(tokens, static_cast<int64_t>(lengths.size()), longest, 0, nullptr, lengths);
+  run(tokens, static_cast<int64_t>(lengths.size()), longest, {}, lengths);
   if (!work_->hidden)
     throw Error("model: under bfloat16 compute ln_f's output is bfloat16; hidden states need float32");
   return {work_->hidden, static_cast<size_t>(rows * cfg_.embd)};
@@ -572,7 +577,7 @@ T BasicGPT<T>::forward(const int32_t* tokens, const int32_t* targets, int64_t B,
   if (Tn < 1 || Tn > cfg_.context)
     throw Error("model: a sequence of " + std::to_string(Tn) + " tokens; the model takes 1 to " +
                 std::to_string(cfg_.context) + " (its context)");
-  run(tokens, B, Tn, 0, nullptr, {}, targets != nullptr);
+  run(tokens, B, Tn, {}, {}, targets != nullptr);
   if (!targets) return T(0);
   Work& W = *work_;
   auto& a = W.acts;

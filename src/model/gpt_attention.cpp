@@ -69,12 +69,13 @@ void append_to_cache(E* kc, E* vc, const E* k, const E* v, int64_t Hkv, int64_t 
 }  // namespace
 
 // c_attn's row [q heads | k heads | v heads] -> q [B, H, T, hs], k, v [B, Hkv, T, hs],
-// RoPE on q and k at positions pos0 .. pos0 + T - 1, then attention: among
-// the T positions (causal, top-left), or with a cache (B = 1) the keys and
-// values appended to layer l's and the queries against all of them (causal,
+// RoPE on q and k, then attention. Without caches: sequence b at positions
+// 0 .. T - 1, attention among them (causal, top-left). With caches:
+// sequence b at positions caches[b]->len() on, its keys and values appended
+// to its cache's layer l and its queries against all of them (causal,
 // bottom-right: query t sees the cached keys and the new ones up to its own).
 template <class T>
-void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
+void BasicGPT<T>::attention_forward(int64_t l, std::span<KVCache* const> caches) {
   auto& a = work_->layer_acts(l);
   const int64_t B = work_->acts.B, Tn = work_->acts.Tn, H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int64_t hs = cfg_.head_dim();
@@ -83,28 +84,51 @@ void BasicGPT<T>::attention_forward(int64_t l, int64_t pos0, KVCache* cache) {
   T* v = a.v.template data<T>();
   nn::split_qkv(q, k, v, a.qkv.data(), B, Tn, H, Hkv, hs, work_->qk_paired);
   if (cfg_.rope) {
-    nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, pos0);
-    nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, pos0);
+    if (caches.empty()) {
+      nn::rope_forward(q, q, work_->rope, B * H, Tn, hs, 0);
+      nn::rope_forward(k, k, work_->rope, B * Hkv, Tn, hs, 0);
+    }
+    for (int64_t b = 0; b < static_cast<int64_t>(caches.size()); ++b) {
+      T* qb = q + b * H * Tn * hs;
+      T* kb = k + b * Hkv * Tn * hs;
+      nn::rope_forward(qb, qb, work_->rope, H, Tn, hs, caches[b]->len_);
+      nn::rope_forward(kb, kb, work_->rope, Hkv, Tn, hs, caches[b]->len_);
+    }
   }
-  if (cache) {
+  if (!caches.empty()) {
     AttentionOptions o = attn_opts_;
     o.return_lse = false;
     o.causal = Causal::bottom_right;
-    const int64_t S = pos0 + Tn;
-    Tensor& kc = cache->k_[l];
-    Tensor& vc = cache->v_[l];
-    const bool bf16 = kc.dtype() == DType::bf16;  // float32 models only (check_append)
+    // One dtype for the batch (decode_batch checks): float32 models only for bf16 (check_append).
+    const bool bf16 = caches.front()->dtype_ == DType::bf16;
     if (bf16) {
       // q, k and v rounded as the bf16 forward rounds them; k and v kept so.
       round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
-      append_to_cache(kc.data<bfloat16>(), vc.data<bfloat16>(), a.k16.template data<bfloat16>(),
-                      a.v16.template data<bfloat16>(), Hkv, Tn, hs, kc.dim(2), pos0);
       o.out_dtype = DType::f32;
-    } else {
-      append_to_cache(kc.data<T>(), vc.data<T>(), k, v, Hkv, Tn, hs, kc.dim(2), pos0);
     }
-    attention_into(a.att, bf16 ? a.q16 : a.q, TensorView(kc).slice(2, 0, S), TensorView(vc).slice(2, 0, S),
-                   o);
+    const Tensor& qs = bf16 ? a.q16 : a.q;
+    // One sequence's attention against its own cache, into a.att (B = 1,
+    // merged below as without a cache) or its own result, whose [H, 1, hs]
+    // is its row of atty as it stands (T = 1).
+    auto& seq_att = work_->seq_att;
+    if (B > 1 && seq_att.size() < static_cast<size_t>(B)) seq_att.resize(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      KVCache& cache = *caches[b];
+      const int64_t pos0 = cache.len_, S = pos0 + Tn;
+      Tensor& kc = cache.k_[l];
+      Tensor& vc = cache.v_[l];
+      if (bf16)
+        append_to_cache(kc.data<bfloat16>(), vc.data<bfloat16>(), a.k16.template data<bfloat16>() + b * Hkv * Tn * hs,
+                        a.v16.template data<bfloat16>() + b * Hkv * Tn * hs, Hkv, Tn, hs, kc.dim(2), pos0);
+      else
+        append_to_cache(kc.data<T>(), vc.data<T>(), k + b * Hkv * Tn * hs, v + b * Hkv * Tn * hs, Hkv, Tn, hs,
+                        kc.dim(2), pos0);
+      AttentionResult& r = B == 1 ? a.att : seq_att[static_cast<size_t>(b)];
+      attention_into(r, B == 1 ? TensorView(qs) : TensorView(qs).slice(0, b, b + 1), TensorView(kc).slice(2, 0, S),
+                     TensorView(vc).slice(2, 0, S), o);
+      if (B > 1) std::copy_n(r.out.template data<T>(), H * hs, a.atty.data() + b * cfg_.attn_dim());
+    }
+    if (B > 1) return;
   } else if (compute_ == DType::bf16) {
     round_to_bf16({&a.q16, &a.k16, &a.v16}, {&a.q, &a.k, &a.v});
     AttentionOptions o = attn_opts_;
@@ -187,8 +211,8 @@ void BasicGPT<T>::packed_attention_forward(int64_t l) {
     }
 }
 
-template void BasicGPT<float>::attention_forward(int64_t, int64_t, KVCache*);
-template void BasicGPT<double>::attention_forward(int64_t, int64_t, KVCache*);
+template void BasicGPT<float>::attention_forward(int64_t, std::span<KVCache* const>);
+template void BasicGPT<double>::attention_forward(int64_t, std::span<KVCache* const>);
 template void BasicGPT<float>::attention_backward(int64_t);
 template void BasicGPT<double>::attention_backward(int64_t);
 template void BasicGPT<float>::packed_attention_forward(int64_t);

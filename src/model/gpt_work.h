@@ -129,6 +129,8 @@ struct BasicGPT<T>::Work {
 
   // Block l's activations (the one shared set, when only one is kept).
   LayerActs& layer_acts(int64_t l) { return acts.layers[acts.layers.size() == 1 ? 0 : static_cast<size_t>(l)]; }
+  // decode_batch's sequences' attention results, one each (reused).
+  std::vector<AttentionResult> seq_att;
   // Set while attention_maps runs the forward: every block's q, k, v are read after it.
   bool keep_all_layers = false;
 

@@ -316,4 +316,28 @@ Generation Model::generate(const SampleOptions& opts, const std::function<void(c
   return g;
 }
 
+KVCache Model::new_cache(std::optional<DType> kv_dtype, std::optional<DType> dtype) const {
+  if (is_encoder()) throw Error("new_cache: a " + architecture_ + " model is an encoder: it decodes nothing");
+  return gpt_->new_cache(kv_dtype.value_or(gpt_->default_kv_dtype(dtype.value_or(weights_dtype_))));
+}
+
+Tensor Model::next_logits(const std::vector<int32_t>& tokens, KVCache& cache, std::optional<DType> dtype) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
+  const ComputeDtypeScope compute(*gpt_, dtype.value_or(weights_dtype_));
+  const std::span<const float> l = gpt_->decode(tokens.data(), static_cast<int64_t>(tokens.size()), cache);
+  Tensor out(DType::f32, {static_cast<int64_t>(l.size())});
+  std::copy(l.begin(), l.end(), out.data<float>());
+  return out;
+}
+
+Tensor Model::next_logits(const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches,
+                         std::optional<DType> dtype) {
+  const std::lock_guard<std::mutex> one_at_a_time(*busy_);
+  const ComputeDtypeScope compute(*gpt_, dtype.value_or(weights_dtype_));
+  const std::span<const float> l = gpt_->decode_batch(tokens, caches);
+  Tensor out(DType::f32, {static_cast<int64_t>(caches.size()), config().vocab});
+  std::copy(l.begin(), l.end(), out.data<float>());
+  return out;
+}
+
 }  // namespace qkv
