@@ -525,6 +525,11 @@ TEST(GptDecode, GrowingCacheMatchesForward) {
   EXPECT_EQ(cache.keys(0).dim(2), 256);
   const int64_t per_position = 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() * 4;
   EXPECT_EQ(cache.nbytes(), 256 * per_position);
+  for (const int64_t n : {1, 256, 257, 300, 513, 600}) {  // what a budget reads before making one
+    KVCache fresh = m.new_cache();
+    fresh.reserve(n);
+    EXPECT_EQ(KVCache::bytes_after_reserve(cfg, DType::f32, n), fresh.nbytes()) << n;
+  }
   const std::vector<int32_t> tokens(300, 1);
   m.decode(tokens.data(), 257, cache);
   EXPECT_EQ(cache.values(1).dim(2), 512);  // doubled

@@ -177,6 +177,13 @@ class QKV_API KVCache {
   int64_t nbytes() const;
   /// Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
+  /// Grows the buffers to hold n positions now (at most the context),
+  /// keeping what they hold: a caller who knows how long the sequence gets
+  /// allocates once. Buffers never shrink.
+  void reserve(int64_t n);
+  /// The bytes a new cache for cfg holds after reserve(n): nbytes() before
+  /// it is made, for a caller that budgets memory.
+  static int64_t bytes_after_reserve(const GPTConfig& cfg, DType dtype, int64_t n);
   /// Layer l's keys (RoPE already applied when the model uses it) and values,
   /// [1, Hkv, n, D] for the n >= len() positions held so far (up to
   /// capacity()); positions >= len() hold stale values. Throws
@@ -192,8 +199,6 @@ class QKV_API KVCache {
   /// of model_dtype takes (its own; bf16 too for float32), and has n free
   /// positions.
   void check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) const;
-  /// Grows the buffers to hold n positions (at most the context).
-  void reserve(int64_t n);
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;

@@ -26,6 +26,12 @@ constexpr int64_t kFirstPositions = 256;
 constexpr int64_t kPrefillRows = 256;
 }  // namespace
 
+// The positions buffers of `held` positions grow to for n (held when n
+// fits): doubling, up to the context.
+static int64_t grown_positions(int64_t held, int64_t n, int64_t context) {
+  return n <= held ? held : std::min(context, std::max(n, 2 * held));
+}
+
 KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
   cfg_.validate();
   if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f64)
@@ -42,7 +48,7 @@ KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
 void KVCache::reserve(int64_t n) {
   const int64_t held = k_.front().empty() ? 0 : k_.front().dim(2);
   if (n <= held) return;
-  const int64_t grown = std::min(cfg_.context, std::max(n, 2 * held)), Hkv = cfg_.kv_heads, D = cfg_.head_dim();
+  const int64_t grown = grown_positions(held, n, cfg_.context), Hkv = cfg_.kv_heads, D = cfg_.head_dim();
   const size_t esize = dtype_size(dtype_);
   std::vector<Tensor> k, v;  // all made before any is swapped in: bad_alloc leaves the cache as it was
   for (int64_t l = 0; l < cfg_.layers; ++l) {
@@ -58,6 +64,12 @@ void KVCache::reserve(int64_t n) {
     }
   k_.swap(k);
   v_.swap(v);
+}
+
+int64_t KVCache::bytes_after_reserve(const GPTConfig& cfg, DType dtype, int64_t n) {
+  const int64_t first = std::min(cfg.context, kFirstPositions);  // what the constructor reserves
+  return grown_positions(first, n, cfg.context) * 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() *
+         static_cast<int64_t>(dtype_size(dtype));
 }
 
 int64_t KVCache::nbytes() const {
