@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "expect_error.h"
 #include "qkv/batcher.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
@@ -261,16 +262,6 @@ TEST(Batcher, SubmitAndCancelFromAnotherThread) {
     EXPECT_TRUE(out.done.count(i)) << "request " << i;
   }
   EXPECT_FALSE(out.done.count(7));
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a qkv::Error containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(needle));
-  }
 }
 
 TEST(Batcher, BadRequestsAndOptionsAreRefused) {

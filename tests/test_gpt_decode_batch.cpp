@@ -20,6 +20,7 @@
 #include "gpt_test_models.h"
 #include "model/gpt_work.h"
 #include "qkv/error.h"
+#include "expect_error.h"
 #include "qkv/gpt.h"
 
 using ::testing::HasSubstr;
@@ -151,16 +152,6 @@ TEST(GptDecodeBatch, QuantizedRowsAreTheSameBits) {
     expect_batch_matches_alone(m, 3, 4, 0.0);
     expect_batch_matches_alone(m, 15, 2, 0.0);
     expect_batch_matches_alone(m, 17, 2, 1e-5);
-  }
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a qkv::Error containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(needle));
   }
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gpt_test_models.h"
+#include "expect_error.h"
 #include "qkv/gpt.h"
 #include "qkv/rng.h"
 #include "qkv/runtime.h"
@@ -545,16 +546,6 @@ TEST(GptDecode, GrowingCacheMatchesForward) {
   m.decode(tokens.data(), 3, cache);
   EXPECT_THROW(m.decode(bad.data(), 400, cache), Error);
   EXPECT_EQ(cache.len(), 3);
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(needle));
-  }
 }
 
 TEST(KVCache, FullCacheThrowsAndResetStartsOver) {
