@@ -65,7 +65,7 @@ void q8_0_tile(const uint8_t* w, uint64_t stride, const uint8_t* x, uint64_t x_s
     for (__m512& v : row) v = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 2 <= blocks; i += 2) {
-    if constexpr (N == 1 && M == 1) prefetch_ahead<68>(w + 34 * i);  // the row streaming from memory
+    if constexpr (N == 1 && M == 1) prefetch_ahead<68, kAheadQ8_0>(w + 34 * i);  // the row streaming from memory
     __m512i aq[N];
     __mmask64 neg[N];
     __m512 dw[N];
