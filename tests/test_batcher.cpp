@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 #include <atomic>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "expect_error.h"
+#include "gpt_test_models.h"
 #include "qkv/batcher.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
@@ -25,8 +28,10 @@ using ::testing::HasSubstr;
 namespace qkv {
 namespace {
 
-// A character model saved and loaded back: context 64, width 32 (one Q8_0
-// block a row), GQA; loaded as float32 or with its matrices in Q8_0.
+// A character model saved and loaded back: context 300 (past the 256
+// positions a cache starts with), width 32 (one Q8_0 block a row), GQA,
+// weights with signal on every path (gpt_test_models.h); loaded as float32
+// or with its matrices in Q8_0.
 struct Models {
   std::string dir;
   CharTokenizer tok = CharTokenizer::from_text("hello world, hold the door\n");
@@ -35,14 +40,14 @@ struct Models {
     std::filesystem::create_directories(dir);
     GPTConfig cfg;
     cfg.vocab = tok.vocab_size();
-    cfg.context = 64;
+    cfg.context = 300;
     cfg.layers = 2;
     cfg.heads = 4;
     cfg.kv_heads = 2;
     cfg.embd = 32;
     cfg.rope = true;
     GPT gpt(cfg);
-    gpt.init(11);
+    randomize(gpt, 11);
     save_model(dir, gpt, tok);
   }
   ~Models() { std::filesystem::remove_all(dir); }
@@ -177,29 +182,80 @@ TEST(Batcher, CancelFreesTheSequenceAndSkipsTheWaiting) {
   (void)c;
 }
 
-// The budget holds the caches of two requests at once, not three.
+// The budget holds the caches of two requests at once, not three. Each
+// cache holds what its request can use, no more: a short one the 256
+// positions a cache starts with, a long one its prompt and tokens exactly,
+// an endless one (tokens past the context) the context.
 TEST(Batcher, TheKvBudgetLimitsTheSequencesAdmitted) {
-  Model probe = models().load(true);
-  KVCache one = probe.new_cache();
-  one.reserve(64);
-  const int64_t per_request = one.nbytes();  // 64 positions: 256 and more are capped at the context
+  Model m = models().load(true);
+  const GPTConfig& cfg = m.config();
+  const int64_t per_position = 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() * 2;  // bf16
+  const int64_t per_request = 256 * per_position;  // requests 0 .. 5: prompts and tokens under 256
   const BatcherOptions o = options(8, 256, 2 * per_request + 1);
   expect_each_as_alone(true, 0.0, o, 6, 0);
-  Model m = models().load(true);
   Batcher b(m, o);
   for (int i = 0; i < 3; ++i) b.submit(request(i, 0.0));
   b.step();
   EXPECT_EQ(b.running(), 2);
   EXPECT_EQ(b.waiting(), 1);
   EXPECT_EQ(b.kv_bytes(), 2 * per_request);
+  Batcher sized(m);
+  BatchRequest longer = request(1, 0.0), endless = request(2, 0.0);
+  longer.options.tokens = 270;
+  endless.options.tokens = std::numeric_limits<int64_t>::max();
+  sized.submit(longer);
+  sized.step();
+  EXPECT_EQ(sized.kv_bytes(), (static_cast<int64_t>(longer.prompt.size()) + 270) * per_position);
+  sized.submit(endless);
+  sized.step();
+  EXPECT_EQ(sized.kv_bytes(), (static_cast<int64_t>(longer.prompt.size()) + 270 + cfg.context) * per_position);
+  Outputs out;
+  Batcher endless_alone(m);
+  endless_alone.submit(out.with_callbacks(endless, 0));
+  while (endless_alone.step()) {}
+  EXPECT_EQ(out.done[0], StopReason::context);
+  EXPECT_EQ(static_cast<int64_t>(out.ids[0].size() + endless.prompt.size()), cfg.context + 1);
   Batcher tight(m, options(8, 256, per_request / 2));
-  try {
-    tight.submit(request(0, 0.0));
-    ADD_FAILURE() << "a request past the whole budget was queued";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("more than the budget"));
-  }
+  expect_error([&] { tight.submit(request(0, 0.0)); }, "more than the budget");
   EXPECT_EQ(tight.waiting(), 0);
+}
+
+// A request whose callback throws ends there; the others go on to their
+// tokens alone, and the error reaches step()'s caller.
+TEST(Batcher, ARequestWhoseCallbackThrowsEndsAlone) {
+  Model m = models().load(true);
+  Batcher b(m);
+  Outputs out;
+  for (int i = 0; i < 4; ++i) {
+    BatchRequest r = out.with_callbacks(request(i, 0.0), i);
+    r.options.tokens = 8;
+    if (i == 1) {
+      r.on_id = [&out](int32_t t) {
+        out.ids[1].push_back(t);
+        if (out.ids[1].size() == 3) throw std::runtime_error("the client went away");
+      };
+    }
+    b.submit(std::move(r));
+  }
+  int thrown = 0;
+  for (int64_t steps = 0;; ++steps) {
+    ASSERT_LT(steps, 1000);
+    try {
+      if (!b.step()) break;
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "the client went away");
+      ++thrown;
+    }
+  }
+  EXPECT_EQ(thrown, 1);
+  EXPECT_EQ(out.ids[1].size(), 3u);
+  EXPECT_FALSE(out.done.count(1));
+  for (int i : {0, 2, 3}) {
+    BatchRequest r = request(i, 0.0);
+    r.options.tokens = 8;
+    EXPECT_EQ(out.ids[i], alone(m, r)) << "request " << i;
+    EXPECT_EQ(out.done[i], StopReason::tokens) << "request " << i;
+  }
 }
 
 TEST(Batcher, StopsWhereSampleIdsStops) {
@@ -211,8 +267,8 @@ TEST(Batcher, StopsWhereSampleIdsStops) {
   const std::vector<int32_t> free_run = alone(m, eot);
   eot.stop_id = free_run[2];  // the third token drawn ends it (or an earlier one equal to it)
   BatchRequest full = request(5, 0.0);
-  full.prompt.assign(60, full.prompt[0]);
-  full.options.tokens = 40;  // the context (64) ends it first
+  full.prompt.assign(296, full.prompt[0]);
+  full.options.tokens = 40;  // the context (300) ends it first
   BatchRequest none = request(6, 0.0);
   none.options.tokens = 0;
   b.submit(out.with_callbacks(eot, 0));
@@ -224,7 +280,7 @@ TEST(Batcher, StopsWhereSampleIdsStops) {
   EXPECT_EQ(out.done[0], StopReason::end_of_text);
   EXPECT_EQ(why, StopReason::end_of_text);
   EXPECT_EQ(out.ids[1], alone(m, full, &why));
-  EXPECT_EQ(out.ids[1].size(), 5u);  // 60 + 5 = 65: the model has read all 64 positions
+  EXPECT_EQ(out.ids[1].size(), 5u);  // 296 + 5 = 301: the model has read all 300 positions
   EXPECT_EQ(out.done[1], StopReason::context);
   EXPECT_EQ(why, StopReason::context);
   EXPECT_FALSE(out.ids.count(2));
@@ -274,8 +330,8 @@ TEST(Batcher, BadRequestsAndOptionsAreRefused) {
   r.prompt.push_back(static_cast<int32_t>(m.config().vocab));
   expect_error([&] { b.submit(r); }, "outside the vocabulary");
   r = request(0, 0.0);
-  r.prompt.assign(65, r.prompt[0]);
-  expect_error([&] { b.submit(r); }, "more than the model's context of 64");
+  r.prompt.assign(301, r.prompt[0]);
+  expect_error([&] { b.submit(r); }, "more than the model's context of 300");
   r = request(0, 0.0);
   r.options.temperature = -1;
   expect_error([&] { b.submit(r); }, "temperature");

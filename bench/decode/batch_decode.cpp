@@ -73,6 +73,8 @@ double serve(qkv::Model& m, const std::vector<std::vector<int32_t>>& prompts, in
   o.tokens = tokens;
   o.temperature = 0.0;
   out.assign(prompts.size(), {});
+  // Both ways in the weights' dtype, as Model::generate and the Batcher run by default.
+  m.gpt().set_compute_dtype(m.weights_dtype());
   const auto t0 = std::chrono::steady_clock::now();
   if (!batched) {
     for (size_t i = 0; i < prompts.size(); ++i) out[i] = qkv::sample_ids(m.gpt(), prompts[i], o, {}, -1, [](int32_t) {});

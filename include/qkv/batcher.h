@@ -21,14 +21,16 @@
 /// under 16 rows; within float32 rounding otherwise, where a near-tie could
 /// go either way).
 ///
-/// Memory: each admitted request holds a KV cache sized once for its own
-/// prompt and options.tokens (at least the 256 positions a cache starts
-/// with; never more than those and the context); admission waits while the
-/// caches held plus the new one's would pass kv_budget_bytes.
+/// Memory: each admitted request holds a KV cache sized once, exactly, for
+/// its own prompt and options.tokens (at least the 256 positions a cache
+/// starts with, at most the context); admission waits while the caches held
+/// plus the new one's would pass kv_budget_bytes. A new cache is allocated
+/// outside the lock that submit() and cancel() take.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -81,12 +83,16 @@ class QKV_API Batcher {
   /// vocabulary, options out of range, or a request whose cache alone
   /// would pass kv_budget_bytes. Safe to call from any thread.
   int64_t submit(BatchRequest request);
-  /// Ends request id (waiting or running) at the next step: its sequence
-  /// and cache are freed, on_done is not called. Unknown or finished ids
-  /// are ignored. Safe to call from any thread.
+  /// Ends request id (waiting or running) at the start of the next step:
+  /// its sequence and cache are freed and it gets no callback after that
+  /// (a request that ends in a step running meanwhile still gets its
+  /// on_done). Unknown or finished ids are ignored. Safe to call from any
+  /// thread.
   void cancel(int64_t id);
-  /// One step (above). Returns false when there was nothing to do. Errors
-  /// of the model propagate; the requests stay as they were.
+  /// One step (above). Returns false when there was nothing to do. An error
+  /// of the model propagates, the requests as they were; a request whose
+  /// draw or callback throws ends there (no on_done), the others go on, and
+  /// the error propagates after the step.
   bool step();
 
   int64_t waiting() const;  ///< requests not yet admitted
@@ -95,7 +101,9 @@ class QKV_API Batcher {
 
  private:
   struct Sequence;
-  /// Bytes a request's cache needs: its prompt and options.tokens' positions.
+  /// Positions a request's cache holds: its prompt and options.tokens (at
+  /// most the context's worth), and their bytes.
+  int64_t positions(const BatchRequest& r) const;
   int64_t cache_bytes(const BatchRequest& r) const;
   void admit();
   void prefill_one();
@@ -103,6 +111,8 @@ class QKV_API Batcher {
   /// Draws sequence s's next token from logits, hands it over, and says
   /// whether s goes on (false: it stopped and on_done was called).
   bool draw(Sequence& s, const float* logits);
+  /// draw(), and s ended (null) when it stops or throws; the first error kept.
+  bool draw_or_end(std::unique_ptr<Sequence>& s, const float* logits, std::exception_ptr& error);
 
   Model& model_;
   BatcherOptions opts_;

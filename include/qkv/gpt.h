@@ -177,9 +177,11 @@ class QKV_API KVCache {
   int64_t nbytes() const;
   /// Starts a new sequence; the buffers are kept and overwritten.
   void reset() { len_ = 0; }
-  /// Grows the buffers to hold n positions now (at most the context),
-  /// keeping what they hold: a caller who knows how long the sequence gets
-  /// allocates once. Buffers never shrink.
+  /// Grows the buffers to hold exactly n positions now (at most the
+  /// context; nothing when they hold n already), keeping what they hold: a
+  /// caller who knows how long the sequence gets allocates once, no more
+  /// than it needs. Decoding past them grows them by doubling. Buffers
+  /// never shrink.
   void reserve(int64_t n);
   /// The bytes a new cache for cfg holds after reserve(n): nbytes() before
   /// it is made, for a caller that budgets memory.
@@ -199,6 +201,10 @@ class QKV_API KVCache {
   /// of model_dtype takes (its own; bf16 too for float32), and has n free
   /// positions.
   void check_append(const GPTConfig& cfg, DType model_dtype, int64_t n) const;
+  /// Buffers of `positions` positions (none fewer than now), what they hold kept.
+  void resize_to(int64_t positions);
+  /// Buffers for n positions, doubling what they hold when they grow.
+  void grow_for(int64_t n);
 
   GPTConfig cfg_;
   DType dtype_ = DType::f32;
@@ -314,8 +320,9 @@ class BasicGPT {
   /// b's next token), a view of this model's scratch as decode()'s.
   /// Each row's logits are those decode_step(tokens[b], *caches[b]) gives,
   /// within the rounding of the products at B rows rather than one (the
-  /// same bits for a quantized model's, whose dots do not depend on the
-  /// rows beside them). Throws qkv::Error, leaving every cache as it was,
+  /// same bits for a quantized model's under 16 sequences, whose dots do
+  /// not depend on the rows beside them). Throws qkv::Error, leaving every
+  /// cache's length and contents as they were (its buffers may have grown),
   /// when the sizes differ, B is 0, a cache appears twice, the caches hold
   /// different dtypes, or any one would refuse decode_step.
   std::span<const T> decode_batch(std::span<const int32_t> tokens, std::span<KVCache* const> caches);

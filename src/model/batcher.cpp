@@ -10,6 +10,8 @@
 #include "qkv/batcher.h"
 
 #include <algorithm>
+#include <exception>
+#include <optional>
 #include <string>
 
 #include "qkv/error.h"
@@ -43,9 +45,14 @@ Batcher::Batcher(Model& model, BatcherOptions options) : model_(model), opts_(st
 
 Batcher::~Batcher() = default;
 
+int64_t Batcher::positions(const BatchRequest& r) const {
+  // tokens may be huge ("until the end of text"): the context bounds it first.
+  return static_cast<int64_t>(r.prompt.size()) + std::min(r.options.tokens, model_.config().context);
+}
+
 int64_t Batcher::cache_bytes(const BatchRequest& r) const {
   const DType kv = opts_.kv_dtype.value_or(model_.gpt().default_kv_dtype(opts_.dtype.value_or(model_.weights_dtype())));
-  return KVCache::bytes_after_reserve(model_.config(), kv, static_cast<int64_t>(r.prompt.size()) + r.options.tokens);
+  return KVCache::bytes_after_reserve(model_.config(), kv, positions(r));
 }
 
 int64_t Batcher::submit(BatchRequest r) {
@@ -89,30 +96,36 @@ int64_t Batcher::kv_bytes() const {
 }
 
 void Batcher::admit() {
-  const std::lock_guard<std::mutex> lock(queue_mutex_);
-  std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return !s; });  // a step that threw
-  for (const int64_t id : cancelled_) {
-    std::erase_if(waiting_, [id](const auto& w) { return w.first == id; });
-    std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
-      if (s->id != id) return false;
-      kv_bytes_ -= s->cache.nbytes();
-      return true;
-    });
-  }
-  cancelled_.clear();
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < opts_.max_sequences) {
-    BatchRequest& r = waiting_.front().second;
-    const int64_t bytes = cache_bytes(r);
-    if (opts_.kv_budget_bytes > 0 && kv_bytes_ + bytes > opts_.kv_budget_bytes) break;  // waits, in order
+  for (;;) {
+    std::optional<std::pair<int64_t, BatchRequest>> next;
+    int64_t bytes = 0;
+    {
+      const std::lock_guard<std::mutex> lock(queue_mutex_);
+      std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return !s; });  // after a step that threw
+      for (const int64_t id : cancelled_) {
+        std::erase_if(waiting_, [id](const auto& w) { return w.first == id; });
+        std::erase_if(running_, [id](const std::unique_ptr<Sequence>& s) { return s->id == id; });
+      }
+      cancelled_.clear();
+      kv_bytes_ = 0;
+      for (const auto& s : running_) kv_bytes_ += s->cache.nbytes();
+      running_count_ = static_cast<int64_t>(running_.size());
+      if (waiting_.empty() || running_count_ >= opts_.max_sequences) return;
+      bytes = cache_bytes(waiting_.front().second);
+      if (opts_.kv_budget_bytes > 0 && kv_bytes_ + bytes > opts_.kv_budget_bytes) return;  // it waits, in order
+      next = std::move(waiting_.front());
+      waiting_.pop_front();
+      kv_bytes_ += bytes;  // counted before it is allocated, below, outside the lock
+      ++running_count_;
+    }
+    BatchRequest& r = next->second;
     KVCache cache = model_.new_cache(opts_.kv_dtype, opts_.dtype);
-    cache.reserve(static_cast<int64_t>(r.prompt.size()) + r.options.tokens);
+    cache.reserve(positions(r));
     const uint64_t seed = r.options.seed;
-    running_.push_back(std::unique_ptr<Sequence>(
-        new Sequence{waiting_.front().first, std::move(r), std::move(cache), NumpyGenerator(seed)}));
-    kv_bytes_ += running_.back()->cache.nbytes();
-    waiting_.pop_front();
+    auto seq = std::unique_ptr<Sequence>(new Sequence{next->first, std::move(r), std::move(cache), NumpyGenerator(seed)});
+    const std::lock_guard<std::mutex> lock(queue_mutex_);
+    running_.push_back(std::move(seq));
   }
-  running_count_ = static_cast<int64_t>(running_.size());
 }
 
 bool Batcher::draw(Sequence& s, const float* logits) {
@@ -133,21 +146,36 @@ bool Batcher::draw(Sequence& s, const float* logits) {
   return true;
 }
 
+// A sequence whose draw (or callback) threw ends there: its token is in
+// no cache and none follows it. The others go on; the first error is
+// rethrown once every row is handled.
+bool Batcher::draw_or_end(std::unique_ptr<Sequence>& s, const float* logits, std::exception_ptr& error) {
+  try {
+    if (draw(*s, logits)) return true;
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  s.reset();
+  return false;
+}
+
 void Batcher::prefill_one() {
   for (auto& s : running_) {
+    if (!s) continue;
     const auto n = static_cast<int64_t>(s->req.prompt.size());
     if (s->fed == n) continue;
     if (s->req.options.tokens == 0) {  // nothing to generate: sample_ids runs nothing
-      s->fed = n;
-      if (s->req.on_done) s->req.on_done(StopReason::tokens);
-      s.reset();
+      std::unique_ptr<Sequence> done = std::move(s);
+      if (done->req.on_done) done->req.on_done(StopReason::tokens);
       return;
     }
     const int64_t k = std::min(opts_.prefill_chunk, n - s->fed);
     const std::vector<int32_t> chunk(s->req.prompt.begin() + s->fed, s->req.prompt.begin() + s->fed + k);
     const Tensor logits = model_.next_logits(chunk, s->cache, opts_.dtype);
     s->fed += k;
-    if (s->fed == n && !draw(*s, logits.data<float>())) s.reset();
+    std::exception_ptr error;
+    if (s->fed == n) draw_or_end(s, logits.data<float>(), error);
+    if (error) std::rethrow_exception(error);
     return;
   }
 }
@@ -155,22 +183,20 @@ void Batcher::prefill_one() {
 void Batcher::decode_all() {
   std::vector<int32_t> tokens;
   std::vector<KVCache*> caches;
-  std::vector<Sequence*> rows;
+  std::vector<std::unique_ptr<Sequence>*> rows;
   for (auto& s : running_)
     if (s && s->pending >= 0) {
       tokens.push_back(s->pending);
       caches.push_back(&s->cache);
-      rows.push_back(s.get());
+      rows.push_back(&s);
     }
   if (rows.empty()) return;
   const Tensor logits = model_.next_logits(tokens, caches, opts_.dtype);
+  for (auto* s : rows) (*s)->pending = -1;  // every row's token is in its cache now
   const int64_t V = model_.config().vocab;
-  for (size_t b = 0; b < rows.size(); ++b) {
-    rows[b]->pending = -1;
-    if (!draw(*rows[b], logits.data<float>() + static_cast<int64_t>(b) * V))
-      for (auto& s : running_)
-        if (s.get() == rows[b]) s.reset();
-  }
+  std::exception_ptr error;
+  for (size_t b = 0; b < rows.size(); ++b) draw_or_end(*rows[b], logits.data<float>() + static_cast<int64_t>(b) * V, error);
+  if (error) std::rethrow_exception(error);
 }
 
 bool Batcher::step() {
@@ -178,12 +204,11 @@ bool Batcher::step() {
   if (running_.empty()) return false;
   prefill_one();
   decode_all();
-  // The finished leave (their slots and cache bytes free for the next step).
+  // The finished leave: their slots and cache bytes are free for the next step.
   const std::lock_guard<std::mutex> lock(queue_mutex_);
-  int64_t held = 0;
   std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return !s; });
-  for (const auto& s : running_) held += s->cache.nbytes();
-  kv_bytes_ = held;
+  kv_bytes_ = 0;
+  for (const auto& s : running_) kv_bytes_ += s->cache.nbytes();
   running_count_ = static_cast<int64_t>(running_.size());
   return true;
 }

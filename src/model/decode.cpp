@@ -26,9 +26,9 @@ constexpr int64_t kFirstPositions = 256;
 constexpr int64_t kPrefillRows = 256;
 }  // namespace
 
-// The positions buffers of `held` positions grow to for n (held when n
-// fits): doubling, up to the context.
-static int64_t grown_positions(int64_t held, int64_t n, int64_t context) {
+// The positions buffers of `held` positions grow to when decoding needs n
+// (held when n fits): doubling, up to the context.
+static int64_t doubled_positions(int64_t held, int64_t n, int64_t context) {
   return n <= held ? held : std::min(context, std::max(n, 2 * held));
 }
 
@@ -41,14 +41,16 @@ KVCache::KVCache(const GPTConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
   reserve(std::min(cfg_.context, kFirstPositions));
 }
 
-// Buffers for n positions, the len_ held copied over. They grow by doubling,
-// so that a sequence of the whole context copies each position about once,
-// while a short one holds only what it uses: an 8B model's full context
-// would be 1 GB of bf16, a thousand times what a short chat needs.
-void KVCache::reserve(int64_t n) {
+// Buffers for n positions, the len_ held copied over. Decoding grows them by
+// doubling (grow_for), so that a sequence of the whole context copies each
+// position about once, while a short one holds only what it uses: an 8B
+// model's full context would be 1 GB of bf16, a thousand times what a
+// short chat needs. reserve() sizes them once, exactly, for a caller who
+// knows the length.
+void KVCache::resize_to(int64_t grown) {
   const int64_t held = k_.front().empty() ? 0 : k_.front().dim(2);
-  if (n <= held) return;
-  const int64_t grown = grown_positions(held, n, cfg_.context), Hkv = cfg_.kv_heads, D = cfg_.head_dim();
+  if (grown <= held) return;
+  const int64_t Hkv = cfg_.kv_heads, D = cfg_.head_dim();
   const size_t esize = dtype_size(dtype_);
   std::vector<Tensor> k, v;  // all made before any is swapped in: bad_alloc leaves the cache as it was
   for (int64_t l = 0; l < cfg_.layers; ++l) {
@@ -66,9 +68,15 @@ void KVCache::reserve(int64_t n) {
   v_.swap(v);
 }
 
+void KVCache::reserve(int64_t n) { resize_to(std::min(cfg_.context, n)); }
+
+void KVCache::grow_for(int64_t n) {
+  resize_to(doubled_positions(k_.front().empty() ? 0 : k_.front().dim(2), n, cfg_.context));
+}
+
 int64_t KVCache::bytes_after_reserve(const GPTConfig& cfg, DType dtype, int64_t n) {
   const int64_t first = std::min(cfg.context, kFirstPositions);  // what the constructor reserves
-  return grown_positions(first, n, cfg.context) * 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() *
+  return std::max(first, std::min(cfg.context, n)) * 2 * cfg.layers * cfg.kv_heads * cfg.head_dim() *
          static_cast<int64_t>(dtype_size(dtype));
 }
 
@@ -132,7 +140,7 @@ std::span<const T> BasicGPT<T>::decode(const int32_t* tokens, int64_t n, KVCache
   if (!cfg_.lm_head || !cfg_.causal)
     throw Error("model: decoding needs a causal model with a language-model head (this is an encoder)");
   cache.check_append(cfg_, dtype_of<T>(), n);
-  cache.reserve(cache.len_ + n);
+  cache.grow_for(cache.len_ + n);
   // run() writes the new keys and values at positions len .. len + n - 1,
   // which count once every chunk has run: a call that fails (a token
   // outside the vocabulary in a later chunk, an interrupt) leaves the cache
@@ -175,7 +183,7 @@ std::span<const T> BasicGPT<T>::decode_batch(std::span<const int32_t> tokens, st
       throw Error(which + e.what());
     }
   }
-  for (KVCache* c : caches) c->reserve(c->len_ + 1);
+  for (KVCache* c : caches) c->grow_for(c->len_ + 1);
   // run() reads each cache's len() as its sequence's position and leaves it:
   // a call that fails (a token outside the vocabulary) changes no length.
   run(tokens.data(), static_cast<int64_t>(caches.size()), 1, caches);
